@@ -1,0 +1,1 @@
+//! microVM backend (in progress).

@@ -1,0 +1,1 @@
+//! Process backend (in progress).

@@ -1,0 +1,186 @@
+//! The one `Backend` trait. The server owns lifecycle state and persistence;
+//! a backend only does what it is told to the sandbox it is told about, and
+//! must make each operation safe to retry after a daemon crash (see `recover`).
+//!
+//! Paths given to file operations are paths *inside* the sandbox (absolute, or
+//! relative to the manifest's workdir). A backend must resolve them so that no
+//! path, `..` component or symlink inside the sandbox reaches anything outside it.
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+use stasis_core::{
+    BackendKind, ExecRequest, ExecResult, FileEntry, Manifest, Result, SandboxId, SessionInfo,
+    SessionOutput, SessionSpec, Stream,
+};
+
+/// Everything a backend needs to build or rebuild a sandbox.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    pub id: SandboxId,
+    pub manifest: Manifest,
+    /// A directory private to this sandbox, created by the server, removed by
+    /// the server after `destroy`. The backend keeps all its per-sandbox state
+    /// here (overlay dirs, sockets, disk overlays, pid files) so that a daemon
+    /// restart can find it again.
+    pub dir: PathBuf,
+}
+
+/// A chunk of streamed exec output.
+#[derive(Debug, Clone)]
+pub struct ExecChunk {
+    pub stream: Stream,
+    pub data: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactKind {
+    /// Guest RAM and device state.
+    Memory,
+    /// A disk image or overlay.
+    Disk,
+    /// A tar of a writable filesystem layer.
+    FsLayer,
+    /// Backend-specific metadata (small JSON).
+    Meta,
+}
+
+/// One file of a pause or snapshot, written by the backend into the directory
+/// it was given. The server moves artifacts into the snapshot store and later
+/// materializes them (same names) into a directory for `resume`/`restore`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Artifact {
+    /// File name inside the artifact directory (no slashes).
+    pub name: String,
+    pub kind: ArtifactKind,
+    pub size: u64,
+}
+
+/// What a backend can and cannot do: reported by the API and `stasis doctor`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    pub backend: BackendKind,
+    /// False when the backend cannot run on this machine; `reason` says why.
+    pub available: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Pause keeps process memory (processes continue on resume).
+    pub pause_keeps_processes: bool,
+    /// A pause frees the sandbox's RAM (it lives only in the snapshot).
+    pub pause_frees_memory: bool,
+    /// Restoring a snapshot into a new sandbox brings processes back, not only files.
+    pub restore_keeps_processes: bool,
+    /// "kvm" / "tcg" for the microVM backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accelerator: Option<String>,
+    /// Human-readable facts and limits.
+    pub notes: Vec<String>,
+}
+
+/// Resource use of one sandbox, as the host sees it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Cumulative CPU time of everything in the sandbox (for a microVM: its QEMU), ns.
+    pub cpu_ns: u64,
+    /// Resident memory on the host, bytes (0 when nothing is resident).
+    pub rss_bytes: u64,
+    /// Processes on the host that belong to the sandbox.
+    pub host_processes: u64,
+}
+
+/// What `recover` found for a sandbox after a daemon restart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recovered {
+    /// The sandbox runs and the backend has reattached to it.
+    Running,
+    /// The sandbox does not run (any leftover processes were killed). Its
+    /// per-sandbox directory is intact; whether it can be resumed depends on
+    /// the artifacts the server holds.
+    NotRunning,
+}
+
+#[async_trait]
+pub trait Backend: Send + Sync + 'static {
+    fn kind(&self) -> BackendKind;
+
+    fn capabilities(&self) -> Capabilities;
+
+    /// Build and start a new sandbox. On error, everything partially made
+    /// (processes, cgroups, mounts) is removed before returning.
+    async fn create(&self, spec: &SandboxSpec) -> Result<()>;
+
+    /// Run a command to completion (or timeout, which kills its process tree).
+    /// When `output` is given, stdout/stderr chunks are sent there as they
+    /// arrive and the result's stdout/stderr are left empty.
+    async fn exec(
+        &self,
+        id: &SandboxId,
+        req: ExecRequest,
+        output: Option<mpsc::Sender<ExecChunk>>,
+    ) -> Result<ExecResult>;
+
+    async fn write_file(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+    ) -> Result<()>;
+
+    /// Whole file; `Err(payload_too_large)` when it is bigger than `limit`.
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>>;
+
+    async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>>;
+
+    async fn session_start(&self, id: &SandboxId, spec: SessionSpec) -> Result<SessionInfo>;
+
+    async fn session_write(&self, id: &SandboxId, session: &str, data: &[u8]) -> Result<()>;
+
+    /// Output from `offset`, waiting up to `wait` when there is none yet.
+    async fn session_read(
+        &self,
+        id: &SandboxId,
+        session: &str,
+        offset: u64,
+        wait: Duration,
+    ) -> Result<SessionOutput>;
+
+    async fn session_list(&self, id: &SandboxId) -> Result<Vec<SessionInfo>>;
+
+    async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()>;
+
+    /// Stop the sandbox's compute and write its state into `out` (an empty
+    /// directory). `keep_memory` false asks for a filesystem-only pause.
+    /// On error the sandbox is left running (or the error says it is lost).
+    async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>>;
+
+    /// Continue a paused sandbox from the artifacts of its last pause, which
+    /// the server has placed in `artifacts` (the same names `pause` returned).
+    async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()>;
+
+    /// Write a snapshot of a running sandbox into `out` without stopping it for
+    /// longer than needed.
+    async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>>;
+
+    /// Start a new sandbox (`spec`) from a snapshot's artifacts.
+    async fn restore(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()>;
+
+    /// Kill everything of the sandbox and release host resources (cgroups,
+    /// mounts, processes). Idempotent: destroying a sandbox that is already
+    /// gone is Ok. Does not remove `spec.dir` (the server does).
+    async fn destroy(&self, id: &SandboxId, dir: &Path) -> Result<()>;
+
+    /// After a daemon restart: reattach to the sandbox if it still runs, or
+    /// clean up what is left of it. Never leaves orphan processes.
+    async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered>;
+
+    /// Remove host resources (cgroups, processes, mounts) that belong to no
+    /// sandbox in `known` (crash leftovers).
+    async fn cleanup_orphans(&self, known: &[SandboxId]) -> Result<()>;
+
+    async fn usage(&self, id: &SandboxId) -> Result<Usage>;
+}

@@ -1,0 +1,26 @@
+//! Domain types shared by every stasis crate (and by the guest agent, so keep
+//! this crate free of heavy or platform-specific dependencies).
+
+pub mod b64;
+pub mod error;
+pub mod exec;
+pub mod id;
+pub mod lifecycle;
+pub mod manifest;
+
+pub use error::{Error, ErrorCode, Result};
+pub use exec::{
+    ExecRequest, ExecResult, FileEntry, FileKind, SessionInfo, SessionOutput, SessionSpec, Stream,
+};
+pub use id::{SandboxId, SnapshotId, TenantId};
+pub use lifecycle::SandboxState;
+pub use manifest::{BackendKind, LifecyclePolicy, Manifest, OnIdle, Resources};
+
+/// Milliseconds since the Unix epoch, the one timestamp unit used in stored records.
+pub fn now_ms() -> i64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,284 @@
+//! The manifest: the contract a sandbox is created under.
+//!
+//! Unknown fields are refused (a typo must not silently fall back to a
+//! default), and `validate` names the offending field.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::error::{Error, ErrorCode};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendKind {
+    /// Linux namespaces + cgroups + overlayfs on the host kernel.
+    Process,
+    /// A QEMU microVM with full memory snapshots.
+    Microvm,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Process => "process",
+            BackendKind::Microvm => "microvm",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Self, Error> {
+        match s {
+            "process" => Ok(BackendKind::Process),
+            "microvm" => Ok(BackendKind::Microvm),
+            _ => Err(Error::invalid(format!(
+                "unknown backend {s:?} (expected process or microvm)"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What the daemon does when a running sandbox has been idle for `idle_timeout_secs`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnIdle {
+    /// Pause with memory: processes continue mid-execution on resume.
+    #[default]
+    Pause,
+    /// Keep only the filesystem: processes are stopped, files survive.
+    PauseFilesystem,
+    /// Destroy the sandbox.
+    Destroy,
+    /// Never act on idleness.
+    Nothing,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Resources {
+    /// CPU quota in cores (fractions allowed).
+    pub cpus: f64,
+    /// Memory limit in MiB (for a microVM: guest RAM).
+    pub memory_mb: u64,
+    /// Maximum number of processes/threads.
+    pub pids: u64,
+    /// Cap on the writable layer in MiB (0: no cap beyond the host's).
+    pub disk_mb: u64,
+}
+
+impl Default for Resources {
+    fn default() -> Self {
+        Resources {
+            cpus: 1.0,
+            memory_mb: 256,
+            pids: 256,
+            disk_mb: 1024,
+        }
+    }
+}
+
+/// One lifecycle policy per sandbox. Fixed at create; reading or
+/// reconnecting to a sandbox never changes it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LifecyclePolicy {
+    /// Seconds without API activity before `on_idle` applies.
+    pub idle_timeout_secs: u64,
+    pub on_idle: OnIdle,
+    /// A paused sandbox is destroyed this long after it was paused.
+    pub paused_ttl_secs: u64,
+    /// Running time (paused time excluded) after which the sandbox is destroyed; 0 = no limit.
+    pub max_lifetime_secs: u64,
+}
+
+impl Default for LifecyclePolicy {
+    fn default() -> Self {
+        LifecyclePolicy {
+            idle_timeout_secs: 5,
+            on_idle: OnIdle::Pause,
+            paused_ttl_secs: 7 * 24 * 3600,
+            max_lifetime_secs: 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Defaults to the daemon's default backend.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<BackendKind>,
+    /// Process backend: absolute path of a read-only root filesystem directory
+    /// (default: the host's `/`). microVM backend: guest image name (default "default").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub resources: Resources,
+    #[serde(default)]
+    pub lifecycle: LifecyclePolicy,
+    /// Environment given to every exec and session (request env wins).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Working directory inside the sandbox, created if missing.
+    #[serde(default = "default_workdir")]
+    pub workdir: String,
+}
+
+fn default_workdir() -> String {
+    "/workspace".to_string()
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        Manifest {
+            backend: None,
+            image: None,
+            resources: Resources::default(),
+            lifecycle: LifecyclePolicy::default(),
+            env: BTreeMap::new(),
+            workdir: default_workdir(),
+        }
+    }
+}
+
+fn bad(field: &str, msg: impl Into<String>) -> Error {
+    Error::new(
+        ErrorCode::InvalidManifest,
+        format!("{field}: {}", msg.into()),
+    )
+    .with_field(field)
+}
+
+/// Environment variable names: the POSIX portable set.
+pub fn validate_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 256
+        && !name.as_bytes()[0].is_ascii_digit()
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+impl Manifest {
+    /// Parse a manifest from JSON, mapping serde errors to `invalid_manifest`.
+    pub fn from_json(v: serde_json::Value) -> Result<Self, Error> {
+        let m: Manifest = serde_json::from_value(v)
+            .map_err(|e| Error::new(ErrorCode::InvalidManifest, e.to_string()))?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    pub fn validate(&self) -> Result<(), Error> {
+        let r = &self.resources;
+        if !(r.cpus.is_finite() && r.cpus >= 0.05 && r.cpus <= 64.0) {
+            return Err(bad("resources.cpus", "must be between 0.05 and 64"));
+        }
+        if !(16..=65536).contains(&r.memory_mb) {
+            return Err(bad("resources.memory_mb", "must be between 16 and 65536"));
+        }
+        if !(8..=1_000_000).contains(&r.pids) {
+            return Err(bad("resources.pids", "must be between 8 and 1000000"));
+        }
+        if r.disk_mb > 1_048_576 {
+            return Err(bad("resources.disk_mb", "must be at most 1048576 (1 TiB)"));
+        }
+        let l = &self.lifecycle;
+        if l.idle_timeout_secs == 0 && l.on_idle != OnIdle::Nothing {
+            return Err(bad(
+                "lifecycle.idle_timeout_secs",
+                "must be at least 1 (use on_idle: nothing to disable)",
+            ));
+        }
+        if l.idle_timeout_secs > 30 * 24 * 3600 {
+            return Err(bad(
+                "lifecycle.idle_timeout_secs",
+                "must be at most 30 days",
+            ));
+        }
+        if l.paused_ttl_secs == 0 || l.paused_ttl_secs > 365 * 24 * 3600 {
+            return Err(bad(
+                "lifecycle.paused_ttl_secs",
+                "must be between 1 second and 365 days",
+            ));
+        }
+        if let Some(image) = &self.image {
+            if image.is_empty() || image.len() > 4096 || image.contains('\0') {
+                return Err(bad("image", "must be a non-empty path or name"));
+            }
+        }
+        if !self.workdir.starts_with('/')
+            || self.workdir.len() > 4096
+            || self.workdir.contains('\0')
+            || self.workdir.split('/').any(|c| c == "..")
+        {
+            return Err(bad("workdir", "must be an absolute path without '..'"));
+        }
+        for (k, v) in &self.env {
+            if !validate_env_name(k) {
+                return Err(bad(&format!("env.{k}"), "invalid variable name"));
+            }
+            if v.contains('\0') || v.len() > 128 * 1024 {
+                return Err(bad(&format!("env.{k}"), "value has NUL or is over 128 KiB"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Content digest of the manifest (blake3 over its canonical JSON).
+    pub fn digest(&self) -> String {
+        let json = serde_json::to_vec(self).expect("manifest serializes");
+        blake3::hash(&json).to_hex().to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_are_valid() {
+        Manifest::default().validate().unwrap();
+        let m = Manifest::from_json(json!({})).unwrap();
+        assert_eq!(m, Manifest::default());
+    }
+
+    #[test]
+    fn unknown_field_refused() {
+        let e = Manifest::from_json(json!({"resurces": {}})).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidManifest);
+        assert!(e.message.contains("resurces"), "{}", e.message);
+    }
+
+    #[test]
+    fn bad_values_name_their_field() {
+        let cases = [
+            (
+                json!({"resources": {"memory_mb": 1}}),
+                "resources.memory_mb",
+            ),
+            (json!({"resources": {"cpus": -1.0}}), "resources.cpus"),
+            (
+                json!({"lifecycle": {"idle_timeout_secs": 0}}),
+                "lifecycle.idle_timeout_secs",
+            ),
+            (json!({"workdir": "relative"}), "workdir"),
+            (json!({"workdir": "/a/../b"}), "workdir"),
+            (json!({"env": {"1X": "y"}}), "env.1X"),
+        ];
+        for (v, field) in cases {
+            let e = Manifest::from_json(v.clone()).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{v}");
+        }
+    }
+
+    #[test]
+    fn digest_changes_with_content() {
+        let a = Manifest::default();
+        let mut b = Manifest::default();
+        b.resources.memory_mb = 512;
+        assert_ne!(a.digest(), b.digest());
+        assert_eq!(a.digest(), Manifest::default().digest());
+    }
+}

@@ -1,0 +1,1 @@
+//! Snapshot store (in progress).
