@@ -1,0 +1,291 @@
+//! Append-only, hash-chained audit log.
+//!
+//! Entry n stores `hash_n = blake3(hash_{n-1} || canonical(entry_n))`. Editing
+//! an entry breaks its own hash; deleting one breaks the next entry's link
+//! (and the sequence numbers, which must be dense). SQLite triggers refuse
+//! UPDATE/DELETE on the table; the chain catches edits made around them
+//! (e.g. directly on the database file).
+
+use serde::{Deserialize, Serialize};
+use sqlx::{Row, SqlitePool};
+
+use stasis_core::{now_ms, Error, Result, TenantId};
+
+const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewAuditEntry {
+    pub tenant: TenantId,
+    pub actor: String,
+    /// create, exec, pause, resume, snapshot, restore, fork, download, delete, expire, ...
+    pub action: String,
+    /// What it was done to (a sandbox or snapshot id).
+    pub target: String,
+    pub detail: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    pub seq: i64,
+    pub ts_ms: i64,
+    pub tenant: String,
+    pub actor: String,
+    pub action: String,
+    pub target: String,
+    pub detail: serde_json::Value,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditVerification {
+    pub ok: bool,
+    pub entries: i64,
+    /// First sequence number at which the chain breaks, and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub broken_at: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// The hashed fields of one entry.
+struct Hashed<'a> {
+    seq: i64,
+    ts: i64,
+    tenant: &'a str,
+    actor: &'a str,
+    action: &'a str,
+    target: &'a str,
+    detail: &'a str,
+}
+
+fn entry_hash(prev: &str, f: &Hashed<'_>) -> String {
+    let canonical =
+        serde_json::json!([f.seq, f.ts, f.tenant, f.actor, f.action, f.target, f.detail])
+            .to_string();
+    let mut h = blake3::Hasher::new();
+    h.update(prev.as_bytes());
+    h.update(canonical.as_bytes());
+    h.finalize().to_hex().to_string()
+}
+
+fn db_err(e: sqlx::Error) -> Error {
+    Error::internal(format!("audit: {e}"))
+}
+
+pub(crate) async fn append(pool: &SqlitePool, e: NewAuditEntry) -> Result<AuditEntry> {
+    // BEGIN IMMEDIATE takes the write lock up front so two appenders cannot
+    // read the same tail and fork the chain.
+    let mut conn = pool.acquire().await.map_err(db_err)?;
+    sqlx::query("BEGIN IMMEDIATE")
+        .execute(&mut *conn)
+        .await
+        .map_err(db_err)?;
+    let result = async {
+        let tail = sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(db_err)?;
+        let (seq, prev) = match tail {
+            Some(r) => (r.get::<i64, _>(0) + 1, r.get::<String, _>(1)),
+            None => (1, GENESIS.to_string()),
+        };
+        let ts = now_ms();
+        let detail = e.detail.to_string();
+        let hash = entry_hash(
+            &prev,
+            &Hashed {
+                seq,
+                ts,
+                tenant: e.tenant.as_str(),
+                actor: &e.actor,
+                action: &e.action,
+                target: &e.target,
+                detail: &detail,
+            },
+        );
+        sqlx::query(
+            "INSERT INTO audit (seq, ts_ms, tenant, actor, action, target, detail, prev_hash, hash)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(seq)
+        .bind(ts)
+        .bind(e.tenant.as_str())
+        .bind(&e.actor)
+        .bind(&e.action)
+        .bind(&e.target)
+        .bind(&detail)
+        .bind(&prev)
+        .bind(&hash)
+        .execute(&mut *conn)
+        .await
+        .map_err(db_err)?;
+        Ok(AuditEntry {
+            seq,
+            ts_ms: ts,
+            tenant: e.tenant.as_str().to_string(),
+            actor: e.actor,
+            action: e.action,
+            target: e.target,
+            detail: e.detail,
+            prev_hash: prev,
+            hash,
+        })
+    }
+    .await;
+    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
+    sqlx::query(end).execute(&mut *conn).await.map_err(db_err)?;
+    result
+}
+
+fn decode(r: &sqlx::sqlite::SqliteRow) -> AuditEntry {
+    let detail: String = r.get("detail");
+    AuditEntry {
+        seq: r.get("seq"),
+        ts_ms: r.get("ts_ms"),
+        tenant: r.get("tenant"),
+        actor: r.get("actor"),
+        action: r.get("action"),
+        target: r.get("target"),
+        detail: serde_json::from_str(&detail).unwrap_or(serde_json::Value::String(detail)),
+        prev_hash: r.get("prev_hash"),
+        hash: r.get("hash"),
+    }
+}
+
+pub(crate) async fn list(
+    pool: &SqlitePool,
+    tenant: Option<&TenantId>,
+    target: Option<&str>,
+    limit: i64,
+) -> Result<Vec<AuditEntry>> {
+    let rows = sqlx::query(
+        "SELECT * FROM audit WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR target = ?2)
+         ORDER BY seq DESC LIMIT ?3",
+    )
+    .bind(tenant.map(|t| t.as_str().to_string()))
+    .bind(target)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+    .map_err(db_err)?;
+    let mut out: Vec<AuditEntry> = rows.iter().map(decode).collect();
+    out.reverse();
+    Ok(out)
+}
+
+pub(crate) async fn verify(pool: &SqlitePool) -> Result<AuditVerification> {
+    let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
+        .fetch_all(pool)
+        .await
+        .map_err(db_err)?;
+    let mut prev = GENESIS.to_string();
+    for (expect_seq, r) in (1i64..).zip(rows.iter()) {
+        let seq: i64 = r.get("seq");
+        let broken = |problem: String| AuditVerification {
+            ok: false,
+            entries: rows.len() as i64,
+            broken_at: Some(seq),
+            problem: Some(problem),
+        };
+        if seq != expect_seq {
+            return Ok(broken(format!("entry {expect_seq} is missing")));
+        }
+        let stored_prev: String = r.get("prev_hash");
+        if stored_prev != prev {
+            return Ok(broken("link to the previous entry does not match".into()));
+        }
+        let detail: String = r.get("detail");
+        let h = entry_hash(
+            &prev,
+            &Hashed {
+                seq,
+                ts: r.get("ts_ms"),
+                tenant: r.get::<&str, _>("tenant"),
+                actor: r.get::<&str, _>("actor"),
+                action: r.get::<&str, _>("action"),
+                target: r.get::<&str, _>("target"),
+                detail: &detail,
+            },
+        );
+        let stored: String = r.get("hash");
+        if h != stored {
+            return Ok(broken("entry content does not match its hash".into()));
+        }
+        prev = stored;
+    }
+    Ok(AuditVerification {
+        ok: true,
+        entries: rows.len() as i64,
+        broken_at: None,
+        problem: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::Meta;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn chain_detects_edits_and_deletions() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Meta::open(&dir.path().join("m.db")).await.unwrap();
+        let t = TenantId::parse("t-a").unwrap();
+        for i in 0..5 {
+            m.audit(NewAuditEntry {
+                tenant: t.clone(),
+                actor: "alice".into(),
+                action: "exec".into(),
+                target: format!("sb-{i}"),
+                detail: serde_json::json!({"i": i}),
+            })
+            .await
+            .unwrap();
+        }
+        assert!(m.audit_verify().await.unwrap().ok);
+        // Triggers refuse edits through SQL.
+        assert!(
+            sqlx::query("UPDATE audit SET actor = 'mallory' WHERE seq = 2")
+                .execute(m.pool())
+                .await
+                .is_err()
+        );
+        // An attacker who drops the triggers and edits an entry is caught.
+        sqlx::query("DROP TRIGGER audit_no_update")
+            .execute(m.pool())
+            .await
+            .unwrap();
+        sqlx::query("DROP TRIGGER audit_no_delete")
+            .execute(m.pool())
+            .await
+            .unwrap();
+        sqlx::query("UPDATE audit SET actor = 'mallory' WHERE seq = 2")
+            .execute(m.pool())
+            .await
+            .unwrap();
+        let v = m.audit_verify().await.unwrap();
+        assert!(!v.ok);
+        assert_eq!(v.broken_at, Some(2));
+        // Restore it, then delete an entry: caught too.
+        sqlx::query("UPDATE audit SET actor = 'alice' WHERE seq = 2")
+            .execute(m.pool())
+            .await
+            .unwrap();
+        assert!(m.audit_verify().await.unwrap().ok);
+        sqlx::query("DELETE FROM audit WHERE seq = 3")
+            .execute(m.pool())
+            .await
+            .unwrap();
+        let v = m.audit_verify().await.unwrap();
+        assert_eq!(v.broken_at, Some(4));
+        assert_eq!(
+            m.audit_list(Some(&t), Some("sb-1"), 10)
+                .await
+                .unwrap()
+                .len(),
+            1
+        );
+    }
+}
