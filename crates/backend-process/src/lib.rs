@@ -1,1 +1,1215 @@
-//! Process backend (in progress).
+//! stasis process backend: Linux namespaces (mount, pid, net, ipc, uts), an
+//! empty network namespace, cgroup limits (v2 when the host has it, else v1),
+//! seccomp + dropped capabilities, and an overlayfs writable layer over a
+//! read-only root filesystem.
+//!
+//! Shape:
+//! - each sandbox has a PID 1 (built by the shim's `init` mode, see
+//!   [`shim`]) whose namespaces every exec and session enters (`exec` mode);
+//! - per-sandbox state lives in `spec.dir`: `upper/` and `work/` (overlay),
+//!   `root/` (mount point, only mounted inside the sandbox's own mount
+//!   namespace: nothing is ever mounted in the host's), `run/` (shim configs);
+//! - cgroups under `<hierarchy>/<cgroup_parent>/<sandbox-id>/` (see
+//!   [`cgroup`]), one leaf per exec/session so a timeout kills a whole tree;
+//! - pause = freeze the cgroup (CPU stops, memory stays) + `fs.tar` of the
+//!   upper layer; processes cannot be brought into a *new* sandbox (no
+//!   checkpointer), only files.
+
+pub mod cgroup;
+pub mod fsops;
+pub mod layer;
+pub mod shim;
+
+use async_trait::async_trait;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, Command};
+use tokio::sync::{mpsc, Notify};
+
+use stasis_backend::{
+    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
+};
+use stasis_core::{
+    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Result, SandboxId,
+    SessionInfo, SessionOutput, SessionSpec, Stream,
+};
+
+use cgroup::{Cgroups, SandboxCgroup};
+use shim::{ExecConfig, ExecStatus, InitConfig};
+
+pub use shim::{shim_main, SHIM_SUBCOMMAND};
+
+/// Name of the writable-layer artifact of pause/snapshot.
+pub const FS_TAR: &str = "fs.tar";
+
+/// Top-level directories of the host's `/` a sandbox sees when it has no
+/// image of its own. Every other top-level entry (/root, /home, /tmp, /work,
+/// /srv, /mnt, ...) is masked by an opaque dir / whiteout in the upper layer.
+pub const HOST_ROOT_ALLOW: [&str; 10] = [
+    "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "var",
+];
+
+#[derive(Debug, Clone)]
+pub struct ProcessConfig {
+    /// Program run as the shim, followed by `shim_args`, then `<mode> <config>`.
+    /// Default: the current executable with `["__process-shim"]` (the
+    /// `stasis` binary dispatches that to [`shim_main`]).
+    pub shim_program: PathBuf,
+    pub shim_args: Vec<String>,
+    /// Name of this backend's parent cgroup in each hierarchy.
+    pub cgroup_parent: String,
+    /// Exec output kept per stream; beyond it `truncated` is set.
+    pub capture_limit: usize,
+    /// Bytes of output kept per session (oldest dropped first).
+    pub session_buffer: usize,
+    /// Host paths to hide from sandboxes whose lower layer is the host's `/`
+    /// (an empty read-only tmpfs is mounted over each one visible inside).
+    /// The parent of each sandbox's `spec.dir` is always hidden; the server
+    /// should add its data directory here.
+    pub hide_paths: Vec<PathBuf>,
+    /// How long a sandbox's init may take to come up.
+    pub init_timeout: Duration,
+}
+
+impl Default for ProcessConfig {
+    fn default() -> Self {
+        ProcessConfig {
+            shim_program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("stasis")),
+            shim_args: vec![SHIM_SUBCOMMAND.to_string()],
+            cgroup_parent: "stasis".to_string(),
+            capture_limit: 16 << 20,
+            session_buffer: 4 << 20,
+            hide_paths: Vec::new(),
+            init_timeout: Duration::from_secs(20),
+        }
+    }
+}
+
+enum Run {
+    Stopped,
+    Running {
+        init_pid: i32,
+        /// The shim that waits for PID 1 (outside the sandbox's PID namespace).
+        waiter: Child,
+        frozen: bool,
+    },
+}
+
+struct SessBuf {
+    data: VecDeque<u8>,
+    start: u64,
+    running: bool,
+    exit_code: Option<i32>,
+}
+
+struct Session {
+    id: String,
+    argv: Vec<String>,
+    started_at_ms: i64,
+    leaf: String,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    buf: Mutex<SessBuf>,
+    notify: Notify,
+}
+
+impl Session {
+    fn info(&self) -> SessionInfo {
+        let b = self.buf.lock().unwrap();
+        SessionInfo {
+            id: self.id.clone(),
+            argv: self.argv.clone(),
+            running: b.running,
+            exit_code: b.exit_code,
+            started_at_ms: self.started_at_ms,
+            output_end: b.start + b.data.len() as u64,
+        }
+    }
+
+    fn finish(&self, exit_code: Option<i32>) {
+        let mut b = self.buf.lock().unwrap();
+        if b.running {
+            b.running = false;
+            b.exit_code = exit_code;
+        }
+        drop(b);
+        self.notify.notify_waiters();
+    }
+}
+
+struct Sandbox {
+    spec: SandboxSpec,
+    cg: SandboxCgroup,
+    run: tokio::sync::Mutex<Run>,
+    sessions: Mutex<BTreeMap<String, Arc<Session>>>,
+    seq: AtomicU64,
+}
+
+impl Sandbox {
+    fn upper(&self) -> PathBuf {
+        self.spec.dir.join("upper")
+    }
+    fn workdir(&self) -> &str {
+        &self.spec.manifest.workdir
+    }
+    fn next(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// PID 1 of a running, not frozen sandbox.
+    async fn pid(&self) -> Result<i32> {
+        match &*self.run.lock().await {
+            Run::Running { frozen: true, .. } => Err(Error::state("sandbox is paused")),
+            Run::Running { init_pid, .. } => Ok(*init_pid),
+            Run::Stopped => Err(Error::state("sandbox is not running")),
+        }
+    }
+
+    fn end_sessions(&self) {
+        for s in self.sessions.lock().unwrap().values() {
+            s.finish(None);
+        }
+    }
+}
+
+pub struct ProcessBackend {
+    cfg: ProcessConfig,
+    cg: std::result::Result<Cgroups, String>,
+    sandboxes: Mutex<HashMap<SandboxId, Arc<Sandbox>>>,
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Error::internal(format!("blocking task: {e}")))?
+        .map_err(|e| Error::backend(e.to_string()))
+}
+
+fn default_env() -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    m.insert(
+        "PATH".into(),
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+    );
+    m.insert("HOME".into(), "/root".into());
+    m.insert("LANG".into(), "C.UTF-8".into());
+    m
+}
+
+fn merge_env(
+    manifest: &BTreeMap<String, String>,
+    req: &BTreeMap<String, String>,
+) -> Result<Vec<(String, String)>> {
+    for (k, v) in req {
+        if !stasis_core::manifest::validate_env_name(k) || v.contains('\0') {
+            return Err(
+                Error::invalid(format!("invalid environment variable {k:?}")).with_field("env"),
+            );
+        }
+    }
+    let mut env = default_env();
+    env.extend(manifest.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(req.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Ok(env.into_iter().collect())
+}
+
+/// Output captured from one stream, shared with its reader task so that what
+/// was read survives aborting the task.
+#[derive(Default)]
+struct Capture {
+    data: Vec<u8>,
+    truncated: bool,
+}
+
+fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
+    mut r: R,
+    stream: Stream,
+    limit: usize,
+    sink: Option<mpsc::Sender<ExecChunk>>,
+    cap: Arc<Mutex<Capture>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = match r.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            if let Some(tx) = &sink {
+                let _ = tx
+                    .send(ExecChunk {
+                        stream,
+                        data: buf[..n].to_vec(),
+                    })
+                    .await;
+                continue;
+            }
+            let mut c = cap.lock().unwrap();
+            let room = limit.saturating_sub(c.data.len());
+            if n > room {
+                c.truncated = true;
+            }
+            let take = n.min(room);
+            c.data.extend_from_slice(&buf[..take]);
+        }
+    })
+}
+
+impl ProcessBackend {
+    pub fn new(cfg: ProcessConfig) -> Self {
+        ProcessBackend {
+            cg: Cgroups::detect(),
+            cfg,
+            sandboxes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &ProcessConfig {
+        &self.cfg
+    }
+
+    fn cgroups(&self) -> Result<&Cgroups> {
+        self.cg
+            .as_ref()
+            .map_err(|e| Error::unsupported(format!("process backend: {e}")))
+    }
+
+    fn get(&self, id: &SandboxId) -> Result<Arc<Sandbox>> {
+        self.sandboxes
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("sandbox {id}")))
+    }
+
+    fn sandbox_for(&self, spec: &SandboxSpec) -> Result<Arc<Sandbox>> {
+        let cg = self
+            .cgroups()?
+            .sandbox(&self.cfg.cgroup_parent, spec.id.as_str());
+        let mut map = self.sandboxes.lock().unwrap();
+        Ok(map
+            .entry(spec.id.clone())
+            .or_insert_with(|| {
+                Arc::new(Sandbox {
+                    spec: spec.clone(),
+                    cg,
+                    run: tokio::sync::Mutex::new(Run::Stopped),
+                    sessions: Mutex::new(BTreeMap::new()),
+                    seq: AtomicU64::new(1),
+                })
+            })
+            .clone())
+    }
+
+    fn lower(spec: &SandboxSpec) -> Result<PathBuf> {
+        match &spec.manifest.image {
+            None => Ok(PathBuf::from("/")),
+            Some(img) => {
+                let p = PathBuf::from(img);
+                if !p.is_absolute() || !p.is_dir() {
+                    return Err(Error::new(
+                        ErrorCode::InvalidManifest,
+                        format!(
+                            "image: {img:?} is not an absolute path of a root filesystem directory"
+                        ),
+                    )
+                    .with_field("image"));
+                }
+                Ok(p)
+            }
+        }
+    }
+
+    fn shim(&self, mode: &str, cfg_path: &Path) -> Command {
+        let mut c = Command::new(&self.cfg.shim_program);
+        c.args(&self.cfg.shim_args)
+            .arg(mode)
+            .arg(cfg_path)
+            .env_clear()
+            .kill_on_drop(false);
+        c
+    }
+
+    /// Create the per-sandbox directories; a missing upper layer is made
+    /// fresh (with the host-root masks) or from `layer_tar`.
+    async fn prepare_dirs(&self, spec: &SandboxSpec, layer_tar: Option<PathBuf>) -> Result<()> {
+        let lower = Self::lower(spec)?;
+        let dir = spec.dir.clone();
+        blocking(move || {
+            for d in ["work", "root", "run"] {
+                std::fs::create_dir_all(dir.join(d))?;
+            }
+            let upper = dir.join("upper");
+            if let Some(tar) = layer_tar {
+                let tmp = dir.join("upper.restore");
+                let _ = std::fs::remove_dir_all(&tmp);
+                std::fs::create_dir_all(&tmp)?;
+                layer::extract_tar(&tar, &tmp)?;
+                if upper.exists() {
+                    std::fs::remove_dir_all(&upper)?;
+                }
+                std::fs::rename(&tmp, &upper)?;
+                // A stale overlay work dir must not meet a new upper dir.
+                let _ = std::fs::remove_dir_all(dir.join("work"));
+                std::fs::create_dir_all(dir.join("work"))?;
+            } else if !upper.exists() {
+                let tmp = dir.join("upper.new");
+                let _ = std::fs::remove_dir_all(&tmp);
+                std::fs::create_dir_all(&tmp)?;
+                if lower == Path::new("/") {
+                    mask_host_root(&tmp)?;
+                }
+                std::fs::rename(&tmp, &upper)?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
+    /// Start the sandbox's PID 1 (namespaces, root filesystem) under fresh cgroups.
+    async fn start_init(&self, sb: &Arc<Sandbox>) -> Result<()> {
+        let mut run = sb.run.lock().await;
+        if let Run::Running { .. } = &*run {
+            return Err(Error::state("sandbox is already running"));
+        }
+        let spec = &sb.spec;
+        let cg = sb.cg.clone();
+        let res = spec.manifest.resources.clone();
+        let procs = blocking(move || {
+            // Leftovers of an earlier life (crash) go first.
+            cg.destroy()?;
+            cg.create(&res)?;
+            cg.leaf("init")
+        })
+        .await?;
+        let mut hide = self.cfg.hide_paths.clone();
+        if let Some(p) = spec.dir.parent() {
+            hide.push(p.to_path_buf());
+        }
+        let cfg = InitConfig {
+            cgroup_procs: procs,
+            lower: Self::lower(spec)?,
+            upper: spec.dir.join("upper"),
+            work: spec.dir.join("work"),
+            root: spec.dir.join("root"),
+            workdir: spec.manifest.workdir.clone(),
+            hostname: spec.id.as_str().to_string(),
+            hide,
+        };
+        let cfg_path = spec.dir.join("run").join("init.json");
+        tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
+        let started = self
+            .shim("init", &cfg_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn();
+        let mut child = match started {
+            Ok(c) => c,
+            Err(e) => {
+                let cg = sb.cg.clone();
+                let _ = blocking(move || cg.destroy()).await;
+                return Err(Error::backend(format!(
+                    "spawn shim {}: {e}",
+                    self.cfg.shim_program.display()
+                )));
+            }
+        };
+        let stdout = child.stdout.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let line = tokio::time::timeout(self.cfg.init_timeout, lines.next_line()).await;
+        let outcome = match line {
+            Ok(Ok(Some(l))) => match l.strip_prefix("ok ") {
+                Some(p) => p
+                    .trim()
+                    .parse::<i32>()
+                    .map_err(|_| format!("bad init report {l:?}")),
+                None => Err(l.strip_prefix("error ").unwrap_or(&l).to_string()),
+            },
+            Ok(Ok(None)) => Err("sandbox init exited without a report".to_string()),
+            Ok(Err(e)) => Err(format!("read init report: {e}")),
+            Err(_) => Err("sandbox init did not come up in time".to_string()),
+        };
+        match outcome {
+            Ok(init_pid) => {
+                let _ =
+                    tokio::fs::write(spec.dir.join("run").join("init.pid"), init_pid.to_string())
+                        .await;
+                *run = Run::Running {
+                    init_pid,
+                    waiter: child,
+                    frozen: false,
+                };
+                Ok(())
+            }
+            Err(msg) => {
+                let cg = sb.cg.clone();
+                let _ = blocking(move || cg.destroy()).await;
+                let _ = child.wait().await;
+                Err(Error::backend(format!("create sandbox: {msg}")))
+            }
+        }
+    }
+
+    /// Kill every process of the sandbox and remove its cgroups.
+    async fn stop(&self, sb: &Arc<Sandbox>, run: &mut Run) -> Result<()> {
+        let cg = sb.cg.clone();
+        blocking(move || cg.destroy()).await?;
+        if let Run::Running { waiter, .. } = run {
+            let _ = waiter.wait().await;
+        }
+        *run = Run::Stopped;
+        sb.end_sessions();
+        Ok(())
+    }
+
+    async fn tar_upper(&self, sb: &Arc<Sandbox>, out: &Path) -> Result<Vec<Artifact>> {
+        let upper = sb.upper();
+        let dest = out.join(FS_TAR);
+        let size = blocking(move || layer::write_tar(&upper, &dest)).await?;
+        Ok(vec![Artifact {
+            name: FS_TAR.to_string(),
+            kind: ArtifactKind::FsLayer,
+            size,
+        }])
+    }
+
+    async fn build(&self, spec: &SandboxSpec, artifacts: Option<&Path>) -> Result<()> {
+        spec.manifest
+            .validate()
+            .map_err(|e| e.context("manifest"))?;
+        let existing = self.sandboxes.lock().unwrap().contains_key(&spec.id);
+        if existing {
+            return Err(Error::state(format!("sandbox {} already exists", spec.id)));
+        }
+        let tar = artifacts.map(|a| a.join(FS_TAR)).filter(|p| p.is_file());
+        let result = async {
+            self.prepare_dirs(spec, tar).await?;
+            let sb = self.sandbox_for(spec)?;
+            self.start_init(&sb).await
+        }
+        .await;
+        if result.is_err() {
+            self.sandboxes.lock().unwrap().remove(&spec.id);
+        }
+        result
+    }
+
+    async fn exec_inner(
+        &self,
+        sb: &Arc<Sandbox>,
+        req: ExecRequest,
+        output: Option<mpsc::Sender<ExecChunk>>,
+    ) -> Result<ExecResult> {
+        if req.argv.is_empty() || req.argv[0].is_empty() {
+            return Err(Error::invalid("argv must not be empty").with_field("argv"));
+        }
+        if req.argv.iter().any(|a| a.contains('\0')) {
+            return Err(Error::invalid("argv contains NUL").with_field("argv"));
+        }
+        let env = merge_env(&sb.spec.manifest.env, &req.env)?;
+        let cwd = match &req.cwd {
+            Some(c) => fsops::normalize(sb.workdir(), c).map_err(|e| e.with_field("cwd"))?,
+            None => sb.workdir().to_string(),
+        };
+        let init_pid = sb.pid().await?;
+        let leaf = format!("x{}", sb.next());
+        let cg = sb.cg.clone();
+        let l2 = leaf.clone();
+        let procs = blocking(move || cg.leaf(&l2)).await?;
+        let run_dir = sb.spec.dir.join("run");
+        let cfg_path = run_dir.join(format!("{leaf}.json"));
+        let status_path = run_dir.join(format!("{leaf}.status"));
+        let cfg = ExecConfig {
+            cgroup_procs: procs,
+            init_pid,
+            argv: req.argv.clone(),
+            env,
+            cwd,
+            status_path: status_path.clone(),
+            merge_stderr: false,
+        };
+        tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
+        let start = Instant::now();
+        let spawned = self
+            .shim("exec", &cfg_path)
+            .stdin(if req.stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                sb.cg.remove_leaf(&leaf);
+                let _ = tokio::fs::remove_file(&cfg_path).await;
+                return Err(Error::backend(format!("spawn shim: {e}")));
+            }
+        };
+        if let (Some(data), Some(mut stdin)) = (req.stdin.clone(), child.stdin.take()) {
+            tokio::spawn(async move {
+                let _ = stdin.write_all(&data).await;
+                let _ = stdin.shutdown().await;
+            });
+        }
+        let limit = self.cfg.capture_limit;
+        let out_cap = Arc::new(Mutex::new(Capture::default()));
+        let err_cap = Arc::new(Mutex::new(Capture::default()));
+        let t_out = spawn_reader(
+            child.stdout.take().unwrap(),
+            Stream::Stdout,
+            limit,
+            output.clone(),
+            out_cap.clone(),
+        );
+        let t_err = spawn_reader(
+            child.stderr.take().unwrap(),
+            Stream::Stderr,
+            limit,
+            output.clone(),
+            err_cap.clone(),
+        );
+        let deadline =
+            tokio::time::Instant::from_std(start) + Duration::from_millis(req.timeout_ms.max(1));
+        let mut timed_out = false;
+        let wait = match tokio::time::timeout_at(deadline, child.wait()).await {
+            Ok(w) => w.ok(),
+            Err(_) => {
+                timed_out = true;
+                let cg = sb.cg.clone();
+                let l2 = leaf.clone();
+                blocking(move || cg.kill(&l2)).await?;
+                child.wait().await.ok()
+            }
+        };
+        // Background processes may keep the pipes open: drain briefly, then stop.
+        let grace = tokio::time::Instant::now() + Duration::from_millis(150);
+        for t in [t_out, t_err] {
+            let abort = t.abort_handle();
+            if tokio::time::timeout_at(grace, t).await.is_err() {
+                abort.abort();
+            }
+        }
+        let duration_ms = start.elapsed().as_millis() as u64;
+        let status = tokio::fs::read(&status_path).await.ok();
+        let _ = tokio::fs::remove_file(&cfg_path).await;
+        let _ = tokio::fs::remove_file(&status_path).await;
+        sb.cg.remove_leaf(&leaf);
+        let take = |c: &Arc<Mutex<Capture>>| std::mem::take(&mut *c.lock().unwrap());
+        let out = take(&out_cap);
+        let mut err = take(&err_cap);
+        let mut res = ExecResult {
+            exit_code: None,
+            signal: None,
+            stdout: out.data,
+            stderr: Vec::new(),
+            timed_out,
+            truncated: out.truncated || err.truncated,
+            duration_ms,
+        };
+        let status: Option<ExecStatus> = status.and_then(|s| serde_json::from_slice(&s).ok());
+        match status {
+            _ if timed_out => {}
+            Some(ExecStatus::Exited(c)) => res.exit_code = Some(c),
+            Some(ExecStatus::Signaled(s)) => res.signal = Some(s),
+            Some(ExecStatus::Cwd(msg)) => {
+                return Err(Error::invalid(msg).with_field("cwd"));
+            }
+            Some(ExecStatus::Exec(code, msg)) => {
+                res.exit_code = Some(code);
+                err.data
+                    .extend_from_slice(format!("stasis: {msg}\n").as_bytes());
+                if let Some(tx) = &output {
+                    let _ = tx
+                        .send(ExecChunk {
+                            stream: Stream::Stderr,
+                            data: format!("stasis: {msg}\n").into_bytes(),
+                        })
+                        .await;
+                }
+            }
+            Some(ExecStatus::Setup(msg)) => {
+                return Err(Error::backend(format!("exec setup: {msg}")));
+            }
+            None => {
+                // The supervisor itself died (e.g. OOM-killed with the command).
+                use std::os::unix::process::ExitStatusExt;
+                res.signal = Some(wait.and_then(|w| w.signal()).unwrap_or(libc::SIGKILL));
+            }
+        }
+        res.stderr = err.data;
+        Ok(res)
+    }
+}
+
+/// Mask every top-level entry of the host's `/` outside [`HOST_ROOT_ALLOW`]
+/// in a fresh upper dir: directories become opaque empty directories (so
+/// /tmp, /root, /home, /proc, /dev mount points exist but show nothing of
+/// the host), other entries become whiteouts.
+fn mask_host_root(upper: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir("/")? {
+        let e = e?;
+        let name = e.file_name();
+        let n = name.to_string_lossy();
+        if HOST_ROOT_ALLOW.contains(&n.as_ref()) {
+            continue;
+        }
+        let p = upper.join(&name);
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        let md = std::fs::symlink_metadata(e.path())?;
+        if md.is_dir() {
+            std::fs::create_dir(&p)?;
+            let mode = match n.as_ref() {
+                "tmp" => 0o1777,
+                "root" => 0o700,
+                _ => 0o755,
+            };
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
+            let k = c"trusted.overlay.opaque";
+            if unsafe { libc::lsetxattr(c.as_ptr(), k.as_ptr(), b"y".as_ptr() as *const _, 1, 0) }
+                != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        } else if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Backend for ProcessBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Process
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut reasons = Vec::new();
+        if unsafe { libc::geteuid() } != 0 {
+            reasons.push(
+                "the process backend needs root (namespaces, cgroups, overlayfs)".to_string(),
+            );
+        }
+        if let Err(e) = &self.cg {
+            reasons.push(e.clone());
+        }
+        for ns in ["mnt", "pid", "net", "ipc", "uts"] {
+            if !Path::new("/proc/self/ns").join(ns).exists() {
+                reasons.push(format!("kernel lacks {ns} namespaces"));
+            }
+        }
+        if !self.cfg.shim_program.exists() {
+            reasons.push(format!(
+                "shim program {} not found",
+                self.cfg.shim_program.display()
+            ));
+        }
+        let mut notes = vec![
+            "pause freezes the sandbox's cgroup: CPU stops, memory stays resident; resume thaws and processes continue".to_string(),
+            "processes cannot be restored into a new sandbox (restore, or resume after a daemon restart): this backend has no checkpointer (CRIU fails on this host), so only the filesystem comes back".to_string(),
+            "network: an empty network namespace (loopback only, no egress)".to_string(),
+            "seccomp denies mount, pivot_root, reboot, kexec, module loading, bpf, perf_event_open, keyrings, swap, open_by_handle_at, setns and namespace-creating clone/unshare (EPERM); dangerous capabilities are dropped".to_string(),
+        ];
+        match &self.cg {
+            Ok(c) => notes.push(format!(
+                "cgroup {} in use (controllers: {})",
+                c.version.as_str(),
+                c.controllers().join(",")
+            )),
+            Err(e) => notes.push(format!("cgroups unusable: {e}")),
+        }
+        Capabilities {
+            backend: BackendKind::Process,
+            available: reasons.is_empty(),
+            reason: if reasons.is_empty() {
+                None
+            } else {
+                Some(reasons.join("; "))
+            },
+            pause_keeps_processes: true,
+            pause_frees_memory: false,
+            restore_keeps_processes: false,
+            accelerator: None,
+            notes,
+        }
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<()> {
+        self.build(spec, None).await
+    }
+
+    async fn exec(
+        &self,
+        id: &SandboxId,
+        req: ExecRequest,
+        output: Option<mpsc::Sender<ExecChunk>>,
+    ) -> Result<ExecResult> {
+        let sb = self.get(id)?;
+        self.exec_inner(&sb, req, output).await
+    }
+
+    async fn write_file(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+    ) -> Result<()> {
+        let sb = self.get(id)?;
+        let p = fsops::normalize(sb.workdir(), path)?;
+        let pid = sb.pid().await?;
+        let data = data.to_vec();
+        tokio::task::spawn_blocking(move || fsops::Root::of_pid(pid)?.write_file(&p, &data, mode))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))?
+    }
+
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {
+        let sb = self.get(id)?;
+        let p = fsops::normalize(sb.workdir(), path)?;
+        let pid = sb.pid().await?;
+        tokio::task::spawn_blocking(move || fsops::Root::of_pid(pid)?.read_file(&p, limit))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))?
+    }
+
+    async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
+        let sb = self.get(id)?;
+        let p = fsops::normalize(sb.workdir(), path)?;
+        let pid = sb.pid().await?;
+        tokio::task::spawn_blocking(move || fsops::Root::of_pid(pid)?.list(&p))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))?
+    }
+
+    async fn session_start(&self, id: &SandboxId, spec: SessionSpec) -> Result<SessionInfo> {
+        let sb = self.get(id)?;
+        if spec.argv.is_empty()
+            || spec.argv[0].is_empty()
+            || spec.argv.iter().any(|a| a.contains('\0'))
+        {
+            return Err(Error::invalid("argv must be non-empty, without NUL").with_field("argv"));
+        }
+        let env = merge_env(&sb.spec.manifest.env, &spec.env)?;
+        let cwd = match &spec.cwd {
+            Some(c) => fsops::normalize(sb.workdir(), c).map_err(|e| e.with_field("cwd"))?,
+            None => sb.workdir().to_string(),
+        };
+        let init_pid = sb.pid().await?;
+        {
+            let c = cwd.clone();
+            let ok = tokio::task::spawn_blocking(move || {
+                fsops::Root::of_pid(init_pid)
+                    .and_then(|r| r.list(&c))
+                    .is_ok()
+            })
+            .await
+            .unwrap_or(false);
+            if !ok {
+                return Err(
+                    Error::invalid(format!("working directory {cwd} does not exist"))
+                        .with_field("cwd"),
+                );
+            }
+        }
+        let n = sb.next();
+        let leaf = format!("s{n}");
+        let cg = sb.cg.clone();
+        let l2 = leaf.clone();
+        let procs = blocking(move || cg.leaf(&l2)).await?;
+        let run_dir = sb.spec.dir.join("run");
+        let cfg_path = run_dir.join(format!("{leaf}.json"));
+        let status_path = run_dir.join(format!("{leaf}.status"));
+        let cfg = ExecConfig {
+            cgroup_procs: procs,
+            init_pid,
+            argv: spec.argv.clone(),
+            env,
+            cwd,
+            status_path: status_path.clone(),
+            merge_stderr: true,
+        };
+        tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
+        let mut child = self
+            .shim("exec", &cfg_path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| Error::backend(format!("spawn shim: {e}")))?;
+        let session = Arc::new(Session {
+            id: format!("sess-{n}"),
+            argv: spec.argv.clone(),
+            started_at_ms: stasis_core::now_ms(),
+            leaf: leaf.clone(),
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            buf: Mutex::new(SessBuf {
+                data: VecDeque::new(),
+                start: 0,
+                running: true,
+                exit_code: None,
+            }),
+            notify: Notify::new(),
+        });
+        let cap = self.cfg.session_buffer;
+        let mut stdout = child.stdout.take().unwrap();
+        let s2 = session.clone();
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                let n = match stdout.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                {
+                    let mut b = s2.buf.lock().unwrap();
+                    b.data.extend(&buf[..n]);
+                    let excess = b.data.len().saturating_sub(cap);
+                    if excess > 0 {
+                        b.data.drain(..excess);
+                        b.start += excess as u64;
+                    }
+                }
+                s2.notify.notify_waiters();
+            }
+        });
+        let s3 = session.clone();
+        let cg = sb.cg.clone();
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            let abort = reader.abort_handle();
+            if tokio::time::timeout(Duration::from_millis(300), reader)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+            let status: Option<ExecStatus> = tokio::fs::read(&status_path)
+                .await
+                .ok()
+                .and_then(|s| serde_json::from_slice(&s).ok());
+            let code = match status {
+                Some(ExecStatus::Exited(c)) => Some(c),
+                Some(ExecStatus::Signaled(s)) => Some(128 + s),
+                Some(ExecStatus::Exec(c, msg)) => {
+                    let mut b = s3.buf.lock().unwrap();
+                    b.data.extend(format!("stasis: {msg}\n").as_bytes());
+                    Some(c)
+                }
+                _ => None,
+            };
+            s3.finish(code);
+            let _ = tokio::fs::remove_file(&cfg_path).await;
+            let _ = tokio::fs::remove_file(&status_path).await;
+            cg.remove_leaf(&s3.leaf);
+        });
+        let info = session.info();
+        sb.sessions
+            .lock()
+            .unwrap()
+            .insert(session.id.clone(), session);
+        Ok(info)
+    }
+
+    async fn session_write(&self, id: &SandboxId, session: &str, data: &[u8]) -> Result<()> {
+        let sb = self.get(id)?;
+        sb.pid().await?;
+        let s = sb
+            .sessions
+            .lock()
+            .unwrap()
+            .get(session)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("session {session}")))?;
+        if !s.buf.lock().unwrap().running {
+            return Err(Error::state(format!("session {session} has exited")));
+        }
+        let mut stdin = s.stdin.lock().await;
+        let w = stdin
+            .as_mut()
+            .ok_or_else(|| Error::state(format!("session {session} has no input")))?;
+        let r = async {
+            w.write_all(data).await?;
+            w.flush().await
+        }
+        .await;
+        r.map_err(|e| Error::state(format!("session {session}: write: {e}")))
+    }
+
+    async fn session_read(
+        &self,
+        id: &SandboxId,
+        session: &str,
+        offset: u64,
+        wait: Duration,
+    ) -> Result<SessionOutput> {
+        let sb = self.get(id)?;
+        let s = sb
+            .sessions
+            .lock()
+            .unwrap()
+            .get(session)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("session {session}")))?;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = s.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let b = s.buf.lock().unwrap();
+                let end = b.start + b.data.len() as u64;
+                if end > offset || !b.running || tokio::time::Instant::now() >= deadline {
+                    let from = offset.clamp(b.start, end);
+                    let skip = (from - b.start) as usize;
+                    let data: Vec<u8> = b.data.iter().skip(skip).copied().collect();
+                    return Ok(SessionOutput {
+                        offset: from,
+                        data,
+                        next_offset: end,
+                        running: b.running,
+                        exit_code: b.exit_code,
+                    });
+                }
+            }
+            let _ = tokio::time::timeout_at(deadline, notified).await;
+        }
+    }
+
+    async fn session_list(&self, id: &SandboxId) -> Result<Vec<SessionInfo>> {
+        let sb = self.get(id)?;
+        let v = sb
+            .sessions
+            .lock()
+            .unwrap()
+            .values()
+            .map(|s| s.info())
+            .collect();
+        Ok(v)
+    }
+
+    async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()> {
+        let sb = self.get(id)?;
+        let s = sb
+            .sessions
+            .lock()
+            .unwrap()
+            .get(session)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("session {session}")))?;
+        sb.pid().await?;
+        let cg = sb.cg.clone();
+        let leaf = s.leaf.clone();
+        blocking(move || cg.kill(&leaf)).await?;
+        *s.stdin.lock().await = None;
+        Ok(())
+    }
+
+    async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
+        let sb = self.get(id)?;
+        let mut run = sb.run.lock().await;
+        match &*run {
+            Run::Stopped => return Err(Error::state("sandbox is not running")),
+            Run::Running { frozen: true, .. } if keep_memory => {
+                return Err(Error::state("sandbox is already paused"))
+            }
+            _ => {}
+        }
+        tokio::fs::create_dir_all(out).await?;
+        if keep_memory {
+            let cg = sb.cg.clone();
+            blocking(move || cg.freeze()).await?;
+            match self.tar_upper(&sb, out).await {
+                Ok(a) => {
+                    if let Run::Running { frozen, .. } = &mut *run {
+                        *frozen = true;
+                    }
+                    Ok(a)
+                }
+                Err(e) => {
+                    let cg = sb.cg.clone();
+                    let _ = blocking(move || cg.thaw()).await;
+                    Err(e)
+                }
+            }
+        } else {
+            // Processes end; the writable layer is written after they are gone.
+            self.stop(&sb, &mut run).await?;
+            self.tar_upper(&sb, out).await
+        }
+    }
+
+    async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
+        let sb = self.sandbox_for(spec)?;
+        {
+            let mut run = sb.run.lock().await;
+            if let Run::Running { waiter, frozen, .. } = &mut *run {
+                let alive = matches!(waiter.try_wait(), Ok(None));
+                if alive {
+                    if *frozen {
+                        let cg = sb.cg.clone();
+                        blocking(move || cg.thaw()).await?;
+                        *frozen = false;
+                    }
+                    return Ok(());
+                }
+            }
+            // Not alive: rebuild. Leftovers go first.
+            self.stop(&sb, &mut run).await?;
+        }
+        let tar = Some(artifacts.join(FS_TAR)).filter(|p| p.is_file());
+        self.prepare_dirs(spec, tar).await?;
+        self.start_init(&sb).await
+    }
+
+    async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
+        let sb = self.get(id)?;
+        let run = sb.run.lock().await;
+        let was_frozen = match &*run {
+            Run::Stopped => false,
+            Run::Running { frozen, .. } => *frozen,
+        };
+        let running = matches!(&*run, Run::Running { .. });
+        tokio::fs::create_dir_all(out).await?;
+        if running && !was_frozen {
+            let cg = sb.cg.clone();
+            blocking(move || cg.freeze()).await?;
+        }
+        let r = self.tar_upper(&sb, out).await;
+        if running && !was_frozen {
+            let cg = sb.cg.clone();
+            blocking(move || cg.thaw()).await?;
+        }
+        r
+    }
+
+    async fn restore(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
+        if !artifacts.join(FS_TAR).is_file() {
+            return Err(Error::invalid(format!(
+                "no {FS_TAR} in artifacts {}",
+                artifacts.display()
+            )));
+        }
+        self.build(spec, Some(artifacts)).await
+    }
+
+    async fn destroy(&self, id: &SandboxId, _dir: &Path) -> Result<()> {
+        let sb = self.sandboxes.lock().unwrap().remove(id);
+        match sb {
+            Some(sb) => {
+                let mut run = sb.run.lock().await;
+                self.stop(&sb, &mut run).await
+            }
+            None => {
+                let Ok(cgs) = self.cgroups() else {
+                    return Ok(());
+                };
+                let cg = cgs.sandbox(&self.cfg.cgroup_parent, id.as_str());
+                blocking(move || cg.destroy()).await
+            }
+        }
+    }
+
+    async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered> {
+        let sb = self.sandbox_for(spec)?;
+        let mut run = sb.run.lock().await;
+        if let Run::Running { waiter, .. } = &mut *run {
+            if matches!(waiter.try_wait(), Ok(None)) {
+                return Ok(Recovered::Running);
+            }
+        }
+        // Processes from before a daemon restart have lost their pipes: end them.
+        self.stop(&sb, &mut run).await?;
+        Ok(Recovered::NotRunning)
+    }
+
+    async fn cleanup_orphans(&self, known: &[SandboxId]) -> Result<()> {
+        let cgs = match self.cgroups() {
+            Ok(c) => c.clone(),
+            Err(_) => return Ok(()),
+        };
+        let known: Vec<&str> = known.iter().map(|k| k.as_str()).collect();
+        let stale: Vec<SandboxId> = self
+            .sandboxes
+            .lock()
+            .unwrap()
+            .keys()
+            .filter(|k| !known.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for id in stale {
+            self.destroy(&id, Path::new("")).await?;
+        }
+        for name in cgs.list_sandboxes(&self.cfg.cgroup_parent) {
+            if !known.contains(&name.as_str()) {
+                let cg = cgs.sandbox(&self.cfg.cgroup_parent, &name);
+                blocking(move || cg.destroy()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn usage(&self, id: &SandboxId) -> Result<Usage> {
+        let sb = self.get(id)?;
+        let cg = sb.cg.clone();
+        let (cpu_ns, rss_bytes, host_processes) = blocking(move || Ok(cg.usage())).await?;
+        Ok(Usage {
+            cpu_ns,
+            rss_bytes,
+            host_processes,
+        })
+    }
+}
+
+/// What this machine offers the process backend, for `stasis doctor`.
+pub fn probe() -> serde_json::Value {
+    use serde_json::json;
+    let cg = match Cgroups::detect() {
+        Ok(c) => json!({
+            "usable": true,
+            "version": c.version.as_str(),
+            "controllers": c.controllers(),
+            "hierarchies": c.hierarchies(),
+        }),
+        Err(e) => json!({"usable": false, "error": e}),
+    };
+    let mut ns = serde_json::Map::new();
+    for n in ["mnt", "pid", "net", "ipc", "uts", "user", "cgroup"] {
+        ns.insert(n.into(), json!(Path::new("/proc/self/ns").join(n).exists()));
+    }
+    let filesystems = std::fs::read_to_string("/proc/filesystems").unwrap_or_default();
+    let overlay = filesystems
+        .lines()
+        .any(|l| l.trim_end().ends_with("overlay"));
+    let seccomp_kernel = std::fs::read_to_string("/proc/self/status")
+        .map(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
+        .unwrap_or(false);
+    let seccomp_filter = shim::seccomp_programs().map(|p| p.len());
+    let root = unsafe { libc::geteuid() } == 0;
+    json!({
+        "backend": "process",
+        "root": root,
+        "cgroup": cg,
+        "namespaces": ns,
+        "overlayfs": overlay,
+        "seccomp": {
+            "kernel": seccomp_kernel,
+            "filter_builds": seccomp_filter.is_ok(),
+            "error": seccomp_filter.err(),
+            "denied_syscalls": shim::denied_syscalls().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        },
+        "available": root && cg["usable"] == json!(true) && overlay && seccomp_kernel,
+    })
+}

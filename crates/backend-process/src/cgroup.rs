@@ -1,0 +1,528 @@
+//! cgroup driver: detects cgroup v2 (unified, with the memory, cpu and pids
+//! controllers available at the root) or falls back to the v1 hierarchies, and
+//! drives whichever is there through plain cgroupfs writes.
+//!
+//! Layout (same relative path in every hierarchy used):
+//!
+//! ```text
+//! <hierarchy>/<parent>/<sandbox-id>/          limits, freeze
+//! <hierarchy>/<parent>/<sandbox-id>/init      the sandbox's init (+ its host-side waiter)
+//! <hierarchy>/<parent>/<sandbox-id>/x<N>      one leaf per exec (kill its tree on timeout)
+//! <hierarchy>/<parent>/<sandbox-id>/s<N>      one leaf per persistent session
+//! ```
+//!
+//! Processes live only in leaves, which keeps v2's "no internal processes"
+//! rule, and limits set on the sandbox node apply to all leaves (memory,
+//! pids, cpu and freezer are hierarchical in both versions).
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use stasis_core::Resources;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+impl Version {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        }
+    }
+}
+
+/// The controllers this backend uses.
+pub const V1_CONTROLLERS: [&str; 5] = ["memory", "cpu", "cpuacct", "pids", "freezer"];
+const V1_REQUIRED: [&str; 3] = ["memory", "pids", "freezer"];
+const V2_REQUIRED: [&str; 3] = ["memory", "pids", "cpu"];
+
+#[derive(Debug, Clone)]
+pub struct Cgroups {
+    pub version: Version,
+    /// v2: the unified mount. v1: controller -> mount point of its hierarchy.
+    pub v2_root: PathBuf,
+    pub v1: BTreeMap<String, PathBuf>,
+}
+
+fn read_trim(p: &Path) -> io::Result<String> {
+    Ok(fs::read_to_string(p)?.trim().to_string())
+}
+
+fn write(p: &Path, v: &str) -> io::Result<()> {
+    fs::write(p, v)
+        .map_err(|e| io::Error::new(e.kind(), format!("write {v:?} to {}: {e}", p.display())))
+}
+
+impl Cgroups {
+    /// Find a usable cgroup setup on this host: v2 when the unified hierarchy
+    /// offers memory, cpu and pids; else v1 hierarchies from /proc/self/mountinfo.
+    pub fn detect() -> Result<Cgroups, String> {
+        let mountinfo = fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
+        let mut v2_mounts = Vec::new();
+        let mut v1 = BTreeMap::new();
+        for line in mountinfo.lines() {
+            // ... mount_point ... - fstype source super_options
+            let Some((pre, post)) = line.split_once(" - ") else {
+                continue;
+            };
+            let pre: Vec<&str> = pre.split(' ').collect();
+            let post: Vec<&str> = post.split(' ').collect();
+            if pre.len() < 5 || post.len() < 3 {
+                continue;
+            }
+            let mount_point = PathBuf::from(pre[4]);
+            match post[0] {
+                "cgroup2" => v2_mounts.push(mount_point),
+                "cgroup" => {
+                    for opt in post[2].split(',') {
+                        if V1_CONTROLLERS.contains(&opt) {
+                            v1.entry(opt.to_string()).or_insert(mount_point.clone());
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        for root in &v2_mounts {
+            let ctl = read_trim(&root.join("cgroup.controllers")).unwrap_or_default();
+            let have: Vec<&str> = ctl.split_whitespace().collect();
+            if V2_REQUIRED.iter().all(|c| have.contains(c)) {
+                return Ok(Cgroups {
+                    version: Version::V2,
+                    v2_root: root.clone(),
+                    v1: BTreeMap::new(),
+                });
+            }
+        }
+        let missing: Vec<&str> = V1_REQUIRED
+            .iter()
+            .copied()
+            .filter(|c| !v1.contains_key(*c))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "no usable cgroups: cgroup2 lacks memory/cpu/pids and cgroup v1 lacks {}",
+                missing.join(",")
+            ));
+        }
+        Ok(Cgroups {
+            version: Version::V1,
+            v2_root: PathBuf::new(),
+            v1,
+        })
+    }
+
+    /// Every distinct hierarchy root this backend creates cgroups in.
+    pub fn hierarchies(&self) -> Vec<PathBuf> {
+        match self.version {
+            Version::V2 => vec![self.v2_root.clone()],
+            Version::V1 => {
+                let mut v: Vec<PathBuf> = self.v1.values().cloned().collect();
+                v.sort();
+                v.dedup();
+                v
+            }
+        }
+    }
+
+    /// The hierarchy that tracks membership and freezing (v1: freezer).
+    fn tracker(&self) -> &Path {
+        match self.version {
+            Version::V2 => &self.v2_root,
+            Version::V1 => &self.v1["freezer"],
+        }
+    }
+
+    fn ctl(&self, controller: &str) -> Option<&Path> {
+        match self.version {
+            Version::V2 => Some(&self.v2_root),
+            Version::V1 => self.v1.get(controller).map(|p| p.as_path()),
+        }
+    }
+
+    pub fn controllers(&self) -> Vec<String> {
+        match self.version {
+            Version::V2 => read_trim(&self.v2_root.join("cgroup.controllers"))
+                .unwrap_or_default()
+                .split_whitespace()
+                .map(String::from)
+                .collect(),
+            Version::V1 => self.v1.keys().cloned().collect(),
+        }
+    }
+
+    pub fn sandbox(&self, parent: &str, id: &str) -> SandboxCgroup {
+        SandboxCgroup {
+            cg: self.clone(),
+            parent: parent.to_string(),
+            rel: PathBuf::from(parent).join(id),
+        }
+    }
+
+    /// Names of the sandbox cgroups under `parent` (in any hierarchy).
+    pub fn list_sandboxes(&self, parent: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        for h in self.hierarchies() {
+            if let Ok(rd) = fs::read_dir(h.join(parent)) {
+                for e in rd.flatten() {
+                    if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                        out.push(e.file_name().to_string_lossy().into_owned());
+                    }
+                }
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// Subdirectories (recursive, deepest first) of a cgroup directory.
+fn subdirs_deepest_first(dir: &Path, out: &mut Vec<PathBuf>) {
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                subdirs_deepest_first(&e.path(), out);
+            }
+        }
+    }
+    out.push(dir.to_path_buf());
+}
+
+fn procs_recursive(dir: &Path) -> Vec<i32> {
+    let mut dirs = Vec::new();
+    subdirs_deepest_first(dir, &mut dirs);
+    let mut pids = Vec::new();
+    for d in dirs {
+        if let Ok(s) = fs::read_to_string(d.join("cgroup.procs")) {
+            pids.extend(s.lines().filter_map(|l| l.trim().parse::<i32>().ok()));
+        }
+    }
+    pids
+}
+
+/// One sandbox's cgroup (the same relative path in every hierarchy).
+#[derive(Debug, Clone)]
+pub struct SandboxCgroup {
+    cg: Cgroups,
+    parent: String,
+    rel: PathBuf,
+}
+
+impl SandboxCgroup {
+    pub fn version(&self) -> Version {
+        self.cg.version
+    }
+
+    fn dirs(&self, sub: &str) -> Vec<PathBuf> {
+        self.cg
+            .hierarchies()
+            .into_iter()
+            .map(|h| {
+                let p = h.join(&self.rel);
+                if sub.is_empty() {
+                    p
+                } else {
+                    p.join(sub)
+                }
+            })
+            .collect()
+    }
+
+    fn tracker_dir(&self, sub: &str) -> PathBuf {
+        let p = self.cg.tracker().join(&self.rel);
+        if sub.is_empty() {
+            p
+        } else {
+            p.join(sub)
+        }
+    }
+
+    pub fn exists(&self) -> bool {
+        self.tracker_dir("").is_dir()
+    }
+
+    /// Create the sandbox node and apply the limits. Idempotent.
+    pub fn create(&self, r: &Resources) -> io::Result<()> {
+        match self.cg.version {
+            Version::V2 => {
+                let root = &self.cg.v2_root;
+                let enable = "+memory +pids +cpu";
+                // Controllers must be enabled from the root down to the sandbox node.
+                write(&root.join("cgroup.subtree_control"), enable)?;
+                let parent = root.join(&self.parent);
+                mkdir(&parent)?;
+                write(&parent.join("cgroup.subtree_control"), enable)?;
+                let sb = root.join(&self.rel);
+                mkdir(&sb)?;
+                write(&sb.join("cgroup.subtree_control"), enable)?;
+                write(&sb.join("memory.max"), &(r.memory_mb << 20).to_string())?;
+                let swap = sb.join("memory.swap.max");
+                if swap.exists() {
+                    write(&swap, "0")?;
+                }
+                write(&sb.join("pids.max"), &r.pids.to_string())?;
+                let quota = ((r.cpus * 100_000.0).round() as u64).max(1000);
+                write(&sb.join("cpu.max"), &format!("{quota} 100000"))?;
+            }
+            Version::V1 => {
+                for h in self.cg.hierarchies() {
+                    let parent = h.join(&self.parent);
+                    mkdir(&parent)?;
+                    init_cpuset(&h, &parent)?;
+                    let sb = h.join(&self.rel);
+                    mkdir(&sb)?;
+                    init_cpuset(&parent, &sb)?;
+                }
+                if let Some(m) = self.cg.ctl("memory") {
+                    let sb = m.join(&self.rel);
+                    let bytes = (r.memory_mb << 20).to_string();
+                    write(&sb.join("memory.limit_in_bytes"), &bytes)?;
+                    let memsw = sb.join("memory.memsw.limit_in_bytes");
+                    if memsw.exists() {
+                        write(&memsw, &bytes)?;
+                    }
+                    let sw = sb.join("memory.swappiness");
+                    if sw.exists() {
+                        let _ = write(&sw, "0");
+                    }
+                }
+                if let Some(p) = self.cg.ctl("pids") {
+                    write(&p.join(&self.rel).join("pids.max"), &r.pids.to_string())?;
+                }
+                if let Some(c) = self.cg.ctl("cpu") {
+                    let sb = c.join(&self.rel);
+                    let quota = ((r.cpus * 100_000.0).round() as u64).max(1000);
+                    write(&sb.join("cpu.cfs_period_us"), "100000")?;
+                    write(&sb.join("cpu.cfs_quota_us"), &quota.to_string())?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Create a leaf and return the `cgroup.procs` files a process must write
+    /// its pid into to join it (one per hierarchy).
+    pub fn leaf(&self, name: &str) -> io::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        for d in self.dirs(name) {
+            mkdir(&d)?;
+            if self.cg.version == Version::V1 {
+                init_cpuset(d.parent().unwrap(), &d)?;
+            }
+            files.push(d.join("cgroup.procs"));
+        }
+        Ok(files)
+    }
+
+    /// Remove a leaf if it is empty (ignored otherwise).
+    pub fn remove_leaf(&self, name: &str) {
+        for d in self.dirs(name) {
+            let _ = fs::remove_dir(d);
+        }
+    }
+
+    /// Pids in the whole sandbox (or one leaf).
+    pub fn procs(&self, leaf: &str) -> Vec<i32> {
+        procs_recursive(&self.tracker_dir(leaf))
+    }
+
+    fn set_frozen(&self, dir: &Path, frozen: bool) -> io::Result<()> {
+        match self.cg.version {
+            Version::V2 => write(&dir.join("cgroup.freeze"), if frozen { "1" } else { "0" }),
+            Version::V1 => write(
+                &dir.join("freezer.state"),
+                if frozen { "FROZEN" } else { "THAWED" },
+            ),
+        }
+    }
+
+    fn is_frozen(&self, dir: &Path) -> bool {
+        match self.cg.version {
+            Version::V2 => fs::read_to_string(dir.join("cgroup.events"))
+                .map(|s| s.lines().any(|l| l.trim() == "frozen 1"))
+                .unwrap_or(false),
+            Version::V1 => read_trim(&dir.join("freezer.state"))
+                .map(|s| s == "FROZEN")
+                .unwrap_or(false),
+        }
+    }
+
+    fn freeze_dir(&self, dir: &Path) -> io::Result<()> {
+        self.set_frozen(dir, true)?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.is_frozen(dir) {
+            if Instant::now() > deadline {
+                let _ = self.set_frozen(dir, false);
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("cgroup {} did not freeze within 5s", dir.display()),
+                ));
+            }
+            if self.cg.version == Version::V1 {
+                // v1 retries the freeze of tasks that were busy on each write.
+                let _ = self.set_frozen(dir, true);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    /// Freeze every process of the sandbox (CPU stops, memory stays).
+    pub fn freeze(&self) -> io::Result<()> {
+        self.freeze_dir(&self.tracker_dir(""))
+    }
+
+    pub fn thaw(&self) -> io::Result<()> {
+        self.set_frozen(&self.tracker_dir(""), false)
+    }
+
+    pub fn frozen(&self) -> bool {
+        self.is_frozen(&self.tracker_dir(""))
+    }
+
+    /// SIGKILL every process of the sandbox (`leaf` empty) or of one leaf,
+    /// without a fork race (v2: cgroup.kill; v1: freeze, kill, thaw), and
+    /// wait until they are gone.
+    pub fn kill(&self, leaf: &str) -> io::Result<()> {
+        let dir = self.tracker_dir(leaf);
+        if !dir.is_dir() {
+            return Ok(());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let pids = procs_recursive(&dir);
+            if pids.is_empty() {
+                return Ok(());
+            }
+            match self.cg.version {
+                Version::V2 => {
+                    let _ = write(&dir.join("cgroup.kill"), "1");
+                }
+                Version::V1 => {
+                    let froze = self.freeze_dir(&dir).is_ok();
+                    for pid in procs_recursive(&dir) {
+                        unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                        }
+                    }
+                    if froze || leaf.is_empty() {
+                        let _ = self.set_frozen(&dir, false);
+                    }
+                    // A leaf under a frozen sandbox stays frozen until the
+                    // sandbox is thawed; killed tasks die then.
+                }
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("processes {pids:?} of {} survived SIGKILL", dir.display()),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Kill everything and remove the sandbox's cgroups. Idempotent.
+    pub fn destroy(&self) -> io::Result<()> {
+        self.kill("")?;
+        for h in self.dirs("") {
+            let mut dirs = Vec::new();
+            subdirs_deepest_first(&h, &mut dirs);
+            for d in dirs {
+                let mut tries = 0;
+                loop {
+                    match fs::remove_dir(&d) {
+                        Ok(()) => break,
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                        // EBUSY right after the last task exits: retry briefly.
+                        Err(e) if tries < 200 => {
+                            tries += 1;
+                            let _ = e;
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        Err(e) => {
+                            return Err(io::Error::new(
+                                e.kind(),
+                                format!("rmdir {}: {e}", d.display()),
+                            ))
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// (cpu ns, memory bytes, process count)
+    pub fn usage(&self) -> (u64, u64, u64) {
+        let procs = self.procs("").len() as u64;
+        match self.cg.version {
+            Version::V2 => {
+                let d = self.tracker_dir("");
+                let cpu = fs::read_to_string(d.join("cpu.stat"))
+                    .ok()
+                    .and_then(|s| {
+                        s.lines().find_map(|l| {
+                            l.strip_prefix("usage_usec ").map(|v| v.trim().to_string())
+                        })
+                    })
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(0)
+                    * 1000;
+                let mem = read_trim(&d.join("memory.current"))
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                (cpu, mem, procs)
+            }
+            Version::V1 => {
+                let cpu = self
+                    .cg
+                    .ctl("cpuacct")
+                    .and_then(|c| read_trim(&c.join(&self.rel).join("cpuacct.usage")).ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let mem = self
+                    .cg
+                    .ctl("memory")
+                    .and_then(|c| read_trim(&c.join(&self.rel).join("memory.usage_in_bytes")).ok())
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                (cpu, mem, procs)
+            }
+        }
+    }
+}
+
+fn mkdir(p: &Path) -> io::Result<()> {
+    match fs::create_dir(p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("mkdir {}: {e}", p.display()),
+        )),
+    }
+}
+
+/// A v1 hierarchy that carries cpuset needs cpus/mems copied into each new
+/// cgroup before a task can join it.
+fn init_cpuset(parent: &Path, child: &Path) -> io::Result<()> {
+    for f in ["cpuset.cpus", "cpuset.mems"] {
+        let c = child.join(f);
+        if c.exists() && read_trim(&c).unwrap_or_default().is_empty() {
+            let v = read_trim(&parent.join(f))?;
+            write(&c, &v)?;
+        }
+    }
+    Ok(())
+}
