@@ -1,1 +1,1940 @@
-//! microVM backend (in progress).
+//! stasis microVM backend: one QEMU `-M microvm` per sandbox, driven over QMP,
+//! with the guest agent reached over virtio-serial (a chardev unix socket).
+//!
+//! * **Pause with memory** = agent `sync`, QMP `stop`, migrate device state and
+//!   RAM to `memory.state` (`exec:cat > file`, QEMU 7.2 has no `file:` URI),
+//!   `quit`; the disk overlay moves into the pause directory. A paused sandbox
+//!   has no process, no CPU and no RAM on the host.
+//! * **Resume / restore** = a new QEMU with the same command line plus
+//!   `-S -incoming "exec:cat memory.state"`; when the incoming migration has
+//!   completed: `cont`, reconnect the agent (the same `boot_id` proves the
+//!   guest continued rather than rebooted), `SetTime` (and for a restore into a
+//!   new sandbox `SetIdentity`) before the first request is served.
+//! * **Disks**: a fresh sandbox gets `disk.qcow2`, an overlay on the image's
+//!   `rootfs.qcow2`. A resumed/restored sandbox hard-links the artifact's disk
+//!   as `base.qcow2` (read-only) and gets a new empty overlay `disk.qcow2` on
+//!   it, so N forks share one base and restore costs O(1). Pause/snapshot
+//!   flatten such a chain back into one overlay on the image (`disk.qcow2` in
+//!   the artifact directory), so artifacts never refer to a sandbox directory.
+//! * **Processes**: QEMU runs in its own session with the sandbox dir as cwd
+//!   and `-name stasis-<id>`; its pid is in `qemu.pid`. It survives a daemon
+//!   SIGKILL; `recover` reattaches through `qmp.sock`/`agent.sock`.
+//!
+//! ## Accelerator (KVM findings on the development hosts, 2026-12-02)
+//! The hosts are themselves Firecracker guests (nested virtualization, AMD
+//! EPYC). `/dev/kvm` opens and VMs/vCPUs are created, but:
+//! * `-cpu host` aborts ("failed to set MSR 0x10a"); `-cpu host,-arch-capabilities`
+//!   starts.
+//! * The guest then crawls: it sits in the kernel's early BSS clear / page
+//!   table setup, every first touch of a guest page costs ~2.5 ms (EPT faults
+//!   handled through two hypervisor levels). PVH entry with the uncompressed
+//!   vmlinux (what we use anyway) does not change that; neither do explicit
+//!   CPU models (`-cpu EPYC`, `qemu64`), `-mem-prealloc` or hugetlbfs RAM.
+//!   See `probe_accelerator`: the agent does not answer within the probe
+//!   window, so `auto` resolves to TCG here. On a bare-metal host KVM boots
+//!   in well under a second and `auto` picks it.
+//! * TCG (`-accel tcg -cpu max`) boots to a working agent in a few seconds.
+//!
+//! A memory state is only loadable by the same accelerator/CPU model, so
+//! `meta.json` records the accelerator and resume/restore use the recorded one.
+
+mod agent;
+pub mod qemu;
+pub mod qmp;
+pub mod util;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+use stasis_agent_proto::{Reply, Request, MAX_FRAME};
+use stasis_backend::{
+    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
+};
+use stasis_core::{
+    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Result, SandboxId,
+    SessionInfo, SessionOutput, SessionSpec,
+};
+
+pub use agent::AgentConn;
+pub use qemu::{Accel, RamBacking};
+use qmp::{MigrationStatus, Qmp};
+
+/// Artifact file names.
+pub const MEMORY_STATE: &str = "memory.state";
+pub const MEMORY_RAM: &str = "memory.ram";
+pub const DISK_ARTIFACT: &str = "disk.qcow2";
+pub const META: &str = "meta.json";
+/// Per-sandbox record of how its QEMU was started (for `recover`).
+const VM_RECORD: &str = "vm.json";
+
+/// File transfers are chunked well below the frame limit (base64 grows 4/3).
+const FILE_CHUNK: usize = MAX_FRAME / 4;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AccelChoice {
+    /// Probe KVM with a timed boot; TCG when it does not answer in time.
+    #[default]
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+impl std::str::FromStr for AccelChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(AccelChoice::Auto),
+            "kvm" => Ok(AccelChoice::Kvm),
+            "tcg" => Ok(AccelChoice::Tcg),
+            _ => Err(Error::invalid(format!(
+                "accelerator {s:?}: expected auto, kvm or tcg"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct MicrovmConfig {
+    /// `qemu-system-x86_64` (looked up in PATH when relative).
+    pub qemu: PathBuf,
+    /// `qemu-img`.
+    pub qemu_img: PathBuf,
+    /// Images: `<images_dir>/<name>/{vmlinux,initrd.img,rootfs.qcow2,image.json}`.
+    pub images_dir: PathBuf,
+    pub accel: AccelChoice,
+    /// Cold boot until the agent answers `hello`.
+    pub boot_timeout: Duration,
+    /// Any agent request beyond its own wait (exec timeout, session read wait).
+    pub agent_timeout: Duration,
+    /// An outgoing or incoming migration (pause, snapshot, resume, restore).
+    pub migration_timeout: Duration,
+    /// The KVM probe boot.
+    pub probe_timeout: Duration,
+    /// Directory holding the sandbox directories; `cleanup_orphans` only
+    /// touches QEMUs whose cwd is below it. When `None`, the parents of the
+    /// sandbox dirs this backend has seen are used.
+    pub base_dir: Option<PathBuf>,
+    /// Run guests with file-backed shared RAM so a snapshot saves RAM as a
+    /// plain file (`memory.ram`) and restores map it copy-on-write
+    /// (`share=off`): forks share unchanged guest pages in the page cache.
+    pub shared_ram: bool,
+}
+
+impl MicrovmConfig {
+    pub fn new(images_dir: impl Into<PathBuf>) -> Self {
+        MicrovmConfig {
+            qemu: "qemu-system-x86_64".into(),
+            qemu_img: "qemu-img".into(),
+            images_dir: images_dir.into(),
+            accel: AccelChoice::Auto,
+            boot_timeout: Duration::from_secs(90),
+            agent_timeout: Duration::from_secs(30),
+            migration_timeout: Duration::from_secs(120),
+            probe_timeout: Duration::from_secs(20),
+            base_dir: None,
+            shared_ram: false,
+        }
+    }
+}
+
+/// Result of the accelerator probe (also the doctor report's accelerator part).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AccelReport {
+    pub accelerator: Accel,
+    /// Whether a KVM boot was actually attempted.
+    pub probed: bool,
+    /// Milliseconds until the agent answered under KVM (when it did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kvm_boot_ms: Option<u64>,
+    pub reason: String,
+}
+
+/// A resolved guest image.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub name: String,
+    pub dir: PathBuf,
+    /// Identifies the image build: a saved memory state only makes sense on
+    /// the same kernel/initrd/rootfs.
+    pub digest: String,
+}
+
+impl Image {
+    pub fn resolve(images_dir: &Path, name: Option<&str>) -> Result<Image> {
+        let name = name.unwrap_or("default");
+        let dir = if name.starts_with('/') {
+            PathBuf::from(name)
+        } else {
+            if name.is_empty()
+                || name.len() > 128
+                || !name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                || name.starts_with('.')
+            {
+                return Err(Error::new(
+                    ErrorCode::InvalidManifest,
+                    format!("image: {name:?} is not an image name ([A-Za-z0-9._-])"),
+                )
+                .with_field("image"));
+            }
+            images_dir.join(name)
+        };
+        for f in ["vmlinux", "initrd.img", "rootfs.qcow2"] {
+            if !dir.join(f).is_file() {
+                return Err(Error::new(
+                    ErrorCode::InvalidManifest,
+                    format!(
+                        "image: {name:?} has no {f} in {} (build it with scripts/build-guest-image.sh)",
+                        dir.display()
+                    ),
+                )
+                .with_field("image"));
+            }
+        }
+        let digest = match std::fs::read(dir.join("image.json")) {
+            Ok(b) => blake3::hash(&b).to_hex().to_string(),
+            Err(_) => {
+                // No manifest: sizes of the three files.
+                let mut h = blake3::Hasher::new();
+                for f in ["vmlinux", "initrd.img", "rootfs.qcow2"] {
+                    let len = std::fs::metadata(dir.join(f)).map(|m| m.len()).unwrap_or(0);
+                    h.update(f.as_bytes());
+                    h.update(&len.to_le_bytes());
+                }
+                h.finalize().to_hex().to_string()
+            }
+        };
+        Ok(Image {
+            name: name.to_string(),
+            dir,
+            digest,
+        })
+    }
+    pub fn vmlinux(&self) -> PathBuf {
+        self.dir.join("vmlinux")
+    }
+    pub fn initrd(&self) -> PathBuf {
+        self.dir.join("initrd.img")
+    }
+    pub fn rootfs(&self) -> PathBuf {
+        self.dir.join("rootfs.qcow2")
+    }
+}
+
+/// `meta.json` of a pause or snapshot.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotMeta {
+    pub format: u32,
+    pub image: String,
+    pub image_digest: String,
+    pub memory_mb: u64,
+    pub qemu_version: String,
+    pub accelerator: Accel,
+    pub boot_id: String,
+    /// Whether guest memory was saved (false: filesystem-only pause).
+    pub memory: bool,
+    /// RAM travels as a separate file (`memory.ram`) instead of in the stream.
+    #[serde(default)]
+    pub ram_file: bool,
+    /// blake3 of memory.state, checked before it is loaded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_state_blake3: Option<String>,
+    #[serde(default)]
+    pub memory_state_bytes: u64,
+    pub workdir: String,
+    pub created_ms: i64,
+}
+
+/// `vm.json` in the sandbox dir: what `recover` needs to rebuild its handle.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct VmRecord {
+    image: String,
+    image_dir: PathBuf,
+    image_digest: String,
+    memory_mb: u64,
+    accelerator: Accel,
+    boot_id: String,
+    workdir: String,
+    shared_ram: bool,
+}
+
+/// Timings of the last lifecycle operations, for benches and logs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OpTimings {
+    /// QEMU start -> agent answered (cold boot) or migration loaded + agent answered.
+    pub start_ms: u64,
+    /// Incoming migration load (resume/restore), part of `start_ms`.
+    pub incoming_ms: u64,
+    /// Outgoing migration (pause/snapshot).
+    pub migrate_ms: u64,
+    pub disk_ms: u64,
+}
+
+struct Vm {
+    id: SandboxId,
+    dir: PathBuf,
+    image: Image,
+    memory_mb: u64,
+    accel: Accel,
+    workdir: String,
+    env: std::collections::BTreeMap<String, String>,
+    ram: RamBacking,
+    boot_id: String,
+    proc: tokio::sync::Mutex<qemu::QemuProc>,
+    pid: i32,
+    qmp: tokio::sync::Mutex<Qmp>,
+    agent: tokio::sync::RwLock<Arc<AgentConn>>,
+    failed: Mutex<Option<String>>,
+}
+
+pub struct MicrovmBackend {
+    config: MicrovmConfig,
+    vms: Mutex<HashMap<SandboxId, Arc<Vm>>>,
+    accel: tokio::sync::OnceCell<AccelReport>,
+    qemu_version: String,
+    seen_parents: Mutex<HashSet<PathBuf>>,
+    timings: Mutex<HashMap<SandboxId, OpTimings>>,
+}
+
+enum StartKind<'a> {
+    Cold,
+    Incoming {
+        artifacts: &'a Path,
+        meta: &'a SnapshotMeta,
+    },
+}
+
+impl MicrovmBackend {
+    /// A backend; the accelerator is resolved on first use (or `init`).
+    pub fn new(config: MicrovmConfig) -> Self {
+        let qemu_version = qemu::qemu_version(&config.qemu).unwrap_or_else(|| "unknown".into());
+        MicrovmBackend {
+            config,
+            vms: Mutex::default(),
+            accel: tokio::sync::OnceCell::new(),
+            qemu_version,
+            seen_parents: Mutex::default(),
+            timings: Mutex::default(),
+        }
+    }
+
+    /// Resolve the accelerator now (the daemon calls this at start).
+    pub async fn init(&self) -> AccelReport {
+        self.accel_report().await.clone()
+    }
+
+    async fn accel_report(&self) -> &AccelReport {
+        self.accel
+            .get_or_init(|| probe_accelerator(&self.config))
+            .await
+    }
+
+    pub async fn accelerator(&self) -> Accel {
+        self.accel_report().await.accelerator
+    }
+
+    pub fn config(&self) -> &MicrovmConfig {
+        &self.config
+    }
+
+    /// Timings of the last start/pause/snapshot of a sandbox.
+    pub fn timings(&self, id: &SandboxId) -> OpTimings {
+        self.timings
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Host pid of a sandbox's QEMU (for tests and benches).
+    pub fn qemu_pid(&self, id: &SandboxId) -> Option<i32> {
+        self.vms.lock().unwrap().get(id).map(|v| v.pid)
+    }
+
+    /// Proportional set size of a sandbox's QEMU: shared pages (forks mapping
+    /// one RAM file) are divided among their users.
+    pub fn pss(&self, id: &SandboxId) -> u64 {
+        self.qemu_pid(id).map(util::pss_bytes).unwrap_or(0)
+    }
+
+    /// `stasis doctor`'s view of this backend.
+    pub async fn doctor(&self) -> serde_json::Value {
+        let r = self.accel_report().await;
+        let img = Image::resolve(&self.config.images_dir, None);
+        serde_json::json!({
+            "backend": "microvm",
+            "qemu": self.config.qemu,
+            "qemu_version": self.qemu_version,
+            "qemu_img": which(&self.config.qemu_img).is_some(),
+            "kvm_device": Path::new("/dev/kvm").exists(),
+            "accelerator": r,
+            "images_dir": self.config.images_dir,
+            "default_image": match img {
+                Ok(i) => serde_json::json!({"ok": true, "dir": i.dir, "digest": i.digest}),
+                Err(e) => serde_json::json!({"ok": false, "error": e.message}),
+            },
+            "shared_ram": self.config.shared_ram,
+        })
+    }
+
+    fn vm(&self, id: &SandboxId) -> Result<Arc<Vm>> {
+        let vm = self
+            .vms
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::state(format!("microVM sandbox {id} is not running")))?;
+        if let Some(why) = vm.failed.lock().unwrap().clone() {
+            return Err(Error::backend(format!("sandbox {id} failed: {why}")));
+        }
+        Ok(vm)
+    }
+
+    fn remember_parent(&self, dir: &Path) {
+        if let Some(p) = dir.parent() {
+            self.seen_parents.lock().unwrap().insert(p.to_path_buf());
+        }
+    }
+
+    /// Start a QEMU in `spec.dir` (disk already in place) and bring it to a
+    /// running guest with an answering agent. On error QEMU is killed.
+    async fn start_vm(
+        &self,
+        spec: &SandboxSpec,
+        image: Image,
+        accel: Accel,
+        memory_mb: u64,
+        kind: StartKind<'_>,
+    ) -> Result<Arc<Vm>> {
+        let t0 = Instant::now();
+        let dir = spec.dir.clone();
+        let (incoming, ram, expect_boot) = match &kind {
+            StartKind::Cold => {
+                let ram = if self.config.shared_ram {
+                    RamBacking::SharedFile(dir.join(qemu::RAM_FILE))
+                } else {
+                    RamBacking::Anonymous
+                };
+                (None, ram, None)
+            }
+            StartKind::Incoming { artifacts, meta } => {
+                let state = artifacts.join(MEMORY_STATE);
+                let uri = format!(
+                    "exec:cat {}",
+                    qmp::shell_quote(&state.display().to_string())
+                );
+                let ram = if meta.ram_file {
+                    // Keep our own link so the server may delete the artifacts.
+                    let local = dir.join(MEMORY_RAM);
+                    util::link_or_copy(&artifacts.join(MEMORY_RAM), &local)?;
+                    RamBacking::PrivateFile(local)
+                } else {
+                    RamBacking::Anonymous
+                };
+                (Some(uri), ram, Some(meta.boot_id.clone()))
+            }
+        };
+        let launch = qemu::Launch {
+            qemu: self.config.qemu.clone(),
+            name: spec.id.to_string(),
+            accel,
+            memory_mb,
+            kernel: image.vmlinux(),
+            initrd: image.initrd(),
+            append: qemu::DEFAULT_APPEND.into(),
+            incoming: incoming.clone(),
+            ram: ram.clone(),
+        };
+        let _ = std::fs::remove_file(dir.join(qemu::CONSOLE_LOG));
+        let mut proc = qemu::QemuProc::spawn(&launch, &dir)?;
+        let pid = proc.pid;
+        let fail = |why: String, proc: &mut qemu::QemuProc| {
+            let why = format!("{why}{}", diagnostics(&dir, proc.alive()));
+            Error::backend(why)
+        };
+        // QMP.
+        let qmp = match connect_qmp(&dir, &mut proc).await {
+            Ok(q) => q,
+            Err(e) => {
+                let err = fail(e.message, &mut proc);
+                proc.kill().await;
+                return Err(err);
+            }
+        };
+        let mut qmp = qmp;
+        let mut incoming_ms = 0;
+        if incoming.is_some() {
+            let t = Instant::now();
+            let r = wait_incoming(&mut qmp, &mut proc, self.config.migration_timeout).await;
+            if let Err(e) = r {
+                let err = fail(format!("memory state refused: {}", e.message), &mut proc);
+                proc.kill().await;
+                return Err(Error::new(e.code, err.message));
+            }
+            incoming_ms = t.elapsed().as_millis() as u64;
+            if let Err(e) = qmp.execute("cont", None).await {
+                let err = fail(
+                    format!("cont after incoming migration: {}", e.message),
+                    &mut proc,
+                );
+                proc.kill().await;
+                return Err(err);
+            }
+        }
+        // Agent.
+        let hello_timeout = match kind {
+            StartKind::Cold => self.config.boot_timeout,
+            StartKind::Incoming { .. } => self.config.agent_timeout,
+        };
+        let agent_path = dir.join(qemu::AGENT_SOCK);
+        let (agent, boot_id) = match connect_agent(&agent_path, &mut proc, hello_timeout).await {
+            Ok(x) => x,
+            Err(e) => {
+                let err = fail(e.message, &mut proc);
+                proc.kill().await;
+                return Err(Error::new(e.code, err.message));
+            }
+        };
+        if let Some(want) = expect_boot {
+            if want != boot_id {
+                proc.kill().await;
+                return Err(Error::backend(format!(
+                    "guest rebooted instead of continuing: boot_id {boot_id} != saved {want}"
+                )));
+            }
+        }
+        let vm = Arc::new(Vm {
+            id: spec.id.clone(),
+            dir: dir.clone(),
+            image,
+            memory_mb,
+            accel,
+            workdir: spec.manifest.workdir.clone(),
+            env: spec.manifest.env.clone(),
+            ram,
+            boot_id,
+            proc: tokio::sync::Mutex::new(proc),
+            pid,
+            qmp: tokio::sync::Mutex::new(qmp),
+            agent: tokio::sync::RwLock::new(agent),
+            failed: Mutex::new(None),
+        });
+        self.timings.lock().unwrap().insert(
+            spec.id.clone(),
+            OpTimings {
+                start_ms: t0.elapsed().as_millis() as u64,
+                incoming_ms,
+                ..Default::default()
+            },
+        );
+        Ok(vm)
+    }
+
+    fn write_record(&self, vm: &Vm) -> Result<()> {
+        let rec = VmRecord {
+            image: vm.image.name.clone(),
+            image_dir: vm.image.dir.clone(),
+            image_digest: vm.image.digest.clone(),
+            memory_mb: vm.memory_mb,
+            accelerator: vm.accel,
+            boot_id: vm.boot_id.clone(),
+            workdir: vm.workdir.clone(),
+            shared_ram: matches!(vm.ram, RamBacking::SharedFile(_)),
+        };
+        std::fs::write(vm.dir.join(VM_RECORD), serde_json::to_vec_pretty(&rec)?)?;
+        Ok(())
+    }
+
+    fn insert(&self, vm: Arc<Vm>) -> Result<()> {
+        self.write_record(&vm)?;
+        self.vms.lock().unwrap().insert(vm.id.clone(), vm);
+        Ok(())
+    }
+
+    /// An agent request on a sandbox; an unanswered request fails the sandbox
+    /// (QEMU is killed and every later call reports why).
+    async fn call(
+        &self,
+        vm: &Vm,
+        req: Request,
+        events: Option<mpsc::Sender<ExecChunk>>,
+        extra: Duration,
+    ) -> Result<Reply> {
+        let agent = self.agent_of(vm).await?;
+        let r = agent
+            .request(req, events, self.config.agent_timeout + extra)
+            .await;
+        if let Err(e) = &r {
+            if e.code == ErrorCode::Timeout && e.message.starts_with("guest agent did not answer") {
+                self.fail_vm(vm, &e.message).await;
+                return Err(Error::backend(format!(
+                    "sandbox {} failed: {}; QEMU was killed",
+                    vm.id, e.message
+                )));
+            }
+        }
+        r
+    }
+
+    /// The agent connection, reconnected (with a new `hello`) when it dropped.
+    async fn agent_of(&self, vm: &Vm) -> Result<Arc<AgentConn>> {
+        {
+            let a = vm.agent.read().await;
+            if !a.is_closed() {
+                return Ok(a.clone());
+            }
+        }
+        let mut a = vm.agent.write().await;
+        if !a.is_closed() {
+            return Ok(a.clone());
+        }
+        let path = vm.dir.join(qemu::AGENT_SOCK);
+        let fresh = AgentConn::connect(&path, Duration::from_secs(5)).await?;
+        let boot = fresh.hello(self.config.agent_timeout).await?;
+        if boot != vm.boot_id {
+            let msg = format!("guest rebooted (boot_id {boot}, expected {})", vm.boot_id);
+            drop(a);
+            self.fail_vm(vm, &msg).await;
+            return Err(Error::backend(msg));
+        }
+        *a = fresh.clone();
+        Ok(fresh)
+    }
+
+    async fn fail_vm(&self, vm: &Vm, why: &str) {
+        tracing::error!(sandbox = %vm.id, "{why}; killing QEMU");
+        *vm.failed.lock().unwrap() = Some(why.to_string());
+        vm.proc.lock().await.kill().await;
+    }
+
+    async fn set_time(&self, vm: &Vm) -> Result<()> {
+        let r = self
+            .call(
+                vm,
+                Request::SetTime {
+                    unix_nanos: util::now_unix_nanos(),
+                },
+                None,
+                Duration::ZERO,
+            )
+            .await?;
+        expect_ok(r)
+    }
+
+    fn resolve_path(&self, vm: &Vm, path: &str) -> Result<String> {
+        if path.is_empty() || path.contains('\0') {
+            return Err(Error::invalid("path must be non-empty without NUL"));
+        }
+        if path.starts_with('/') {
+            Ok(path.to_string())
+        } else {
+            Ok(format!("{}/{}", vm.workdir.trim_end_matches('/'), path))
+        }
+    }
+
+    /// Flush the guest, stop it and migrate its state into `out/memory.state`.
+    /// Leaves the VM stopped on success; on error the VM is running again
+    /// (`Ok(false)` inside the error message tells whether it still runs).
+    async fn save_memory(&self, vm: &Vm, out: &Path) -> Result<(u64, bool)> {
+        let t = Instant::now();
+        let state = out.join(MEMORY_STATE);
+        let mut qmp = vm.qmp.lock().await;
+        qmp.execute("stop", None).await?;
+        let ram_file = matches!(vm.ram, RamBacking::SharedFile(_));
+        let r: Result<()> = async {
+            qmp.execute(
+                "migrate-set-parameters",
+                Some(serde_json::json!({"max-bandwidth": 64u64 << 30, "downtime-limit": 100000})),
+            )
+            .await?;
+            let uri = format!(
+                "exec:cat > {}",
+                qmp::shell_quote(&state.display().to_string())
+            );
+            qmp.execute("migrate", Some(serde_json::json!({ "uri": uri })))
+                .await?;
+            let deadline = Instant::now() + self.config.migration_timeout;
+            loop {
+                match qmp.query_migrate().await? {
+                    MigrationStatus::Completed => break,
+                    MigrationStatus::Failed(e) => {
+                        return Err(Error::backend(format!("migration failed: {e}")))
+                    }
+                    MigrationStatus::Cancelled => {
+                        return Err(Error::backend("migration was cancelled"))
+                    }
+                    MigrationStatus::None | MigrationStatus::Active(_) => {}
+                }
+                if Instant::now() >= deadline {
+                    let _ = qmp.execute("migrate_cancel", None).await;
+                    return Err(Error::timeout(format!(
+                        "migration did not complete within {} s",
+                        self.config.migration_timeout.as_secs()
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if ram_file {
+                // The VM is stopped: its RAM file is consistent. Copy it out.
+                let src = vm.dir.join(qemu::RAM_FILE);
+                let dst = out.join(MEMORY_RAM);
+                tokio::task::spawn_blocking(move || copy_sparse(&src, &dst))
+                    .await
+                    .map_err(|e| Error::internal(e.to_string()))??;
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = r {
+            let _ = std::fs::remove_file(&state);
+            let _ = std::fs::remove_file(out.join(MEMORY_RAM));
+            let running = qmp.execute("cont", None).await.is_ok();
+            return Err(Error::new(
+                e.code,
+                format!(
+                    "{}; {}",
+                    e.message,
+                    if running {
+                        "the sandbox still runs"
+                    } else {
+                        "the sandbox's QEMU is not answering"
+                    }
+                ),
+            ));
+        }
+        let size = std::fs::metadata(&state).map(|m| m.len()).unwrap_or(0);
+        let ms = t.elapsed().as_millis() as u64;
+        self.timings
+            .lock()
+            .unwrap()
+            .entry(vm.id.clone())
+            .or_default()
+            .migrate_ms = ms;
+        Ok((size, ram_file))
+    }
+
+    fn write_meta(
+        &self,
+        vm: &Vm,
+        out: &Path,
+        memory: bool,
+        ram_file: bool,
+    ) -> Result<Vec<Artifact>> {
+        let mut arts = Vec::new();
+        let mut meta = SnapshotMeta {
+            format: 1,
+            image: vm.image.name.clone(),
+            image_digest: vm.image.digest.clone(),
+            memory_mb: vm.memory_mb,
+            qemu_version: self.qemu_version.clone(),
+            accelerator: vm.accel,
+            boot_id: vm.boot_id.clone(),
+            memory,
+            ram_file,
+            memory_state_blake3: None,
+            memory_state_bytes: 0,
+            workdir: vm.workdir.clone(),
+            created_ms: stasis_core::now_ms(),
+        };
+        if memory {
+            let state = out.join(MEMORY_STATE);
+            let (hash, size) = hash_file(&state)?;
+            meta.memory_state_blake3 = Some(hash);
+            meta.memory_state_bytes = size;
+            arts.push(Artifact {
+                name: MEMORY_STATE.into(),
+                kind: ArtifactKind::Memory,
+                size,
+            });
+            if ram_file {
+                arts.push(Artifact {
+                    name: MEMORY_RAM.into(),
+                    kind: ArtifactKind::Memory,
+                    size: std::fs::metadata(out.join(MEMORY_RAM))?.len(),
+                });
+            }
+        }
+        arts.push(Artifact {
+            name: DISK_ARTIFACT.into(),
+            kind: ArtifactKind::Disk,
+            size: std::fs::metadata(out.join(DISK_ARTIFACT))?.len(),
+        });
+        let bytes = serde_json::to_vec_pretty(&meta)?;
+        std::fs::write(out.join(META), &bytes)?;
+        arts.push(Artifact {
+            name: META.into(),
+            kind: ArtifactKind::Meta,
+            size: bytes.len() as u64,
+        });
+        Ok(arts)
+    }
+
+    /// Put the disk of an artifact directory under `dir`: `base.qcow2` (a hard
+    /// link when possible) plus a fresh overlay `disk.qcow2` on it.
+    async fn import_disk(&self, artifacts: &Path, dir: &Path) -> Result<()> {
+        let src = artifacts.join(DISK_ARTIFACT);
+        if !src.is_file() {
+            return Err(Error::not_found(format!("{}", src.display())));
+        }
+        util::link_or_copy(&src, &dir.join(qemu::BASE_DISK))?;
+        let _ = std::fs::remove_file(dir.join(qemu::DISK));
+        qemu_img(
+            &self.config.qemu_img,
+            dir,
+            &[
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-b",
+                qemu::BASE_DISK,
+                "-F",
+                "qcow2",
+                qemu::DISK,
+            ],
+        )
+        .await
+    }
+
+    /// Write the sandbox's disk as one overlay on the image into `out`. With
+    /// `consume`, the sandbox's own files may be moved (the VM is gone).
+    async fn export_disk(&self, dir: &Path, out: &Path, consume: bool) -> Result<()> {
+        let dst = out.join(DISK_ARTIFACT);
+        let base = dir.join(qemu::BASE_DISK);
+        let disk = dir.join(qemu::DISK);
+        if !base.exists() {
+            return if consume {
+                util::move_file(&disk, &dst)
+            } else {
+                let (d, o) = (disk.clone(), dst.clone());
+                tokio::task::spawn_blocking(move || std::fs::copy(d, o))
+                    .await
+                    .map_err(|e| Error::internal(e.to_string()))??;
+                Ok(())
+            };
+        }
+        // Flatten overlay -> base -> image into a single overlay on the image:
+        // copy base (it may be a hard link to someone else's artifact), then
+        // commit the top layer into the copy.
+        let tmp_base = out.join(".base.qcow2");
+        let tmp_top = out.join(".top.qcow2");
+        let (b, tb) = (base.clone(), tmp_base.clone());
+        tokio::task::spawn_blocking(move || std::fs::copy(b, tb))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))??;
+        if consume {
+            util::move_file(&disk, &tmp_top)?;
+        } else {
+            std::fs::copy(&disk, &tmp_top)?;
+        }
+        let r = async {
+            qemu_img(
+                &self.config.qemu_img,
+                out,
+                &[
+                    "rebase",
+                    "-u",
+                    "-b",
+                    ".base.qcow2",
+                    "-F",
+                    "qcow2",
+                    ".top.qcow2",
+                ],
+            )
+            .await?;
+            qemu_img(&self.config.qemu_img, out, &["commit", "-q", ".top.qcow2"]).await?;
+            std::fs::rename(&tmp_base, &dst)?;
+            Ok(())
+        }
+        .await;
+        let _ = std::fs::remove_file(&tmp_top);
+        let _ = std::fs::remove_file(&tmp_base);
+        r
+    }
+
+    fn read_meta(&self, artifacts: &Path) -> Result<Option<SnapshotMeta>> {
+        match std::fs::read(artifacts.join(META)) {
+            Ok(b) => serde_json::from_slice(&b)
+                .map(Some)
+                .map_err(|e| Error::integrity(format!("meta.json undecodable: {e}"))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Shared by resume and restore: validate artifacts, place the disk,
+    /// start QEMU (incoming or cold).
+    async fn start_from_artifacts(
+        &self,
+        spec: &SandboxSpec,
+        artifacts: &Path,
+    ) -> Result<(Arc<Vm>, bool)> {
+        self.remember_parent(&spec.dir);
+        let meta = self.read_meta(artifacts)?;
+        let image = Image::resolve(&self.config.images_dir, spec.manifest.image.as_deref())?;
+        let has_state = artifacts.join(MEMORY_STATE).is_file();
+        if has_state && meta.is_none() {
+            return Err(Error::integrity(
+                "memory.state without meta.json: refusing to load an unverifiable memory state",
+            ));
+        }
+        let with_memory = has_state && meta.as_ref().is_some_and(|m| m.memory);
+        if let Some(m) = &meta {
+            if m.image_digest != image.digest {
+                return Err(Error::backend(format!(
+                    "snapshot was taken on image {:?} (digest {}), but {:?} is now {}: refusing",
+                    m.image,
+                    &m.image_digest[..12.min(m.image_digest.len())],
+                    image.name,
+                    &image.digest[..12]
+                )));
+            }
+            if with_memory {
+                let want = m.memory_state_blake3.clone().unwrap_or_default();
+                let state = artifacts.join(MEMORY_STATE);
+                let (got, size) = tokio::task::spawn_blocking(move || hash_file(&state))
+                    .await
+                    .map_err(|e| Error::internal(e.to_string()))??;
+                if got != want || size != m.memory_state_bytes {
+                    return Err(Error::integrity(format!(
+                        "memory.state is corrupt or truncated ({size} bytes, blake3 {}; meta.json says {} bytes, blake3 {}): refusing to restore",
+                        &got[..12],
+                        m.memory_state_bytes,
+                        &want[..12.min(want.len())]
+                    )));
+                }
+                if m.ram_file && !artifacts.join(MEMORY_RAM).is_file() {
+                    return Err(Error::integrity("memory.ram missing"));
+                }
+            }
+        }
+        std::fs::create_dir_all(&spec.dir)?;
+        self.import_disk(artifacts, &spec.dir).await?;
+        let accel = match &meta {
+            Some(m) if with_memory => m.accelerator,
+            _ => self.accelerator().await,
+        };
+        let memory_mb = match &meta {
+            Some(m) if with_memory => m.memory_mb,
+            _ => spec.manifest.resources.memory_mb,
+        };
+        let r = if with_memory {
+            let meta = meta.as_ref().unwrap();
+            self.start_vm(
+                spec,
+                image,
+                accel,
+                memory_mb,
+                StartKind::Incoming { artifacts, meta },
+            )
+            .await
+        } else {
+            self.start_vm(spec, image, accel, memory_mb, StartKind::Cold)
+                .await
+        };
+        match r {
+            Ok(vm) => Ok((vm, with_memory)),
+            Err(e) => {
+                cleanup_dir_files(&spec.dir);
+                Err(e)
+            }
+        }
+    }
+
+    async fn after_cold_boot(&self, vm: &Vm) -> Result<()> {
+        self.set_time(vm).await?;
+        let r = self
+            .call(
+                vm,
+                Request::Exec {
+                    req: ExecRequest {
+                        argv: vec!["mkdir".into(), "-p".into(), vm.workdir.clone()],
+                        env: Default::default(),
+                        cwd: Some("/".into()),
+                        timeout_ms: 10_000,
+                        stdin: None,
+                    },
+                    stream: false,
+                },
+                None,
+                Duration::from_secs(10),
+            )
+            .await?;
+        match r {
+            Reply::Exec { result } if result.exit_code == Some(0) => Ok(()),
+            other => Err(Error::backend(format!(
+                "cannot create workdir {}: {other:?}",
+                vm.workdir
+            ))),
+        }
+    }
+
+    /// Remove a VM from the table and stop its QEMU (quit, then kill).
+    async fn quit_vm(&self, vm: &Vm) {
+        {
+            let mut q = vm.qmp.lock().await;
+            let _ = tokio::time::timeout(Duration::from_secs(2), q.execute("quit", None)).await;
+        }
+        let mut p = vm.proc.lock().await;
+        if !p.wait_exit(Duration::from_secs(10)).await {
+            p.kill().await;
+        }
+    }
+}
+
+fn expect_ok(r: Reply) -> Result<()> {
+    match r {
+        Reply::Ok => Ok(()),
+        other => Err(Error::backend(format!("unexpected agent reply {other:?}"))),
+    }
+}
+
+fn cleanup_dir_files(dir: &Path) {
+    for f in [
+        qemu::AGENT_SOCK,
+        qemu::QMP_SOCK,
+        qemu::PID_FILE,
+        qemu::RAM_FILE,
+    ] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+}
+
+fn diagnostics(dir: &Path, alive: bool) -> String {
+    let q = util::log_tail(&dir.join(qemu::QEMU_LOG), 600);
+    let c = util::log_tail(&dir.join(qemu::CONSOLE_LOG), 600);
+    let mut s = String::new();
+    if !alive {
+        s.push_str(" (QEMU exited)");
+    }
+    if !q.is_empty() {
+        s.push_str(&format!("; qemu.log: {q}"));
+    }
+    if !c.is_empty() {
+        s.push_str(&format!("; console tail: {c}"));
+    }
+    s
+}
+
+fn which(p: &Path) -> Option<PathBuf> {
+    if p.is_absolute() {
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(p))
+            .find(|c| c.is_file())
+    })
+}
+
+fn hash_file(path: &Path) -> Result<(String, u64)> {
+    let mut f = std::fs::File::open(path)?;
+    let mut h = blake3::Hasher::new();
+    let n = std::io::copy(&mut f, &mut h)?;
+    Ok((h.finalize().to_hex().to_string(), n))
+}
+
+/// Copy a (possibly sparse) file keeping holes where the source has them.
+fn copy_sparse(src: &Path, dst: &Path) -> Result<()> {
+    use std::io::{Read, Seek, SeekFrom, Write};
+    let mut i = std::fs::File::open(src)?;
+    let len = i.metadata()?.len();
+    let mut o = std::fs::File::create(dst)?;
+    o.set_len(len)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos = 0u64;
+    while pos < len {
+        let n = i.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        let chunk = &buf[..n];
+        for (k, page) in chunk.chunks(4096).enumerate() {
+            if page.iter().any(|b| *b != 0) {
+                o.seek(SeekFrom::Start(pos + (k * 4096) as u64))?;
+                o.write_all(page)?;
+            }
+        }
+        pos += n as u64;
+    }
+    Ok(())
+}
+
+async fn qemu_img(bin: &Path, cwd: &Path, args: &[&str]) -> Result<()> {
+    let out = tokio::process::Command::new(bin)
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .await
+        .map_err(|e| Error::backend(format!("cannot run {}: {e}", bin.display())))?;
+    if !out.status.success() {
+        return Err(Error::backend(format!(
+            "qemu-img {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
+}
+
+/// Connect QMP while watching the process (it may exit on a bad command line).
+async fn connect_qmp(dir: &Path, proc: &mut qemu::QemuProc) -> Result<Qmp> {
+    let path = dir.join(qemu::QMP_SOCK);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if !proc.alive() {
+            return Err(Error::backend("QEMU exited during start"));
+        }
+        if util::connect_unix(&path).await.is_ok() {
+            // QEMU accepts one QMP client at a time; the probe connection is
+            // closed, now connect for real.
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::timeout("QEMU's QMP socket did not appear"));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Qmp::connect(&path, Duration::from_secs(5), Duration::from_secs(30)).await
+}
+
+/// Wait for an incoming migration (the VM was started with `-S -incoming`).
+async fn wait_incoming(qmp: &mut Qmp, proc: &mut qemu::QemuProc, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !proc.alive() {
+            return Err(Error::backend("QEMU exited while loading the memory state"));
+        }
+        let st = match qmp.query_migrate().await {
+            Ok(s) => s,
+            Err(e) => {
+                if !proc.alive() {
+                    return Err(Error::backend("QEMU exited while loading the memory state"));
+                }
+                return Err(e);
+            }
+        };
+        match st {
+            MigrationStatus::Completed => {
+                // Completed incoming: the run state leaves "inmigrate".
+                let rs = qmp.run_state().await?;
+                if rs != "inmigrate" {
+                    return Ok(());
+                }
+            }
+            MigrationStatus::Failed(e) => return Err(Error::backend(e)),
+            MigrationStatus::Cancelled => return Err(Error::backend("migration cancelled")),
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::timeout(format!(
+                "incoming migration did not complete within {} s",
+                timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Connect to the agent and wait for `hello`, failing early if QEMU exits.
+async fn connect_agent(
+    path: &Path,
+    proc: &mut qemu::QemuProc,
+    timeout: Duration,
+) -> Result<(Arc<AgentConn>, String)> {
+    let agent = AgentConn::connect(path, Duration::from_secs(10)).await?;
+    let a2 = agent.clone();
+    let hello = a2.hello(timeout);
+    tokio::pin!(hello);
+    loop {
+        tokio::select! {
+            r = &mut hello => {
+                let boot = r.map_err(|e| {
+                    if e.code == ErrorCode::Timeout {
+                        Error::timeout(format!("guest agent did not answer within {} s", timeout.as_secs()))
+                    } else { e }
+                })?;
+                return Ok((agent, boot));
+            }
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                if !proc.alive() {
+                    return Err(Error::backend("QEMU exited before the guest agent answered"));
+                }
+            }
+        }
+    }
+}
+
+/// Boot the default image under KVM and see whether the agent answers within
+/// `config.probe_timeout`. Honors `config.accel` (kvm/tcg skip the probe).
+pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
+    match config.accel {
+        AccelChoice::Tcg => {
+            return AccelReport {
+                accelerator: Accel::Tcg,
+                probed: false,
+                kvm_boot_ms: None,
+                reason: "configured: tcg".into(),
+            }
+        }
+        AccelChoice::Kvm => {
+            return AccelReport {
+                accelerator: Accel::Kvm,
+                probed: false,
+                kvm_boot_ms: None,
+                reason: "configured: kvm".into(),
+            }
+        }
+        AccelChoice::Auto => {}
+    }
+    let tcg = |reason: String| AccelReport {
+        accelerator: Accel::Tcg,
+        probed: true,
+        kvm_boot_ms: None,
+        reason,
+    };
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_err()
+    {
+        return tcg("/dev/kvm cannot be opened".into());
+    }
+    let image = match Image::resolve(&config.images_dir, None) {
+        Ok(i) => i,
+        Err(e) => return tcg(format!("no image to probe KVM with: {}", e.message)),
+    };
+    let tmp = std::env::temp_dir().join(format!("stasis-kvm-probe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    if let Err(e) = std::fs::create_dir_all(&tmp) {
+        return tcg(format!("probe dir: {e}"));
+    }
+    let t0 = Instant::now();
+    let r: Result<()> = async {
+        let disk_backing = image.rootfs().display().to_string();
+        qemu_img(
+            &config.qemu_img,
+            &tmp,
+            &[
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-b",
+                &disk_backing,
+                "-F",
+                "qcow2",
+                qemu::DISK,
+            ],
+        )
+        .await?;
+        let launch = qemu::Launch {
+            qemu: config.qemu.clone(),
+            name: "kvm-probe".into(),
+            accel: Accel::Kvm,
+            memory_mb: 256,
+            kernel: image.vmlinux(),
+            initrd: image.initrd(),
+            append: qemu::DEFAULT_APPEND.into(),
+            incoming: None,
+            ram: RamBacking::Anonymous,
+        };
+        let mut proc = qemu::QemuProc::spawn(&launch, &tmp)?;
+        let r = connect_agent(&tmp.join(qemu::AGENT_SOCK), &mut proc, config.probe_timeout).await;
+        let alive = proc.alive();
+        proc.kill().await;
+        r.map(|_| ())
+            .map_err(|e| Error::backend(format!("{}{}", e.message, diagnostics(&tmp, alive))))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&tmp);
+    match r {
+        Ok(()) => AccelReport {
+            accelerator: Accel::Kvm,
+            probed: true,
+            kvm_boot_ms: Some(t0.elapsed().as_millis() as u64),
+            reason: "guest agent answered under KVM".into(),
+        },
+        Err(e) => tcg(format!(
+            "KVM boot probe failed after {} ms: {}",
+            t0.elapsed().as_millis(),
+            e.message
+        )),
+    }
+}
+
+#[async_trait]
+impl Backend for MicrovmBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Microvm
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let qemu_ok = which(&self.config.qemu).is_some();
+        let img_ok = which(&self.config.qemu_img).is_some();
+        let image = Image::resolve(&self.config.images_dir, None);
+        let reason = if !qemu_ok {
+            Some(format!("{} not found", self.config.qemu.display()))
+        } else if !img_ok {
+            Some(format!("{} not found", self.config.qemu_img.display()))
+        } else {
+            image.as_ref().err().map(|e| e.message.clone())
+        };
+        let accelerator = match self.accel.get() {
+            Some(r) => Some(r.accelerator.as_str().to_string()),
+            None => match self.config.accel {
+                AccelChoice::Tcg => Some("tcg".into()),
+                AccelChoice::Kvm => Some("kvm".into()),
+                AccelChoice::Auto => None,
+            },
+        };
+        let mut notes = vec![
+            format!("QEMU {} -M microvm, agent over virtio-serial", self.qemu_version),
+            "pause saves guest RAM + device state (migration to file) and the disk overlay; no QEMU process remains".into(),
+            "guest wall clock is set to the host's on every resume/restore".into(),
+            "fork children share the snapshot's disk as a qcow2 backing file".into(),
+        ];
+        if let Some(r) = self.accel.get() {
+            notes.push(format!(
+                "accelerator {}: {}",
+                r.accelerator.as_str(),
+                r.reason
+            ));
+        } else if self.config.accel == AccelChoice::Auto {
+            notes.push("accelerator not probed yet (KVM boot probe runs on first use)".into());
+        }
+        if self.config.shared_ram {
+            notes.push(
+                "guest RAM is file-backed; forks map the snapshot's RAM copy-on-write".into(),
+            );
+        }
+        Capabilities {
+            backend: BackendKind::Microvm,
+            available: reason.is_none(),
+            reason,
+            pause_keeps_processes: true,
+            pause_frees_memory: true,
+            restore_keeps_processes: true,
+            accelerator,
+            notes,
+        }
+    }
+
+    async fn create(&self, spec: &SandboxSpec) -> Result<()> {
+        self.remember_parent(&spec.dir);
+        if self.vms.lock().unwrap().contains_key(&spec.id) {
+            return Err(Error::state(format!("sandbox {} already runs", spec.id)));
+        }
+        let image = Image::resolve(&self.config.images_dir, spec.manifest.image.as_deref())?;
+        std::fs::create_dir_all(&spec.dir)?;
+        let backing = image.rootfs().display().to_string();
+        let _ = std::fs::remove_file(spec.dir.join(qemu::DISK));
+        let _ = std::fs::remove_file(spec.dir.join(qemu::BASE_DISK));
+        qemu_img(
+            &self.config.qemu_img,
+            &spec.dir,
+            &[
+                "create",
+                "-q",
+                "-f",
+                "qcow2",
+                "-b",
+                &backing,
+                "-F",
+                "qcow2",
+                qemu::DISK,
+            ],
+        )
+        .await?;
+        let accel = self.accelerator().await;
+        let vm = match self
+            .start_vm(
+                spec,
+                image,
+                accel,
+                spec.manifest.resources.memory_mb,
+                StartKind::Cold,
+            )
+            .await
+        {
+            Ok(vm) => vm,
+            Err(e) => {
+                cleanup_dir_files(&spec.dir);
+                let _ = std::fs::remove_file(spec.dir.join(qemu::DISK));
+                return Err(e.context("create"));
+            }
+        };
+        if let Err(e) = self.after_cold_boot(&vm).await {
+            vm.proc.lock().await.kill().await;
+            cleanup_dir_files(&spec.dir);
+            return Err(e.context("create"));
+        }
+        self.insert(vm)
+    }
+
+    async fn exec(
+        &self,
+        id: &SandboxId,
+        mut req: ExecRequest,
+        output: Option<mpsc::Sender<ExecChunk>>,
+    ) -> Result<ExecResult> {
+        let vm = self.vm(id)?;
+        if req.argv.is_empty() {
+            return Err(Error::invalid("argv must not be empty"));
+        }
+        if req.cwd.is_none() {
+            req.cwd = Some(vm.workdir.clone());
+        }
+        for (k, v) in &vm.env {
+            req.env.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        let extra = Duration::from_millis(req.timeout_ms);
+        let stream = output.is_some();
+        match self
+            .call(&vm, Request::Exec { req, stream }, output, extra)
+            .await?
+        {
+            Reply::Exec { result } => Ok(result),
+            other => Err(Error::backend(format!(
+                "unexpected reply to exec: {other:?}"
+            ))),
+        }
+    }
+
+    async fn write_file(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+    ) -> Result<()> {
+        let vm = self.vm(id)?;
+        let path = self.resolve_path(&vm, path)?;
+        let mut first = true;
+        let mut chunks: Vec<&[u8]> = data.chunks(FILE_CHUNK).collect();
+        if chunks.is_empty() {
+            chunks.push(&[]);
+        }
+        for c in chunks {
+            let r = self
+                .call(
+                    &vm,
+                    Request::WriteFile {
+                        path: path.clone(),
+                        data: c.to_vec(),
+                        append: !first,
+                        mode,
+                    },
+                    None,
+                    Duration::ZERO,
+                )
+                .await?;
+            expect_ok(r)?;
+            first = false;
+        }
+        Ok(())
+    }
+
+    async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {
+        let vm = self.vm(id)?;
+        let path = self.resolve_path(&vm, path)?;
+        let mut out = Vec::new();
+        loop {
+            let want = (FILE_CHUNK as u64).min(limit.saturating_add(1) - out.len() as u64);
+            let r = self
+                .call(
+                    &vm,
+                    Request::ReadFile {
+                        path: path.clone(),
+                        offset: out.len() as u64,
+                        limit: want.max(1),
+                    },
+                    None,
+                    Duration::ZERO,
+                )
+                .await?;
+            let Reply::File { data, size } = r else {
+                return Err(Error::backend(format!(
+                    "unexpected reply to read_file: {r:?}"
+                )));
+            };
+            if size > limit {
+                return Err(Error::new(
+                    ErrorCode::PayloadTooLarge,
+                    format!("{path} is {size} bytes, over the limit of {limit}"),
+                ));
+            }
+            let got = data.len();
+            out.extend_from_slice(&data);
+            if got == 0 || out.len() as u64 >= size {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
+        let vm = self.vm(id)?;
+        let path = self.resolve_path(&vm, path)?;
+        match self
+            .call(&vm, Request::ListDir { path }, None, Duration::ZERO)
+            .await?
+        {
+            Reply::Dir { entries } => Ok(entries),
+            other => Err(Error::backend(format!("unexpected reply: {other:?}"))),
+        }
+    }
+
+    async fn session_start(&self, id: &SandboxId, mut spec: SessionSpec) -> Result<SessionInfo> {
+        let vm = self.vm(id)?;
+        if spec.argv.is_empty() {
+            return Err(Error::invalid("argv must not be empty"));
+        }
+        if spec.cwd.is_none() {
+            spec.cwd = Some(vm.workdir.clone());
+        }
+        for (k, v) in &vm.env {
+            spec.env.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+        match self
+            .call(&vm, Request::SessionStart { spec }, None, Duration::ZERO)
+            .await?
+        {
+            Reply::Session { info } => Ok(info),
+            other => Err(Error::backend(format!("unexpected reply: {other:?}"))),
+        }
+    }
+
+    async fn session_write(&self, id: &SandboxId, session: &str, data: &[u8]) -> Result<()> {
+        let vm = self.vm(id)?;
+        for c in data.chunks(FILE_CHUNK) {
+            let r = self
+                .call(
+                    &vm,
+                    Request::SessionWrite {
+                        session: session.to_string(),
+                        data: c.to_vec(),
+                    },
+                    None,
+                    Duration::ZERO,
+                )
+                .await?;
+            expect_ok(r)?;
+        }
+        Ok(())
+    }
+
+    async fn session_read(
+        &self,
+        id: &SandboxId,
+        session: &str,
+        offset: u64,
+        wait: Duration,
+    ) -> Result<SessionOutput> {
+        let vm = self.vm(id)?;
+        match self
+            .call(
+                &vm,
+                Request::SessionRead {
+                    session: session.to_string(),
+                    offset,
+                    wait_ms: wait.as_millis() as u64,
+                },
+                None,
+                wait,
+            )
+            .await?
+        {
+            Reply::SessionOutput { output } => Ok(output),
+            other => Err(Error::backend(format!("unexpected reply: {other:?}"))),
+        }
+    }
+
+    async fn session_list(&self, id: &SandboxId) -> Result<Vec<SessionInfo>> {
+        let vm = self.vm(id)?;
+        match self
+            .call(&vm, Request::SessionList, None, Duration::ZERO)
+            .await?
+        {
+            Reply::Sessions { sessions } => Ok(sessions),
+            other => Err(Error::backend(format!("unexpected reply: {other:?}"))),
+        }
+    }
+
+    async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()> {
+        let vm = self.vm(id)?;
+        let r = self
+            .call(
+                &vm,
+                Request::SessionKill {
+                    session: session.to_string(),
+                },
+                None,
+                Duration::ZERO,
+            )
+            .await?;
+        expect_ok(r)
+    }
+
+    async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
+        let vm = self.vm(id)?;
+        std::fs::create_dir_all(out)?;
+        let t = Instant::now();
+        let r = self.call(&vm, Request::Sync, None, Duration::ZERO).await;
+        expect_ok(r?).map_err(|e| e.context("pause: sync"))?;
+        let mut ram_file = false;
+        if keep_memory {
+            let (_, rf) = self
+                .save_memory(&vm, out)
+                .await
+                .map_err(|e| e.context("pause"))?;
+            ram_file = rf;
+        }
+        // From here the VM goes away; the artifacts are complete once the disk
+        // has been moved out.
+        self.vms.lock().unwrap().remove(id);
+        self.quit_vm(&vm).await;
+        let td = Instant::now();
+        let r = async {
+            self.export_disk(&vm.dir, out, true).await?;
+            self.write_meta(&vm, out, keep_memory, ram_file)
+        }
+        .await;
+        cleanup_dir_files(&vm.dir);
+        let _ = std::fs::remove_file(vm.dir.join(qemu::BASE_DISK));
+        let _ = std::fs::remove_file(vm.dir.join(MEMORY_RAM));
+        match r {
+            Ok(arts) => {
+                let mut tm = self.timings.lock().unwrap();
+                let e = tm.entry(id.clone()).or_default();
+                e.disk_ms = td.elapsed().as_millis() as u64;
+                tracing::info!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "paused");
+                Ok(arts)
+            }
+            Err(e) => Err(e.context(
+                "pause: QEMU has exited but the artifacts could not be written; the sandbox is not running",
+            )),
+        }
+    }
+
+    async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
+        if self.vms.lock().unwrap().contains_key(&spec.id) {
+            return Err(Error::state(format!("sandbox {} already runs", spec.id)));
+        }
+        let (vm, with_memory) = self
+            .start_from_artifacts(spec, artifacts)
+            .await
+            .map_err(|e| e.context("resume"))?;
+        let r = if with_memory {
+            self.set_time(&vm).await
+        } else {
+            self.after_cold_boot(&vm).await
+        };
+        if let Err(e) = r {
+            vm.proc.lock().await.kill().await;
+            cleanup_dir_files(&spec.dir);
+            return Err(e.context("resume"));
+        }
+        self.insert(vm)
+    }
+
+    async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
+        let vm = self.vm(id)?;
+        std::fs::create_dir_all(out)?;
+        let r = self.call(&vm, Request::Sync, None, Duration::ZERO).await;
+        expect_ok(r?).map_err(|e| e.context("snapshot: sync"))?;
+        let (_, ram_file) = self
+            .save_memory(&vm, out)
+            .await
+            .map_err(|e| e.context("snapshot"))?;
+        // The VM is stopped and its block devices flushed/inactivated by the
+        // completed migration: copy the disk now, then continue.
+        let td = Instant::now();
+        let disk = self.export_disk(&vm.dir, out, false).await;
+        let cont = vm.qmp.lock().await.execute("cont", None).await;
+        if let Err(e) = cont {
+            self.fail_vm(&vm, &format!("cont after snapshot: {}", e.message))
+                .await;
+            return Err(Error::backend(format!(
+                "snapshot: the VM could not be continued ({}); it was killed",
+                e.message
+            )));
+        }
+        if let Err(e) = disk {
+            let _ = std::fs::remove_file(out.join(MEMORY_STATE));
+            let _ = std::fs::remove_file(out.join(MEMORY_RAM));
+            return Err(e.context("snapshot: disk copy failed; the sandbox still runs"));
+        }
+        self.timings
+            .lock()
+            .unwrap()
+            .entry(id.clone())
+            .or_default()
+            .disk_ms = td.elapsed().as_millis() as u64;
+        // Guest time jumped by the stop: put it right.
+        let _ = self.set_time(&vm).await;
+        self.write_meta(&vm, out, true, ram_file)
+    }
+
+    async fn restore(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
+        if self.vms.lock().unwrap().contains_key(&spec.id) {
+            return Err(Error::state(format!("sandbox {} already runs", spec.id)));
+        }
+        let (vm, with_memory) = self
+            .start_from_artifacts(spec, artifacts)
+            .await
+            .map_err(|e| e.context("restore"))?;
+        let r = async {
+            if with_memory {
+                use rand::RngCore;
+                let mut entropy = vec![0u8; 64];
+                rand::thread_rng().fill_bytes(&mut entropy);
+                let mut mid = [0u8; 16];
+                rand::thread_rng().fill_bytes(&mut mid);
+                let machine_id: String = mid.iter().map(|b| format!("{b:02x}")).collect();
+                let hostname: String = spec.id.as_str().chars().take(63).collect();
+                let r = self
+                    .call(
+                        &vm,
+                        Request::SetIdentity {
+                            hostname,
+                            machine_id,
+                            entropy,
+                        },
+                        None,
+                        Duration::ZERO,
+                    )
+                    .await?;
+                expect_ok(r)?;
+                self.set_time(&vm).await
+            } else {
+                self.after_cold_boot(&vm).await
+            }
+        }
+        .await;
+        if let Err(e) = r {
+            vm.proc.lock().await.kill().await;
+            cleanup_dir_files(&spec.dir);
+            return Err(e.context("restore"));
+        }
+        self.insert(vm)
+    }
+
+    async fn destroy(&self, id: &SandboxId, dir: &Path) -> Result<()> {
+        let vm = self.vms.lock().unwrap().remove(id);
+        if let Some(vm) = vm {
+            vm.proc.lock().await.kill().await;
+        }
+        if let Some(mut p) = qemu::QemuProc::adopt(dir, id.as_str()) {
+            p.kill().await;
+        }
+        cleanup_dir_files(dir);
+        self.timings.lock().unwrap().remove(id);
+        Ok(())
+    }
+
+    async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered> {
+        self.remember_parent(&spec.dir);
+        if let Some(vm) = self.vms.lock().unwrap().get(&spec.id).cloned() {
+            if vm.failed.lock().unwrap().is_none() {
+                return Ok(Recovered::Running);
+            }
+        }
+        let Some(mut proc) = qemu::QemuProc::adopt(&spec.dir, spec.id.as_str()) else {
+            cleanup_dir_files(&spec.dir);
+            return Ok(Recovered::NotRunning);
+        };
+        let r: Result<Arc<Vm>> = async {
+            let rec: VmRecord = serde_json::from_slice(&std::fs::read(spec.dir.join(VM_RECORD))?)?;
+            let mut qmp = Qmp::connect(
+                &spec.dir.join(qemu::QMP_SOCK),
+                Duration::from_secs(5),
+                Duration::from_secs(10),
+            )
+            .await?;
+            let st = qmp.run_state().await?;
+            match st.as_str() {
+                "running" => {}
+                // A daemon killed mid-pause/snapshot left it stopped.
+                "paused" | "postmigrate" => {
+                    let _ = qmp.execute("migrate_cancel", None).await;
+                    qmp.execute("cont", None).await?;
+                }
+                other => return Err(Error::backend(format!("QEMU is in state {other}"))),
+            }
+            let (agent, boot) = connect_agent(
+                &spec.dir.join(qemu::AGENT_SOCK),
+                &mut proc,
+                self.config.agent_timeout,
+            )
+            .await?;
+            if boot != rec.boot_id {
+                return Err(Error::backend("guest rebooted while the daemon was away"));
+            }
+            let pid = proc.pid;
+            Ok(Arc::new(Vm {
+                id: spec.id.clone(),
+                dir: spec.dir.clone(),
+                image: Image {
+                    name: rec.image,
+                    dir: rec.image_dir,
+                    digest: rec.image_digest,
+                },
+                memory_mb: rec.memory_mb,
+                accel: rec.accelerator,
+                workdir: rec.workdir,
+                env: spec.manifest.env.clone(),
+                ram: if rec.shared_ram {
+                    RamBacking::SharedFile(spec.dir.join(qemu::RAM_FILE))
+                } else {
+                    RamBacking::Anonymous
+                },
+                boot_id: boot,
+                proc: tokio::sync::Mutex::new(proc),
+                pid,
+                qmp: tokio::sync::Mutex::new(qmp),
+                agent: tokio::sync::RwLock::new(agent),
+                failed: Mutex::new(None),
+            }))
+        }
+        .await;
+        match r {
+            Ok(vm) => {
+                self.vms.lock().unwrap().insert(spec.id.clone(), vm);
+                Ok(Recovered::Running)
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %spec.id, "recover: {e}; killing QEMU");
+                if let Some(mut p) = qemu::QemuProc::adopt(&spec.dir, spec.id.as_str()) {
+                    p.kill().await;
+                }
+                cleanup_dir_files(&spec.dir);
+                Ok(Recovered::NotRunning)
+            }
+        }
+    }
+
+    async fn cleanup_orphans(&self, known: &[SandboxId]) -> Result<()> {
+        let known: HashSet<&str> = known.iter().map(|k| k.as_str()).collect();
+        let roots: Vec<PathBuf> = match &self.config.base_dir {
+            Some(b) => vec![b.clone()],
+            None => self.seen_parents.lock().unwrap().iter().cloned().collect(),
+        };
+        for pid in util::all_pids() {
+            let Some(sid) = qemu::sandbox_of(pid) else {
+                continue;
+            };
+            if known.contains(sid.as_str()) || !util::pid_alive(pid) {
+                continue;
+            }
+            let Some(cwd) = util::cwd(pid) else { continue };
+            if !roots.iter().any(|r| cwd.starts_with(r)) {
+                continue;
+            }
+            tracing::warn!(pid, sandbox = %sid, "killing orphan QEMU");
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+            }
+        }
+        Ok(())
+    }
+
+    async fn usage(&self, id: &SandboxId) -> Result<Usage> {
+        let pid = self.vms.lock().unwrap().get(id).map(|v| v.pid);
+        Ok(match pid {
+            Some(pid) if util::pid_alive(pid) => Usage {
+                cpu_ns: util::cpu_ns(pid),
+                rss_bytes: util::rss_bytes(pid),
+                host_processes: 1,
+            },
+            _ => Usage::default(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_names_are_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        for bad in ["../x", "a/b", "", ".hidden"] {
+            let e = Image::resolve(dir.path(), Some(bad)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidManifest, "{bad}");
+        }
+        let e = Image::resolve(dir.path(), None).unwrap_err();
+        assert!(e.message.contains("vmlinux"), "{e}");
+        let img = dir.path().join("default");
+        std::fs::create_dir(&img).unwrap();
+        for f in ["vmlinux", "initrd.img", "rootfs.qcow2"] {
+            std::fs::write(img.join(f), f).unwrap();
+        }
+        let a = Image::resolve(dir.path(), None).unwrap();
+        std::fs::write(img.join("image.json"), "{}").unwrap();
+        let b = Image::resolve(dir.path(), Some("default")).unwrap();
+        assert_ne!(a.digest, b.digest);
+        assert_eq!(b.dir, img);
+    }
+
+    #[test]
+    fn accel_choice_parses() {
+        assert_eq!("tcg".parse::<AccelChoice>().unwrap(), AccelChoice::Tcg);
+        assert!("xen".parse::<AccelChoice>().is_err());
+    }
+
+    #[test]
+    fn sparse_copy_keeps_content() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("a");
+        let mut data = vec![0u8; 3 * 4096 + 100];
+        data[5000] = 7;
+        data[3 * 4096 + 50] = 9;
+        std::fs::write(&src, &data).unwrap();
+        let dst = dir.path().join("b");
+        copy_sparse(&src, &dst).unwrap();
+        assert_eq!(std::fs::read(&dst).unwrap(), data);
+    }
+
+    #[tokio::test]
+    async fn tcg_config_skips_the_probe() {
+        let mut c = MicrovmConfig::new("/nonexistent");
+        c.accel = AccelChoice::Tcg;
+        let r = probe_accelerator(&c).await;
+        assert_eq!(r.accelerator, Accel::Tcg);
+        assert!(!r.probed);
+    }
+
+    #[tokio::test]
+    async fn auto_without_image_falls_back_to_tcg() {
+        let c = MicrovmConfig::new("/nonexistent");
+        let r = probe_accelerator(&c).await;
+        assert_eq!(r.accelerator, Accel::Tcg);
+    }
+
+    #[tokio::test]
+    async fn unknown_sandbox_calls_are_refused_and_destroy_is_idempotent() {
+        let mut c = MicrovmConfig::new("/nonexistent");
+        c.accel = AccelChoice::Tcg;
+        let b = MicrovmBackend::new(c);
+        let id = SandboxId::generate();
+        let e = b.read_file(&id, "/x", 10).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidState);
+        let dir = tempfile::tempdir().unwrap();
+        b.destroy(&id, dir.path()).await.unwrap();
+        b.destroy(&id, dir.path()).await.unwrap();
+        assert_eq!(b.usage(&id).await.unwrap(), Usage::default());
+        let caps = b.capabilities();
+        assert!(!caps.available);
+        assert_eq!(caps.accelerator.as_deref(), Some("tcg"));
+    }
+}

@@ -1,0 +1,365 @@
+//! Host side of the guest agent channel: one connection to the chardev socket,
+//! a reader task that routes frames by request id, many requests in flight.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::unix::OwnedWriteHalf;
+use tokio::sync::{mpsc, oneshot};
+
+use stasis_agent_proto::{asynch, Body, Event, Frame, Reply, Request, PROTOCOL_VERSION};
+use stasis_backend::ExecChunk;
+use stasis_core::{Error, ErrorCode, Result};
+
+struct Pending {
+    reply: oneshot::Sender<Result<Reply>>,
+    events: Option<mpsc::Sender<ExecChunk>>,
+}
+
+type PendingMap = Arc<Mutex<HashMap<u64, Pending>>>;
+
+pub struct AgentConn {
+    writer: tokio::sync::Mutex<OwnedWriteHalf>,
+    pending: PendingMap,
+    next_id: AtomicU64,
+    closed: Arc<AtomicBool>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+/// Map an agent `Reply::Error` to a stasis error with the same code.
+pub fn reply_error(code: &str, message: &str) -> Error {
+    let code: ErrorCode = serde_json::from_value(serde_json::Value::String(code.to_string()))
+        .unwrap_or(ErrorCode::BackendError);
+    Error::new(code, message.to_string())
+}
+
+impl AgentConn {
+    /// Connect to the agent socket (retrying until `connect_timeout`).
+    pub async fn connect(path: &Path, connect_timeout: Duration) -> Result<Arc<AgentConn>> {
+        let stream = crate::util::connect_unix_retry(path, connect_timeout)
+            .await
+            .map_err(|e| e.context("agent connect"))?;
+        let (mut r, w) = stream.into_split();
+        let pending: PendingMap = Arc::default();
+        let closed = Arc::new(AtomicBool::new(false));
+        let (p2, c2) = (pending.clone(), closed.clone());
+        let reader = tokio::spawn(async move {
+            let why = loop {
+                let frame = match asynch::read_frame(&mut r).await {
+                    Ok(f) => f,
+                    Err(e) => break e.to_string(),
+                };
+                match frame.body {
+                    Body::Event(Event::Output { stream, data }) => {
+                        let tx = p2
+                            .lock()
+                            .unwrap()
+                            .get(&frame.id)
+                            .and_then(|p| p.events.clone());
+                        if let Some(tx) = tx {
+                            let _ = tx.send(ExecChunk { stream, data }).await;
+                        }
+                    }
+                    Body::Reply(reply) => {
+                        if let Some(p) = p2.lock().unwrap().remove(&frame.id) {
+                            let _ = p.reply.send(Ok(reply));
+                        }
+                    }
+                    Body::Request(_) => {
+                        tracing::warn!("agent sent a request frame; ignored");
+                    }
+                }
+            };
+            c2.store(true, Ordering::SeqCst);
+            let drained: Vec<Pending> = p2.lock().unwrap().drain().map(|(_, p)| p).collect();
+            for p in drained {
+                let _ = p
+                    .reply
+                    .send(Err(Error::backend(format!("agent channel closed: {why}"))));
+            }
+        });
+        Ok(Arc::new(AgentConn {
+            writer: tokio::sync::Mutex::new(w),
+            pending,
+            next_id: AtomicU64::new(1),
+            closed,
+            reader,
+        }))
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Send a request and wait for its reply. `Reply::Error` becomes `Err`.
+    /// A timeout is reported with code `timeout` and message starting
+    /// "guest agent did not answer".
+    pub async fn request(
+        &self,
+        req: Request,
+        events: Option<mpsc::Sender<ExecChunk>>,
+        timeout: Duration,
+    ) -> Result<Reply> {
+        if self.is_closed() {
+            return Err(Error::backend("agent channel is closed"));
+        }
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let op = request_name(&req);
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap()
+            .insert(id, Pending { reply: tx, events });
+        let frame = Frame {
+            id,
+            body: Body::Request(req),
+        };
+        let sent = {
+            let mut w = self.writer.lock().await;
+            tokio::time::timeout(timeout, asynch::write_frame(&mut *w, &frame)).await
+        };
+        match sent {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.pending.lock().unwrap().remove(&id);
+                return Err(Error::backend(format!("agent write ({op}): {e}")));
+            }
+            Err(_) => {
+                self.pending.lock().unwrap().remove(&id);
+                return Err(Error::timeout(format!(
+                    "guest agent did not answer {op} within {} ms (write blocked)",
+                    timeout.as_millis()
+                )));
+            }
+        }
+        let reply = match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(r)) => r?,
+            Ok(Err(_)) => return Err(Error::backend("agent channel closed")),
+            Err(_) => {
+                self.pending.lock().unwrap().remove(&id);
+                return Err(Error::timeout(format!(
+                    "guest agent did not answer {op} within {} ms",
+                    timeout.as_millis()
+                )));
+            }
+        };
+        if let Reply::Error { code, message } = &reply {
+            return Err(reply_error(code, message));
+        }
+        Ok(reply)
+    }
+
+    /// Hello: returns the guest's boot id.
+    pub async fn hello(&self, timeout: Duration) -> Result<String> {
+        match self.request(Request::Hello, None, timeout).await? {
+            Reply::Hello {
+                protocol, boot_id, ..
+            } => {
+                if protocol != PROTOCOL_VERSION {
+                    return Err(Error::backend(format!(
+                        "guest agent speaks protocol {protocol}, host {PROTOCOL_VERSION}"
+                    )));
+                }
+                Ok(boot_id)
+            }
+            other => Err(Error::backend(format!(
+                "unexpected reply to hello: {other:?}"
+            ))),
+        }
+    }
+
+    pub async fn expect_ok(&self, req: Request, timeout: Duration) -> Result<()> {
+        match self.request(req, None, timeout).await? {
+            Reply::Ok => Ok(()),
+            other => Err(Error::backend(format!("unexpected agent reply: {other:?}"))),
+        }
+    }
+}
+
+impl Drop for AgentConn {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+fn request_name(r: &Request) -> &'static str {
+    match r {
+        Request::Hello => "hello",
+        Request::SetTime { .. } => "set_time",
+        Request::SetIdentity { .. } => "set_identity",
+        Request::Exec { .. } => "exec",
+        Request::WriteFile { .. } => "write_file",
+        Request::ReadFile { .. } => "read_file",
+        Request::ListDir { .. } => "list_dir",
+        Request::SessionStart { .. } => "session_start",
+        Request::SessionWrite { .. } => "session_write",
+        Request::SessionRead { .. } => "session_read",
+        Request::SessionList => "session_list",
+        Request::SessionKill { .. } => "session_kill",
+        Request::Sync => "sync",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stasis_core::{ExecRequest, ExecResult, Stream};
+
+    /// A fake agent on a unix socket: answers hello, streams exec output,
+    /// answers requests out of order, never answers `sync`.
+    async fn fake_agent(listener: tokio::net::UnixListener) {
+        let (s, _) = listener.accept().await.unwrap();
+        let (mut r, w) = s.into_split();
+        let w = Arc::new(tokio::sync::Mutex::new(w));
+        loop {
+            let Ok(f) = asynch::read_frame(&mut r).await else {
+                return;
+            };
+            let w = w.clone();
+            tokio::spawn(async move {
+                let Body::Request(req) = f.body else { return };
+                let send = |body| {
+                    let w = w.clone();
+                    async move {
+                        asynch::write_frame(&mut *w.lock().await, &Frame { id: f.id, body })
+                            .await
+                            .unwrap()
+                    }
+                };
+                match req {
+                    Request::Hello => {
+                        send(Body::Reply(Reply::Hello {
+                            protocol: PROTOCOL_VERSION,
+                            agent_version: "fake".into(),
+                            boot_id: "b1".into(),
+                        }))
+                        .await
+                    }
+                    Request::Exec { req, .. } => {
+                        let slow = req.argv[0] == "slow";
+                        if slow {
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                        }
+                        for part in ["a", "b"] {
+                            send(Body::Event(Event::Output {
+                                stream: Stream::Stdout,
+                                data: format!("{}{part}", req.argv[0]).into_bytes(),
+                            }))
+                            .await;
+                        }
+                        send(Body::Reply(Reply::Exec {
+                            result: ExecResult {
+                                exit_code: Some(0),
+                                signal: None,
+                                stdout: vec![],
+                                stderr: vec![],
+                                timed_out: false,
+                                truncated: false,
+                                duration_ms: 1,
+                            },
+                        }))
+                        .await
+                    }
+                    Request::ReadFile { .. } => {
+                        send(Body::Reply(Reply::Error {
+                            code: "not_found".into(),
+                            message: "no such file".into(),
+                        }))
+                        .await
+                    }
+                    Request::Sync => {}
+                    _ => send(Body::Reply(Reply::Ok)).await,
+                }
+            });
+        }
+    }
+
+    fn exec(cmd: &str) -> Request {
+        Request::Exec {
+            req: ExecRequest {
+                argv: vec![cmd.into()],
+                env: Default::default(),
+                cwd: None,
+                timeout_ms: 1000,
+                stdin: None,
+            },
+            stream: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn demultiplexes_concurrent_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sock");
+        let l = tokio::net::UnixListener::bind(&path).unwrap();
+        tokio::spawn(fake_agent(l));
+        let a = AgentConn::connect(&path, Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert_eq!(a.hello(Duration::from_secs(2)).await.unwrap(), "b1");
+        let (tx1, mut rx1) = mpsc::channel(8);
+        let (tx2, mut rx2) = mpsc::channel(8);
+        let t = Duration::from_secs(2);
+        let (r1, r2) = tokio::join!(
+            a.request(exec("slow"), Some(tx1), t),
+            a.request(exec("fast"), Some(tx2), t)
+        );
+        assert!(matches!(r1.unwrap(), Reply::Exec { .. }));
+        assert!(matches!(r2.unwrap(), Reply::Exec { .. }));
+        let mut got1 = Vec::new();
+        while let Ok(c) = rx1.try_recv() {
+            got1.extend(c.data);
+        }
+        let mut got2 = Vec::new();
+        while let Ok(c) = rx2.try_recv() {
+            got2.extend(c.data);
+        }
+        assert_eq!(got1, b"slowaslowb");
+        assert_eq!(got2, b"fastafastb");
+        // Error replies keep their code.
+        let e = a
+            .request(
+                Request::ReadFile {
+                    path: "/x".into(),
+                    offset: 0,
+                    limit: 1,
+                },
+                None,
+                t,
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound);
+        // A request the agent never answers times out with a clear message.
+        let e = a
+            .request(Request::Sync, None, Duration::from_millis(200))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Timeout);
+        assert!(e.message.contains("did not answer sync"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn closed_channel_fails_pending_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sock");
+        let l = tokio::net::UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(async move {
+            let (s, _) = l.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            drop(s);
+        });
+        let a = AgentConn::connect(&path, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let e = a
+            .request(Request::Sync, None, Duration::from_secs(5))
+            .await
+            .unwrap_err();
+        assert!(e.message.contains("closed"), "{e}");
+        server.await.unwrap();
+        assert!(a.is_closed());
+    }
+}

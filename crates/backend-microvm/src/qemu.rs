@@ -1,0 +1,331 @@
+//! The QEMU command line and the QEMU process.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use stasis_core::{Error, Result};
+
+use crate::util;
+
+/// File names inside a sandbox directory (QEMU runs with that directory as cwd).
+pub const DISK: &str = "disk.qcow2";
+pub const BASE_DISK: &str = "base.qcow2";
+pub const CONSOLE_LOG: &str = "console.log";
+pub const QEMU_LOG: &str = "qemu.log";
+pub const AGENT_SOCK: &str = "agent.sock";
+pub const QMP_SOCK: &str = "qmp.sock";
+pub const PID_FILE: &str = "qemu.pid";
+pub const RAM_FILE: &str = "ram.bin";
+/// Prefix of QEMU's `-name`, which identifies our processes in /proc.
+pub const NAME_PREFIX: &str = "stasis-";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Accel {
+    Kvm,
+    Tcg,
+}
+
+impl Accel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            Accel::Tcg => "tcg",
+        }
+    }
+    /// The CPU model used with this accelerator. Under KVM, `-cpu host` alone
+    /// aborts on these nested hosts ("failed to set MSR 0x10a").
+    pub fn cpu(self) -> &'static str {
+        match self {
+            Accel::Kvm => "host,-arch-capabilities",
+            Accel::Tcg => "max",
+        }
+    }
+}
+
+/// Where guest RAM lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RamBacking {
+    /// Anonymous memory (QEMU's default).
+    Anonymous,
+    /// `memory-backend-file,share=on` on a file in the sandbox dir: a snapshot
+    /// with `x-ignore-shared` copies this file instead of streaming RAM.
+    SharedFile(PathBuf),
+    /// `memory-backend-file,share=off`: a private copy-on-write mapping of a
+    /// saved RAM file, shared in the page cache between forks.
+    PrivateFile(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub qemu: PathBuf,
+    /// Sandbox id (goes into `-name`).
+    pub name: String,
+    pub accel: Accel,
+    pub memory_mb: u64,
+    pub kernel: PathBuf,
+    pub initrd: PathBuf,
+    pub append: String,
+    /// `-incoming` URI; the VM then stays stopped (`-S`) until `cont`.
+    pub incoming: Option<String>,
+    pub ram: RamBacking,
+}
+
+pub const DEFAULT_APPEND: &str = "console=ttyS0 reboot=t panic=-1 quiet";
+
+impl Launch {
+    /// The argument vector (without the binary). Relative paths are inside the
+    /// sandbox directory, QEMU's working directory.
+    pub fn args(&self) -> Vec<String> {
+        let mut a: Vec<String> = Vec::new();
+        let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
+        let name = format!("{NAME_PREFIX}{}", self.name);
+        let machine = match self.ram {
+            RamBacking::Anonymous => "microvm,x-option-roms=off,isa-serial=on,rtc=on".to_string(),
+            _ => "microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem".to_string(),
+        };
+        push(&["-name", &name, "-M", &machine]);
+        push(&["-accel", self.accel.as_str(), "-cpu", self.accel.cpu()]);
+        let mem = format!("{}", self.memory_mb);
+        push(&["-m", &mem, "-smp", "1"]);
+        match &self.ram {
+            RamBacking::Anonymous => {}
+            RamBacking::SharedFile(p) | RamBacking::PrivateFile(p) => {
+                let share = if matches!(self.ram, RamBacking::SharedFile(_)) {
+                    "on"
+                } else {
+                    "off"
+                };
+                let obj = format!(
+                    "memory-backend-file,id=mem,size={}M,mem-path={},share={share}",
+                    self.memory_mb,
+                    p.display()
+                );
+                push(&["-object", &obj]);
+                // Both sides of a migration must agree on x-ignore-shared.
+                push(&["-global", "migration.x-ignore-shared=on"]);
+            }
+        }
+        push(&["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]);
+        let kernel = self.kernel.display().to_string();
+        let initrd = self.initrd.display().to_string();
+        push(&[
+            "-kernel",
+            &kernel,
+            "-initrd",
+            &initrd,
+            "-append",
+            &self.append,
+        ]);
+        let serial = format!("file:{CONSOLE_LOG}");
+        push(&["-serial", &serial]);
+        let drive = format!("id=root,file={DISK},format=qcow2,if=none");
+        push(&["-drive", &drive, "-device", "virtio-blk-device,drive=root"]);
+        push(&["-device", "virtio-serial-device"]);
+        let chardev = format!("socket,id=agent,path={AGENT_SOCK},server=on,wait=off");
+        push(&["-chardev", &chardev]);
+        let port = format!(
+            "virtserialport,chardev=agent,name={}",
+            stasis_agent_proto::PORT_NAME
+        );
+        push(&["-device", &port]);
+        let qmp = format!("unix:{QMP_SOCK},server=on,wait=off");
+        push(&["-qmp", &qmp]);
+        if let Some(uri) = &self.incoming {
+            push(&["-S", "-incoming", uri]);
+        }
+        a
+    }
+}
+
+/// A running (or exited) QEMU. Either our child, or a process found again
+/// through its pid file after a daemon restart.
+pub struct QemuProc {
+    pub pid: i32,
+    child: Option<Child>,
+    exited: bool,
+}
+
+impl QemuProc {
+    /// Start QEMU in `dir`, in its own session (it survives the daemon being
+    /// killed), stderr/stdout appended to `qemu.log`, pid written to `qemu.pid`.
+    pub fn spawn(launch: &Launch, dir: &Path) -> Result<QemuProc> {
+        for f in [AGENT_SOCK, QMP_SOCK, PID_FILE] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(QEMU_LOG))?;
+        let mut cmd = Command::new(&launch.qemu);
+        cmd.args(launch.args())
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::backend(format!("cannot start {}: {e}", launch.qemu.display())))?;
+        let pid = child.id() as i32;
+        std::fs::write(dir.join(PID_FILE), format!("{pid}\n"))?;
+        Ok(QemuProc {
+            pid,
+            child: Some(child),
+            exited: false,
+        })
+    }
+
+    /// Find a QEMU of this sandbox again from its pid file; `None` when there
+    /// is no such live process (a reused pid is recognized by `-name`).
+    pub fn adopt(dir: &Path, sandbox: &str) -> Option<QemuProc> {
+        let pid: i32 = std::fs::read_to_string(dir.join(PID_FILE))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        if !util::pid_alive(pid) || !is_our_qemu(pid, Some(sandbox)) {
+            return None;
+        }
+        Some(QemuProc {
+            pid,
+            child: None,
+            exited: false,
+        })
+    }
+
+    pub fn alive(&mut self) -> bool {
+        if self.exited {
+            return false;
+        }
+        let alive = match &mut self.child {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => util::pid_alive(self.pid),
+        };
+        if !alive {
+            self.exited = true;
+        }
+        alive
+    }
+
+    /// Wait until the process has exited; false on timeout.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.alive() {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
+    /// SIGKILL and reap. Idempotent.
+    pub async fn kill(&mut self) {
+        if !self.alive() {
+            return;
+        }
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+        if !self.wait_exit(Duration::from_secs(5)).await {
+            tracing::error!(pid = self.pid, "QEMU did not die after SIGKILL");
+        }
+    }
+}
+
+/// Is `pid` a QEMU started by this backend (for `sandbox`, when given)?
+pub fn is_our_qemu(pid: i32, sandbox: Option<&str>) -> bool {
+    sandbox_of(pid).is_some_and(|s| sandbox.is_none_or(|want| want == s))
+}
+
+/// The sandbox id in a QEMU process's `-name stasis-<id>`.
+pub fn sandbox_of(pid: i32) -> Option<String> {
+    let args = util::cmdline(pid);
+    let exe = args.first()?;
+    if !exe.contains("qemu-system") {
+        return None;
+    }
+    let i = args.iter().position(|a| a == "-name")?;
+    args.get(i + 1)?
+        .strip_prefix(NAME_PREFIX)
+        .map(|s| s.split(',').next().unwrap_or(s).to_string())
+}
+
+/// QEMU's version string ("7.2.22"), from `--version`.
+pub fn qemu_version(qemu: &Path) -> Option<String> {
+    let out = Command::new(qemu).arg("--version").output().ok()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    s.split_whitespace()
+        .skip_while(|w| *w != "version")
+        .nth(1)
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch() -> Launch {
+        Launch {
+            qemu: "/usr/bin/qemu-system-x86_64".into(),
+            name: "sb-1".into(),
+            accel: Accel::Tcg,
+            memory_mb: 256,
+            kernel: "/img/vmlinux".into(),
+            initrd: "/img/initrd.img".into(),
+            append: DEFAULT_APPEND.into(),
+            incoming: None,
+            ram: RamBacking::Anonymous,
+        }
+    }
+
+    #[test]
+    fn builds_the_agreed_command_line() {
+        let a = launch().args().join(" ");
+        let want = "-name stasis-sb-1 -M microvm,x-option-roms=off,isa-serial=on,rtc=on \
+            -accel tcg -cpu max -m 256 -smp 1 -nodefaults -no-user-config -nographic -no-reboot \
+            -kernel /img/vmlinux -initrd /img/initrd.img \
+            -append console=ttyS0 reboot=t panic=-1 quiet -serial file:console.log \
+            -drive id=root,file=disk.qcow2,format=qcow2,if=none -device virtio-blk-device,drive=root \
+            -device virtio-serial-device -chardev socket,id=agent,path=agent.sock,server=on,wait=off \
+            -device virtserialport,chardev=agent,name=org.stasis.agent.0 \
+            -qmp unix:qmp.sock,server=on,wait=off";
+        assert_eq!(a, want);
+    }
+
+    #[test]
+    fn incoming_and_kvm_and_ram_files() {
+        let mut l = launch();
+        l.accel = Accel::Kvm;
+        l.incoming = Some("exec:cat '/a/memory.state'".into());
+        l.ram = RamBacking::PrivateFile("/snap/memory.ram".into());
+        let a = l.args();
+        let s = a.join(" ");
+        assert!(s.contains("-accel kvm -cpu host,-arch-capabilities"), "{s}");
+        assert!(s.contains("memory-backend=mem"), "{s}");
+        assert!(
+            s.contains("memory-backend-file,id=mem,size=256M,mem-path=/snap/memory.ram,share=off"),
+            "{s}"
+        );
+        assert!(s.contains("migration.x-ignore-shared=on"), "{s}");
+        // -incoming's URI is one argument.
+        let i = a.iter().position(|x| x == "-incoming").unwrap();
+        assert_eq!(a[i + 1], "exec:cat '/a/memory.state'");
+        assert_eq!(a[i - 1], "-S");
+    }
+
+    #[test]
+    fn finds_no_qemu_in_ordinary_processes() {
+        assert_eq!(sandbox_of(std::process::id() as i32), None);
+    }
+}

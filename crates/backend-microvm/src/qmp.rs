@@ -1,0 +1,276 @@
+//! A minimal QMP client: one command in flight at a time, asynchronous events
+//! skipped (but remembered for diagnostics).
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+
+use stasis_core::{Error, Result};
+
+/// What one line from QEMU's QMP socket is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum QmpMessage {
+    Greeting(Value),
+    Return(Value),
+    Error { class: String, desc: String },
+    Event { name: String, data: Value },
+}
+
+/// Parse one QMP line.
+pub fn parse_line(line: &str) -> Result<QmpMessage> {
+    let v: Value = serde_json::from_str(line.trim())
+        .map_err(|e| Error::backend(format!("QMP: undecodable line {line:?}: {e}")))?;
+    if let Some(g) = v.get("QMP") {
+        return Ok(QmpMessage::Greeting(g.clone()));
+    }
+    if let Some(r) = v.get("return") {
+        return Ok(QmpMessage::Return(r.clone()));
+    }
+    if let Some(e) = v.get("error") {
+        return Ok(QmpMessage::Error {
+            class: e
+                .get("class")
+                .and_then(Value::as_str)
+                .unwrap_or("GenericError")
+                .to_string(),
+            desc: e
+                .get("desc")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+        });
+    }
+    if let Some(name) = v.get("event").and_then(Value::as_str) {
+        return Ok(QmpMessage::Event {
+            name: name.to_string(),
+            data: v.get("data").cloned().unwrap_or(Value::Null),
+        });
+    }
+    Err(Error::backend(format!("QMP: unexpected message {line:?}")))
+}
+
+/// Status of an outgoing or incoming migration, from `query-migrate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigrationStatus {
+    /// No migration has run (`{}` reply).
+    None,
+    /// setup / active / device / pre-switchover / ...: still running.
+    Active(String),
+    Completed,
+    Failed(String),
+    Cancelled,
+}
+
+pub fn parse_migration_status(v: &Value) -> MigrationStatus {
+    match v.get("status").and_then(Value::as_str) {
+        None => MigrationStatus::None,
+        Some("completed") => MigrationStatus::Completed,
+        Some("failed") => MigrationStatus::Failed(
+            v.get("error-desc")
+                .and_then(Value::as_str)
+                .unwrap_or("migration failed")
+                .to_string(),
+        ),
+        Some("cancelled") | Some("cancelling") => MigrationStatus::Cancelled,
+        Some(other) => MigrationStatus::Active(other.to_string()),
+    }
+}
+
+/// Quote a path for the `/bin/sh -c` that QEMU's `exec:` migration URI runs.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+pub struct Qmp {
+    reader: BufReader<OwnedReadHalf>,
+    writer: OwnedWriteHalf,
+    /// Events seen while waiting for replies (newest last, bounded).
+    pub events: Vec<(String, Value)>,
+    timeout: Duration,
+}
+
+impl Qmp {
+    /// Connect to a QMP socket (retrying until `connect_timeout` while QEMU
+    /// creates it), read the greeting and negotiate capabilities.
+    pub async fn connect(path: &Path, connect_timeout: Duration, timeout: Duration) -> Result<Qmp> {
+        let stream = crate::util::connect_unix_retry(path, connect_timeout)
+            .await
+            .map_err(|e| e.context("QMP connect"))?;
+        let (r, w) = stream.into_split();
+        let mut q = Qmp {
+            reader: BufReader::new(r),
+            writer: w,
+            events: Vec::new(),
+            timeout,
+        };
+        match q.read_message().await? {
+            QmpMessage::Greeting(_) => {}
+            other => {
+                return Err(Error::backend(format!(
+                    "QMP: expected greeting, got {other:?}"
+                )))
+            }
+        }
+        q.execute("qmp_capabilities", None).await?;
+        Ok(q)
+    }
+
+    async fn read_message(&mut self) -> Result<QmpMessage> {
+        let mut line = String::new();
+        let n = tokio::time::timeout(self.timeout, self.reader.read_line(&mut line))
+            .await
+            .map_err(|_| Error::timeout("QMP: QEMU did not answer in time"))?
+            .map_err(|e| Error::backend(format!("QMP read: {e}")))?;
+        if n == 0 {
+            return Err(Error::backend("QMP: QEMU closed the monitor socket"));
+        }
+        parse_line(&line)
+    }
+
+    /// Run one command; `Err` carries QEMU's error class and description.
+    pub async fn execute(&mut self, cmd: &str, args: Option<Value>) -> Result<Value> {
+        let mut msg = json!({ "execute": cmd });
+        if let Some(a) = args {
+            msg["arguments"] = a;
+        }
+        let mut line = serde_json::to_vec(&msg)?;
+        line.push(b'\n');
+        self.writer
+            .write_all(&line)
+            .await
+            .map_err(|e| Error::backend(format!("QMP write ({cmd}): {e}")))?;
+        loop {
+            match self.read_message().await.map_err(|e| e.context(cmd))? {
+                QmpMessage::Return(v) => return Ok(v),
+                QmpMessage::Error { class, desc } => {
+                    return Err(Error::backend(format!("QMP {cmd}: {class}: {desc}")))
+                }
+                QmpMessage::Event { name, data } => {
+                    if self.events.len() >= 64 {
+                        self.events.remove(0);
+                    }
+                    self.events.push((name, data));
+                }
+                QmpMessage::Greeting(_) => {}
+            }
+        }
+    }
+
+    pub async fn query_migrate(&mut self) -> Result<MigrationStatus> {
+        let v = self.execute("query-migrate", None).await?;
+        Ok(parse_migration_status(&v))
+    }
+
+    /// `query-status`'s `status` field ("running", "paused", "inmigrate", "postmigrate", ...).
+    pub async fn run_state(&mut self) -> Result<String> {
+        let v = self.execute("query-status", None).await?;
+        Ok(v.get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_qmp_messages() {
+        let g = r#"{"QMP": {"version": {"qemu": {"micro": 22, "minor": 2, "major": 7}, "package": "Debian"}, "capabilities": ["oob"]}}"#;
+        assert!(matches!(parse_line(g).unwrap(), QmpMessage::Greeting(_)));
+        assert_eq!(
+            parse_line(r#"{"return": {}}"#).unwrap(),
+            QmpMessage::Return(json!({}))
+        );
+        assert_eq!(
+            parse_line(r#"{"error": {"class": "GenericError", "desc": "no"}}"#).unwrap(),
+            QmpMessage::Error {
+                class: "GenericError".into(),
+                desc: "no".into()
+            }
+        );
+        let ev = r#"{"timestamp": {"seconds": 1, "microseconds": 2}, "event": "STOP"}"#;
+        assert_eq!(
+            parse_line(ev).unwrap(),
+            QmpMessage::Event {
+                name: "STOP".into(),
+                data: Value::Null
+            }
+        );
+        assert!(parse_line("not json").is_err());
+        assert!(parse_line(r#"{"what": 1}"#).is_err());
+    }
+
+    #[test]
+    fn parses_migration_status() {
+        assert_eq!(parse_migration_status(&json!({})), MigrationStatus::None);
+        assert_eq!(
+            parse_migration_status(&json!({"status": "active", "ram": {}})),
+            MigrationStatus::Active("active".into())
+        );
+        assert_eq!(
+            parse_migration_status(&json!({"status": "completed"})),
+            MigrationStatus::Completed
+        );
+        assert_eq!(
+            parse_migration_status(&json!({"status": "failed", "error-desc": "boom"})),
+            MigrationStatus::Failed("boom".into())
+        );
+        assert_eq!(
+            parse_migration_status(&json!({"status": "cancelled"})),
+            MigrationStatus::Cancelled
+        );
+    }
+
+    #[test]
+    fn quotes_for_shell() {
+        assert_eq!(shell_quote("/a b/c"), "'/a b/c'");
+        assert_eq!(shell_quote("it's"), "'it'\\''s'");
+    }
+
+    #[tokio::test]
+    async fn talks_to_a_fake_qmp_server() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qmp.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            s.write_all(b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\r\n")
+                .await
+                .unwrap();
+            let mut buf = vec![0u8; 4096];
+            let mut seen = String::new();
+            // qmp_capabilities
+            let n = s.read(&mut buf).await.unwrap();
+            seen.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+            s.write_all(b"{\"return\": {}}\r\n").await.unwrap();
+            // query-migrate: an event first, then the reply
+            let n = s.read(&mut buf).await.unwrap();
+            seen.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+            s.write_all(b"{\"event\": \"STOP\", \"timestamp\": {}}\r\n{\"return\": {\"status\": \"completed\"}}\r\n")
+                .await
+                .unwrap();
+            // bad command
+            let n = s.read(&mut buf).await.unwrap();
+            seen.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+            s.write_all(b"{\"error\": {\"class\": \"CommandNotFound\", \"desc\": \"The command nope has not been found\"}}\r\n")
+                .await
+                .unwrap();
+            seen
+        });
+        let mut q = Qmp::connect(&path, Duration::from_secs(2), Duration::from_secs(2))
+            .await
+            .unwrap();
+        assert_eq!(q.query_migrate().await.unwrap(), MigrationStatus::Completed);
+        assert_eq!(q.events.len(), 1);
+        let e = q.execute("nope", None).await.unwrap_err();
+        assert!(e.message.contains("CommandNotFound"), "{e}");
+        let seen = server.await.unwrap();
+        assert!(seen.contains("\"execute\":\"qmp_capabilities\""), "{seen}");
+        assert!(seen.contains("\"execute\":\"query-migrate\""), "{seen}");
+    }
+}

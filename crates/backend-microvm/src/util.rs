@@ -1,0 +1,191 @@
+//! Small host helpers: unix sockets with long paths, /proc readers, files.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::net::UnixStream;
+
+use stasis_core::{Error, Result};
+
+/// `sun_path` holds 108 bytes; longer socket paths are reached through
+/// `/proc/self/fd/<dirfd>/<name>` with the directory held open.
+const SUN_PATH_MAX: usize = 107;
+
+pub async fn connect_unix(path: &Path) -> std::io::Result<UnixStream> {
+    if path.as_os_str().len() <= SUN_PATH_MAX {
+        return UnixStream::connect(path).await;
+    }
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().unwrap_or_default();
+    let d = std::fs::File::open(dir)?;
+    use std::os::fd::AsRawFd;
+    let short = PathBuf::from(format!("/proc/self/fd/{}", d.as_raw_fd())).join(name);
+    let s = UnixStream::connect(&short).await;
+    drop(d);
+    s
+}
+
+/// Connect, retrying while the socket does not exist yet or refuses.
+pub async fn connect_unix_retry(path: &Path, timeout: Duration) -> Result<UnixStream> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match connect_unix(path).await {
+            Ok(s) => return Ok(s),
+            Err(e) => {
+                if Instant::now() >= deadline {
+                    return Err(Error::backend(format!(
+                        "cannot connect to {}: {e}",
+                        path.display()
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
+}
+
+/// Fields of /proc/<pid>/stat after the command name.
+fn stat_fields(pid: i32) -> Option<Vec<String>> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let close = s.rfind(')')?;
+    Some(
+        s[close + 1..]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// The process exists and is not a zombie.
+pub fn pid_alive(pid: i32) -> bool {
+    match stat_fields(pid) {
+        Some(f) => f.first().map(|s| s != "Z" && s != "X").unwrap_or(false),
+        None => false,
+    }
+}
+
+/// utime + stime of a process, in ns.
+pub fn cpu_ns(pid: i32) -> u64 {
+    let Some(f) = stat_fields(pid) else { return 0 };
+    // After ")": state(0) ppid(1) ... utime is field 14 overall -> index 11 here.
+    let ticks: u64 = f.get(11).and_then(|s| s.parse().ok()).unwrap_or(0)
+        + f.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * (1_000_000_000 / hz)
+}
+
+/// Resident set size in bytes (VmRSS).
+pub fn rss_bytes(pid: i32) -> u64 {
+    status_kb(&format!("/proc/{pid}/status"), "VmRSS:") * 1024
+}
+
+/// Proportional set size in bytes (shared pages divided among their users).
+pub fn pss_bytes(pid: i32) -> u64 {
+    status_kb(&format!("/proc/{pid}/smaps_rollup"), "Pss:") * 1024
+}
+
+fn status_kb(file: &str, key: &str) -> u64 {
+    std::fs::read_to_string(file)
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+pub fn cmdline(pid: i32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+pub fn cwd(pid: i32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/cwd")).ok()
+}
+
+pub fn all_pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Hard link `src` to `dst` (replacing `dst`), falling back to a copy across
+/// filesystems.
+pub fn link_or_copy(src: &Path, dst: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(dst);
+    if std::fs::hard_link(src, dst).is_ok() {
+        return Ok(());
+    }
+    std::fs::copy(src, dst)
+        .map_err(|e| Error::backend(format!("copy {} -> {}: {e}", src.display(), dst.display())))?;
+    Ok(())
+}
+
+/// Move `src` to `dst`, copying across filesystems.
+pub fn move_file(src: &Path, dst: &Path) -> Result<()> {
+    if std::fs::rename(src, dst).is_ok() {
+        return Ok(());
+    }
+    std::fs::copy(src, dst)
+        .map_err(|e| Error::backend(format!("move {} -> {}: {e}", src.display(), dst.display())))?;
+    std::fs::remove_file(src)?;
+    Ok(())
+}
+
+/// The last `max` bytes of a log file, for error messages.
+pub fn log_tail(path: &Path, max: usize) -> String {
+    let s = std::fs::read(path).unwrap_or_default();
+    let start = s.len().saturating_sub(max);
+    String::from_utf8_lossy(&s[start..]).trim().to_string()
+}
+
+pub fn now_unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_own_process() {
+        let me = std::process::id() as i32;
+        assert!(pid_alive(me));
+        assert!(rss_bytes(me) > 0);
+        assert!(!cmdline(me).is_empty());
+        assert!(cwd(me).is_some());
+        assert!(!pid_alive(i32::MAX));
+        assert_eq!(rss_bytes(i32::MAX), 0);
+    }
+
+    #[tokio::test]
+    async fn long_socket_paths_connect() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("d".repeat(60)).join("e".repeat(60));
+        std::fs::create_dir_all(&deep).unwrap();
+        let sock = deep.join("agent.sock");
+        assert!(sock.as_os_str().len() > SUN_PATH_MAX);
+        // bind through the same /proc trick
+        let d = std::fs::File::open(&deep).unwrap();
+        use std::os::fd::AsRawFd;
+        let short = PathBuf::from(format!("/proc/self/fd/{}", d.as_raw_fd())).join("agent.sock");
+        let l = tokio::net::UnixListener::bind(&short).unwrap();
+        let c = connect_unix(&sock).await;
+        assert!(c.is_ok(), "{c:?}");
+        drop(l);
+    }
+}

@@ -1,0 +1,457 @@
+//! Real microVM tests. They need a built guest image: set `STASIS_IMAGE_DIR`
+//! to its directory (the one holding vmlinux, initrd.img, rootfs.qcow2,
+//! image.json). Without it they print that they did not run and pass.
+//!
+//! Everything runs in one sequential test (TCG boots take seconds; two
+//! cores): the mid-execution pause/resume claim, clock after resume, fork of
+//! two from one snapshot, corrupt/truncated memory state, an unanswering
+//! guest. Figures are printed with `--nocapture`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use stasis_backend::{ArtifactKind, Backend, SandboxSpec};
+use stasis_backend_microvm::{qemu, AccelChoice, MicrovmBackend, MicrovmConfig, SnapshotMeta};
+use stasis_core::{ErrorCode, ExecRequest, Manifest, SandboxId, SessionSpec};
+
+fn image_dir() -> Option<PathBuf> {
+    match std::env::var_os("STASIS_IMAGE_DIR") {
+        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
+        _ => {
+            eprintln!("STASIS_IMAGE_DIR not set: microVM tests NOT RUN");
+            None
+        }
+    }
+}
+
+fn backend(img: &Path, agent_timeout: Duration) -> MicrovmBackend {
+    let mut c = MicrovmConfig::new(img.parent().unwrap());
+    c.accel = AccelChoice::Tcg;
+    c.agent_timeout = agent_timeout;
+    c.boot_timeout = Duration::from_secs(120);
+    MicrovmBackend::new(c)
+}
+
+fn spec(root: &Path, img: &Path) -> SandboxSpec {
+    let id = SandboxId::generate();
+    let dir = root.join(id.as_str());
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = Manifest {
+        image: Some(img.display().to_string()),
+        ..Default::default()
+    };
+    SandboxSpec { id, manifest, dir }
+}
+
+async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
+    let r = b
+        .exec(
+            id,
+            ExecRequest {
+                argv: vec!["sh".into(), "-c".into(), cmd.into()],
+                env: Default::default(),
+                cwd: None,
+                timeout_ms: 20_000,
+                stdin: None,
+            },
+            None,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("exec {cmd:?}: {e}"));
+    assert_eq!(
+        r.exit_code,
+        Some(0),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+fn qemus_of(id: &SandboxId) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .filter(|pid| {
+            stasis_backend_microvm::util::pid_alive(*pid)
+                && qemu::sandbox_of(*pid).as_deref() == Some(id.as_str())
+        })
+        .collect()
+}
+
+/// Read a session's output until `want` shows up.
+async fn session_until(
+    b: &MicrovmBackend,
+    id: &SandboxId,
+    s: &str,
+    from: u64,
+    want: &str,
+) -> (String, u64) {
+    let mut off = from;
+    let mut acc = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let o = b
+            .session_read(id, s, off, Duration::from_millis(500))
+            .await
+            .unwrap();
+        acc.push_str(&String::from_utf8_lossy(&o.data));
+        off = o.next_offset;
+        if acc.contains(want) {
+            return (acc, off);
+        }
+    }
+    panic!("session {s} never printed {want:?}; got {acc:?}");
+}
+
+fn counter_values(s: &str) -> Vec<u64> {
+    s.lines().filter_map(|l| l.trim().parse().ok()).collect()
+}
+
+fn assert_counts_up(vals: &[u64]) {
+    assert!(!vals.is_empty());
+    for (i, v) in vals.iter().enumerate() {
+        assert_eq!(*v, i as u64 + 1, "counter restarted or skipped: {vals:?}");
+    }
+}
+
+async fn guest_skew_ms(b: &MicrovmBackend, id: &SandboxId) -> i64 {
+    let out = sh(b, id, "date +%s%N").await;
+    let host = stasis_backend_microvm::util::now_unix_nanos() as i128;
+    let guest: i128 = out.trim().parse().expect("date +%s%N");
+    ((host - guest) / 1_000_000) as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microvm_pause_resume_fork_and_bad_input() {
+    let Some(img) = image_dir() else { return };
+    let python = std::env::var("STASIS_TEST_NO_PYTHON").is_err();
+    let root = tempfile::tempdir().unwrap();
+    let b = backend(&img, Duration::from_secs(30));
+
+    // ---- cold create
+    let a = spec(root.path(), &img);
+    let t = Instant::now();
+    b.create(&a).await.expect("create");
+    let hello = sh(&b, &a.id, "echo hello").await;
+    let cold_ms = t.elapsed().as_millis();
+    assert_eq!(hello.trim(), "hello");
+    eprintln!("FIGURE cold create to first exec: {cold_ms} ms");
+
+    // ---- a counter loop and an interpreter with a variable
+    let counter = b
+        .session_start(
+            &a.id,
+            SessionSpec {
+                argv: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "i=0; while :; do i=$((i+1)); echo $i >> /tmp/counter; sleep 0.1; done".into(),
+                ],
+                env: Default::default(),
+                cwd: None,
+            },
+        )
+        .await
+        .expect("counter session");
+    let interp = if python {
+        b.session_start(
+            &a.id,
+            SessionSpec {
+                argv: vec!["python3".into(), "-u".into(), "-i".into(), "-q".into()],
+                env: Default::default(),
+                cwd: None,
+            },
+        )
+        .await
+        .expect("python session")
+    } else {
+        b.session_start(
+            &a.id,
+            SessionSpec {
+                argv: vec!["sh".into()],
+                env: Default::default(),
+                cwd: None,
+            },
+        )
+        .await
+        .expect("sh session")
+    };
+    let set = if python {
+        "x = 41\nprint('set', x)\n"
+    } else {
+        "x=41; echo set $x\n"
+    };
+    b.session_write(&a.id, &interp.id, set.as_bytes())
+        .await
+        .unwrap();
+    let (_, off) = session_until(&b, &a.id, &interp.id, 0, "set 41").await;
+    b.write_file(
+        &a.id,
+        "/workspace/before.txt",
+        b"written before pause",
+        None,
+    )
+    .await
+    .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let before = counter_values(&sh(&b, &a.id, "cat /tmp/counter").await);
+    assert_counts_up(&before);
+
+    // ---- pause with memory: no QEMU left
+    let pid = b.qemu_pid(&a.id).unwrap();
+    let p1 = root.path().join("pause1");
+    std::fs::create_dir(&p1).unwrap();
+    let t = Instant::now();
+    let arts = b.pause(&a.id, &p1, true).await.expect("pause");
+    let pause_ms = t.elapsed().as_millis();
+    assert!(
+        !stasis_backend_microvm::util::pid_alive(pid),
+        "QEMU still alive after pause"
+    );
+    assert!(qemus_of(&a.id).is_empty(), "QEMU process left after pause");
+    assert_eq!(b.usage(&a.id).await.unwrap().rss_bytes, 0);
+    let mem = arts
+        .iter()
+        .find(|x| x.kind == ArtifactKind::Memory)
+        .unwrap();
+    eprintln!(
+        "FIGURE pause: {pause_ms} ms, memory.state {} bytes, artifacts {:?}",
+        mem.size,
+        arts.iter().map(|a| (&a.name, a.size)).collect::<Vec<_>>()
+    );
+
+    // ---- paused for a few seconds, then resume
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let t = Instant::now();
+    b.resume(&a, &p1).await.expect("resume");
+    let first = sh(&b, &a.id, "cat /tmp/counter").await;
+    let resume_ms = t.elapsed().as_millis();
+    eprintln!("FIGURE resume to first exec: {resume_ms} ms");
+    let skew = guest_skew_ms(&b, &a.id).await;
+    eprintln!("FIGURE guest clock skew after resume: {skew} ms");
+    assert!(
+        skew.abs() < 1000,
+        "guest clock off by {skew} ms after resume"
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let after = counter_values(&sh(&b, &a.id, "cat /tmp/counter").await);
+    assert_counts_up(&after);
+    assert!(counter_values(&first).len() >= before.len());
+    assert!(
+        after.len() > before.len() + 3,
+        "counter did not continue: before {} after {}",
+        before.len(),
+        after.len()
+    );
+    // The sessions are listed with the same ids, the variable is intact.
+    let ids: Vec<String> = b
+        .session_list(&a.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.id)
+        .collect();
+    assert!(
+        ids.contains(&counter.id) && ids.contains(&interp.id),
+        "{ids:?}"
+    );
+    let get = if python {
+        "print('got', x + 1)\n"
+    } else {
+        "echo got $((x+1))\n"
+    };
+    b.session_write(&a.id, &interp.id, get.as_bytes())
+        .await
+        .unwrap();
+    session_until(&b, &a.id, &interp.id, off, "got 42").await;
+    assert_eq!(
+        b.read_file(&a.id, "/workspace/before.txt", 1024)
+            .await
+            .unwrap(),
+        b"written before pause"
+    );
+
+    // ---- snapshot (source keeps running), fork 2
+    let snap = root.path().join("snap");
+    std::fs::create_dir(&snap).unwrap();
+    b.write_file(&a.id, "/workspace/at-snapshot.txt", b"snap", None)
+        .await
+        .unwrap();
+    let t = Instant::now();
+    b.snapshot(&a.id, &snap).await.expect("snapshot");
+    eprintln!("FIGURE snapshot: {} ms", t.elapsed().as_millis());
+    sh(&b, &a.id, "echo source-after > /workspace/source.txt").await;
+
+    let c1 = spec(root.path(), &img);
+    let c2 = spec(root.path(), &img);
+    let t = Instant::now();
+    b.restore(&c1, &snap).await.expect("restore 1");
+    b.restore(&c2, &snap).await.expect("restore 2");
+    eprintln!("FIGURE restore x2: {} ms", t.elapsed().as_millis());
+    for (c, tag) in [(&c1, "one"), (&c2, "two")] {
+        sh(
+            &b,
+            &c.id,
+            &format!("echo {tag} > /workspace/child-{tag}.txt"),
+        )
+        .await;
+    }
+    for (c, mine, other) in [(&c1, "one", "two"), (&c2, "two", "one")] {
+        let ls = sh(&b, &c.id, "ls /workspace").await;
+        assert!(ls.contains(&format!("child-{mine}.txt")), "{ls}");
+        assert!(!ls.contains(&format!("child-{other}.txt")), "{ls}");
+        assert!(ls.contains("at-snapshot.txt"), "{ls}");
+        assert!(!ls.contains("source.txt"), "{ls}");
+        // The counter runs on in each child, from the snapshot's value.
+        let v = counter_values(&sh(&b, &c.id, "cat /tmp/counter").await);
+        assert_counts_up(&v);
+        let host = sh(&b, &c.id, "hostname").await;
+        assert_eq!(host.trim(), c.id.as_str());
+        let skew = guest_skew_ms(&b, &c.id).await;
+        assert!(skew.abs() < 1000, "child clock off by {skew} ms");
+    }
+    let ls = sh(&b, &a.id, "ls /workspace").await;
+    assert!(!ls.contains("child-"), "{ls}");
+    // The python variable is in each fork, and they diverge.
+    if python {
+        b.session_write(&c1.id, &interp.id, b"x = 1000\nprint('c1', x)\n")
+            .await
+            .unwrap();
+        session_until(&b, &c1.id, &interp.id, off, "c1 1000").await;
+        b.session_write(&c2.id, &interp.id, b"print('c2', x)\n")
+            .await
+            .unwrap();
+        session_until(&b, &c2.id, &interp.id, off, "c2 41").await;
+    }
+    let rss: Vec<u64> = [&a, &c1, &c2]
+        .iter()
+        .map(|s| futures_rss(&b, &s.id))
+        .collect();
+    eprintln!(
+        "FIGURE RSS source/fork1/fork2 (MiB): {:?}",
+        rss.iter().map(|r| r >> 20).collect::<Vec<_>>()
+    );
+
+    // ---- a second pause/resume cycle of a restored sandbox (disk chain flattened)
+    let p2 = root.path().join("pause-c1");
+    std::fs::create_dir(&p2).unwrap();
+    b.pause(&c1.id, &p2, true).await.expect("pause child");
+    b.resume(&c1, &p2).await.expect("resume child");
+    let ls = sh(
+        &b,
+        &c1.id,
+        "cat /workspace/child-one.txt /workspace/at-snapshot.txt",
+    )
+    .await;
+    assert_eq!(ls, "one\nsnap");
+
+    // ---- bad input: corrupt and truncated memory.state
+    let bad = root.path().join("bad");
+    copy_dir(&snap, &bad);
+    let state = bad.join("memory.state");
+    let mut data = std::fs::read(&state).unwrap();
+    let mid = data.len() / 2;
+    for x in &mut data[mid..mid + 4096] {
+        *x ^= 0x5a;
+    }
+    std::fs::write(&state, &data).unwrap();
+    let d = spec(root.path(), &img);
+    let e = b.restore(&d, &bad).await.unwrap_err();
+    eprintln!("corrupt state: {e}");
+    assert_eq!(e.code, ErrorCode::IntegrityError, "{e}");
+    assert!(e.message.contains("corrupt"), "{e}");
+    assert!(qemus_of(&d.id).is_empty());
+    // Truncated, with meta.json made to agree: QEMU itself refuses it.
+    let good = std::fs::read(snap.join("memory.state")).unwrap();
+    let cut = &good[..good.len() / 3];
+    std::fs::write(&state, cut).unwrap();
+    let mut meta: SnapshotMeta =
+        serde_json::from_slice(&std::fs::read(bad.join("meta.json")).unwrap()).unwrap();
+    meta.memory_state_blake3 = Some(blake3::hash(cut).to_hex().to_string());
+    meta.memory_state_bytes = cut.len() as u64;
+    std::fs::write(bad.join("meta.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
+    let t = Instant::now();
+    let e = b.restore(&d, &bad).await.unwrap_err();
+    eprintln!("truncated state ({} ms): {e}", t.elapsed().as_millis());
+    assert_eq!(e.code, ErrorCode::BackendError, "{e}");
+    assert!(e.message.contains("memory state refused"), "{e}");
+    assert!(qemus_of(&d.id).is_empty());
+    // The good snapshot is untouched and still restores.
+    let d2 = spec(root.path(), &img);
+    b.restore(&d2, &snap)
+        .await
+        .expect("good snapshot restores after bad ones");
+    b.destroy(&d2.id, &d2.dir).await.unwrap();
+
+    // ---- a guest that does not answer: sandbox failed, QEMU killed
+    let short = backend(&img, Duration::from_secs(2));
+    let f = spec(root.path(), &img);
+    short
+        .resume(&f, &p2)
+        .await
+        .expect("resume into a short-timeout backend");
+    let fpid = short.qemu_pid(&f.id).unwrap();
+    unsafe { libc::kill(fpid, libc::SIGSTOP) };
+    let e = short
+        .exec(
+            &f.id,
+            ExecRequest {
+                argv: vec!["true".into()],
+                env: Default::default(),
+                cwd: None,
+                timeout_ms: 1000,
+                stdin: None,
+            },
+            None,
+        )
+        .await
+        .unwrap_err();
+    eprintln!("unanswering guest: {e}");
+    assert!(e.message.contains("did not answer"), "{e}");
+    assert!(qemus_of(&f.id).is_empty(), "QEMU not killed");
+    let e = short.read_file(&f.id, "/x", 1).await.unwrap_err();
+    assert!(e.message.contains("failed"), "{e}");
+    short.destroy(&f.id, &f.dir).await.unwrap();
+
+    // ---- recover: a new backend instance (daemon restart) reattaches
+    let b2 = backend(&img, Duration::from_secs(30));
+    assert_eq!(
+        b2.recover(&a).await.unwrap(),
+        stasis_backend::Recovered::Running
+    );
+    assert_eq!(
+        sh(&b2, &a.id, "cat /workspace/source.txt").await,
+        "source-after\n"
+    );
+    assert!(b2.usage(&a.id).await.unwrap().rss_bytes > 0);
+    // orphan cleanup kills the QEMUs nobody claims
+    b2.cleanup_orphans(std::slice::from_ref(&a.id))
+        .await
+        .unwrap();
+    assert!(!qemus_of(&a.id).is_empty());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        qemus_of(&c1.id).is_empty() && qemus_of(&c2.id).is_empty(),
+        "orphans left"
+    );
+
+    for s in [&a, &c1, &c2] {
+        b.destroy(&s.id, &s.dir).await.unwrap();
+        b2.destroy(&s.id, &s.dir).await.unwrap();
+        assert!(qemus_of(&s.id).is_empty());
+    }
+}
+
+fn futures_rss(b: &MicrovmBackend, id: &SandboxId) -> u64 {
+    b.qemu_pid(id)
+        .map(stasis_backend_microvm::util::rss_bytes)
+        .unwrap_or(0)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
