@@ -1,0 +1,246 @@
+//! Persistent processes (`python3 -i -u`, `sh`, servers): the agent keeps
+//! their stdin pipe and a capped buffer of their combined stdout+stderr,
+//! addressed by byte offsets that only grow. All of it lives in guest memory,
+//! so it survives a pause/resume of the VM unchanged.
+
+use crate::exec::{command, scrub_env};
+use crate::reaper::{self, lock, Exit, ExitSlot};
+use crate::AgentError;
+use stasis_core::{SessionInfo, SessionOutput, SessionSpec};
+use std::collections::{BTreeMap, VecDeque};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::process::{ChildStdin, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// Output kept per session; older bytes are dropped (reads then start later).
+pub const SESSION_BUFFER: usize = 8 * 1024 * 1024;
+/// Largest window one SessionRead returns.
+pub const READ_LIMIT: usize = 4 * 1024 * 1024;
+/// Longest a SessionRead may wait.
+pub const MAX_WAIT: Duration = Duration::from_secs(300);
+
+struct Output {
+    data: VecDeque<u8>,
+    /// Offset of data[0].
+    start: u64,
+    eof: bool,
+    exit: Option<Exit>,
+}
+
+impl Output {
+    fn end(&self) -> u64 {
+        self.start + self.data.len() as u64
+    }
+}
+
+pub struct Session {
+    id: String,
+    argv: Vec<String>,
+    started_at_ms: i64,
+    pid: i32,
+    stdin: Mutex<Option<ChildStdin>>,
+    out: Mutex<Output>,
+    cv: Condvar,
+    slot: Arc<ExitSlot>,
+}
+
+impl Session {
+    fn info(&self) -> SessionInfo {
+        let o = lock(&self.out);
+        SessionInfo {
+            id: self.id.clone(),
+            argv: self.argv.clone(),
+            running: o.exit.is_none(),
+            exit_code: o.exit.and_then(exit_code),
+            started_at_ms: self.started_at_ms,
+            output_end: o.end(),
+        }
+    }
+}
+
+/// Exit status as reported to the host: the code, or 128+signal like a shell.
+fn exit_code(e: Exit) -> Option<i32> {
+    Some(match e {
+        Exit::Code(c) => c,
+        Exit::Signal(s) => 128 + s,
+    })
+}
+
+#[derive(Default)]
+pub struct Sessions {
+    map: Mutex<BTreeMap<String, Arc<Session>>>,
+    counter: AtomicU64,
+}
+
+impl Sessions {
+    pub fn start(&self, spec: SessionSpec) -> Result<SessionInfo, AgentError> {
+        let SessionSpec { argv, env, cwd } = spec;
+        let built = command(&argv, &env, cwd.as_deref());
+        scrub_env(env);
+        let mut cmd = built?;
+        // One pipe for stdout and stderr keeps their relative order.
+        let mut fds = [0i32; 2];
+        // SAFETY: valid 2-int array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+            return Err(AgentError::internal(format!(
+                "pipe: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: fresh descriptors owned here.
+        let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let wr2 = wr
+            .try_clone()
+            .map_err(|e| AgentError::internal(format!("dup: {e}")))?;
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::from(wr))
+            .stderr(Stdio::from(wr2));
+        let (mut child, slot) = reaper::spawn(&mut cmd)
+            .map_err(|e| AgentError::internal(format!("spawn {}: {e}", argv[0])))?;
+        // Drop our copies of the write end (held by `cmd`) so EOF can happen.
+        drop(cmd);
+        let n = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
+        let id = format!("s{n}-{}", crate::random_hex(3));
+        let sess = Arc::new(Session {
+            id: id.clone(),
+            argv,
+            started_at_ms: stasis_core::now_ms(),
+            pid: child.id() as i32,
+            stdin: Mutex::new(child.stdin.take()),
+            out: Mutex::new(Output {
+                data: VecDeque::new(),
+                start: 0,
+                eof: false,
+                exit: None,
+            }),
+            cv: Condvar::new(),
+            slot,
+        });
+        let s = sess.clone();
+        std::thread::Builder::new()
+            .name(format!("{id}-out"))
+            .spawn(move || pump(s, File::from(rd)))
+            .map_err(|e| AgentError::internal(format!("thread: {e}")))?;
+        let s = sess.clone();
+        std::thread::Builder::new()
+            .name(format!("{id}-wait"))
+            .spawn(move || {
+                let e = s.slot.wait(None);
+                lock(&s.out).exit = e;
+                s.cv.notify_all();
+            })
+            .map_err(|e| AgentError::internal(format!("thread: {e}")))?;
+        let info = sess.info();
+        lock(&self.map).insert(id, sess);
+        Ok(info)
+    }
+
+    fn get(&self, id: &str) -> Result<Arc<Session>, AgentError> {
+        lock(&self.map)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| AgentError::not_found(format!("no session {id}")))
+    }
+
+    pub fn write(&self, id: &str, data: &[u8]) -> Result<(), AgentError> {
+        let s = self.get(id)?;
+        let mut g = lock(&s.stdin);
+        let Some(w) = g.as_mut() else {
+            return Err(AgentError::new(
+                "invalid_state",
+                format!("session {id} stdin is closed"),
+            ));
+        };
+        if let Err(e) = w.write_all(data).and_then(|_| w.flush()) {
+            *g = None;
+            return Err(AgentError::new(
+                "invalid_state",
+                format!("session {id} stdin: {e}"),
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn read(&self, id: &str, offset: u64, wait_ms: u64) -> Result<SessionOutput, AgentError> {
+        let s = self.get(id)?;
+        let deadline = Instant::now() + Duration::from_millis(wait_ms).min(MAX_WAIT);
+        let mut g = lock(&s.out);
+        loop {
+            let finished = g.eof && g.exit.is_some();
+            if g.end() > offset || finished {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            g =
+                s.cv.wait_timeout(g, deadline - now)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+        }
+        let from = offset.clamp(g.start, g.end());
+        let skip = (from - g.start) as usize;
+        let take = (g.data.len() - skip).min(READ_LIMIT);
+        let data: Vec<u8> = g.data.range(skip..skip + take).copied().collect();
+        Ok(SessionOutput {
+            offset: from,
+            next_offset: from + take as u64,
+            data,
+            running: g.exit.is_none(),
+            exit_code: g.exit.and_then(exit_code),
+        })
+    }
+
+    pub fn list(&self) -> Vec<SessionInfo> {
+        let all: Vec<Arc<Session>> = lock(&self.map).values().cloned().collect();
+        let mut v: Vec<SessionInfo> = all.iter().map(|s| s.info()).collect();
+        v.sort_by(|a, b| (a.started_at_ms, &a.id).cmp(&(b.started_at_ms, &b.id)));
+        v
+    }
+
+    /// Kill the session's process tree and forget the session; returns its final info.
+    pub fn kill(&self, id: &str) -> Result<SessionInfo, AgentError> {
+        let s = self.get(id)?;
+        *lock(&s.stdin) = None;
+        if s.slot.get().is_none() {
+            reaper::kill_tree(s.pid);
+            s.slot.wait(Some(Duration::from_secs(5)));
+        }
+        // Let the waiter thread record the exit.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while lock(&s.out).exit.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        lock(&self.map).remove(id);
+        Ok(s.info())
+    }
+}
+
+fn pump(s: Arc<Session>, mut rd: File) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match rd.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let mut g = lock(&s.out);
+                g.data.extend(&buf[..n]);
+                let over = g.data.len().saturating_sub(SESSION_BUFFER);
+                if over > 0 {
+                    g.data.drain(..over);
+                    g.start += over as u64;
+                }
+                drop(g);
+                s.cv.notify_all();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    lock(&s.out).eof = true;
+    s.cv.notify_all();
+}
