@@ -1070,6 +1070,14 @@ impl Backend for ProcessBackend {
             self.stop(&sb, &mut run).await?;
         }
         let tar = Some(artifacts.join(FS_TAR)).filter(|p| p.is_file());
+        if tar.is_none() && !sb.upper().is_dir() {
+            return Err(Error::backend(format!(
+                "cannot resume sandbox {}: no {FS_TAR} in {} and no writable layer in {}",
+                spec.id,
+                artifacts.display(),
+                spec.dir.display()
+            )));
+        }
         self.prepare_dirs(spec, tar).await?;
         self.start_init(&sb).await
     }

@@ -87,6 +87,23 @@ pub fn shim_main() -> ! {
         eprintln!("usage: {SHIM_SUBCOMMAND} (init|exec) CONFIG");
         std::process::exit(2);
     }
+    // unshare(CLONE_NEWNS) and setns(mnt) refuse multi-threaded callers:
+    // the `stasis` binary must dispatch here before starting any runtime.
+    let threads = fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:").map(|v| v.trim().to_string()))
+        })
+        .and_then(|v| v.parse::<u32>().ok())
+        .unwrap_or(1);
+    if threads > 1 {
+        eprintln!(
+            "stasis shim: called with {threads} threads; dispatch `{SHIM_SUBCOMMAND}` before starting any thread or async runtime"
+        );
+        println!("error shim started multi-threaded ({threads} threads): dispatch it before the async runtime starts");
+        std::process::exit(125);
+    }
     let code = match args[n - 2].as_str() {
         "init" => run_init(&args[n - 1]),
         "exec" => run_exec(&args[n - 1]),
@@ -136,6 +153,9 @@ fn run_init(path: &str) -> i32 {
         report(&format!("error {e}"));
         return 1;
     }
+    // Own session: terminal signals to the daemon's process group (Ctrl-C)
+    // do not reach sandboxes; the daemon ends them explicitly.
+    let _ = nix::unistd::setsid();
     let flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWNET

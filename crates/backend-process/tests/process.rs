@@ -595,3 +595,54 @@ async fn capabilities_and_probe() {
         .read_to_string(&mut s)
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn custom_image_as_lower_layer() {
+    let e = env("image");
+    let img = e.tmp.path().join("img");
+    for d in ["bin", "etc"] {
+        std::fs::create_dir_all(img.join(d)).unwrap();
+    }
+    std::fs::copy("/usr/bin/busybox", img.join("bin/busybox")).unwrap();
+    for a in ["sh", "cat", "echo", "ls", "ln", "rm", "mkdir", "id"] {
+        std::os::unix::fs::symlink("busybox", img.join("bin").join(a)).unwrap();
+    }
+    std::fs::write(img.join("etc/passwd"), "root:x:0:0:image:/root:/bin/sh\n").unwrap();
+    let mut m = Manifest::default();
+    m.image = Some(img.display().to_string());
+    m.env.insert("PATH".into(), "/bin".into());
+    let spec = e.spec(m.clone());
+    e.be.create(&spec).await.unwrap();
+    let r = run(
+        &e,
+        &spec,
+        sh("cat /etc/passwd; ls /; echo x > /etc/new; rm /etc/passwd; ln -s ../../../.. up"),
+    )
+    .await;
+    assert_eq!(
+        out(&r),
+        "root:x:0:0:image:/root:/bin/sh\nbin\ndev\netc\nproc\ntmp\nworkspace\n",
+        "{r:?}"
+    );
+    // The image is read-only underneath: writes and deletions went to the upper layer.
+    assert!(img.join("etc/passwd").exists());
+    assert!(!img.join("etc/new").exists());
+    let err =
+        e.be.read_file(&spec.id, "up/etc/passwd", 1000)
+            .await
+            .unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound);
+    assert_eq!(
+        e.be.read_file(&spec.id, "up/etc/new", 1000).await.unwrap(),
+        b"x\n"
+    );
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+
+    m.image = Some("relative/path".into());
+    let bad = e.spec(m);
+    let err = e.be.create(&bad).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidManifest);
+    assert_eq!(err.field.as_deref(), Some("image"));
+    assert!(e.cgroup_dirs().is_empty());
+    e.cleanup_parent();
+}

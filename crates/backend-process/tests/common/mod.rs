@@ -65,6 +65,20 @@ impl Env {
     }
 }
 
+/// A failing test must not leave sandboxes behind: kill whatever is in this
+/// test's cgroup parent and remove it.
+impl Drop for Env {
+    fn drop(&mut self) {
+        let Ok(cg) = stasis_backend_process::cgroup::Cgroups::detect() else {
+            return;
+        };
+        for name in cg.list_sandboxes(&self.parent) {
+            let _ = cg.sandbox(&self.parent, &name).destroy();
+        }
+        self.cleanup_parent();
+    }
+}
+
 pub fn req(argv: &[&str]) -> ExecRequest {
     ExecRequest {
         argv: argv.iter().map(|s| s.to_string()).collect(),
