@@ -608,8 +608,10 @@ async fn custom_image_as_lower_layer() {
         std::os::unix::fs::symlink("busybox", img.join("bin").join(a)).unwrap();
     }
     std::fs::write(img.join("etc/passwd"), "root:x:0:0:image:/root:/bin/sh\n").unwrap();
-    let mut m = Manifest::default();
-    m.image = Some(img.display().to_string());
+    let mut m = Manifest {
+        image: Some(img.display().to_string()),
+        ..Default::default()
+    };
     m.env.insert("PATH".into(), "/bin".into());
     let spec = e.spec(m.clone());
     e.be.create(&spec).await.unwrap();
