@@ -54,6 +54,23 @@ pub const HOST_ROOT_ALLOW: [&str; 10] = [
     "bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "opt", "var",
 ];
 
+/// Host secrets and logs inside the allowed directories, masked too (files
+/// become whiteouts, directories empty opaque directories).
+pub const HOST_ROOT_MASK: [&str; 12] = [
+    "etc/shadow",
+    "etc/shadow-",
+    "etc/gshadow",
+    "etc/gshadow-",
+    "etc/ssh",
+    "etc/ssl/private",
+    "etc/sudoers.d",
+    "var/log",
+    "var/mail",
+    "var/spool",
+    "var/backups",
+    "var/lib/stasis",
+];
+
 #[derive(Debug, Clone)]
 pub struct ProcessConfig {
     /// Program run as the shim, followed by `shim_args`, then `<mode> <config>`.
@@ -259,6 +276,30 @@ fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
             c.data.extend_from_slice(&buf[..take]);
         }
     })
+}
+
+/// After the command's main process exited, collect the rest of its output.
+/// When nothing is left in its cgroup leaf, nobody can hold the pipes' write
+/// ends any more, so EOF is certain and we wait for it (however loaded the
+/// machine is); when background processes remain and keep the pipes open,
+/// we give them a short grace and stop reading.
+async fn drain(cg: &SandboxCgroup, leaf: &str, tasks: Vec<tokio::task::JoinHandle<()>>) {
+    let (c, l) = (cg.clone(), leaf.to_string());
+    let leftovers = tokio::task::spawn_blocking(move || !c.procs(&l).is_empty())
+        .await
+        .unwrap_or(true);
+    let grace = if leftovers {
+        Duration::from_millis(150)
+    } else {
+        Duration::from_secs(10)
+    };
+    let deadline = tokio::time::Instant::now() + grace;
+    for t in tasks {
+        let abort = t.abort_handle();
+        if tokio::time::timeout_at(deadline, t).await.is_err() {
+            abort.abort();
+        }
+    }
 }
 
 impl ProcessBackend {
@@ -592,14 +633,7 @@ impl ProcessBackend {
                 child.wait().await.ok()
             }
         };
-        // Background processes may keep the pipes open: drain briefly, then stop.
-        let grace = tokio::time::Instant::now() + Duration::from_millis(150);
-        for t in [t_out, t_err] {
-            let abort = t.abort_handle();
-            if tokio::time::timeout_at(grace, t).await.is_err() {
-                abort.abort();
-            }
-        }
+        drain(&sb.cg, &leaf, vec![t_out, t_err]).await;
         let duration_ms = start.elapsed().as_millis() as u64;
         let status = tokio::fs::read(&status_path).await.ok();
         let _ = tokio::fs::remove_file(&cfg_path).await;
@@ -657,7 +691,7 @@ impl ProcessBackend {
 /// /tmp, /root, /home, /proc, /dev mount points exist but show nothing of
 /// the host), other entries become whiteouts.
 fn mask_host_root(upper: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     for e in std::fs::read_dir("/")? {
         let e = e?;
         let name = e.file_name();
@@ -676,6 +710,40 @@ fn mask_host_root(upper: &Path) -> std::io::Result<()> {
                 _ => 0o755,
             };
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
+            let k = c"trusted.overlay.opaque";
+            if unsafe { libc::lsetxattr(c.as_ptr(), k.as_ptr(), b"y".as_ptr() as *const _, 1, 0) }
+                != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+        } else if unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    for m in HOST_ROOT_MASK {
+        let host = Path::new("/").join(m);
+        let Ok(md) = std::fs::symlink_metadata(&host) else {
+            continue;
+        };
+        // Parents in the upper layer must carry the lower's owner and mode:
+        // a merged directory takes its attributes from the upper one.
+        let mut rel = PathBuf::new();
+        let comps: Vec<_> = Path::new(m).components().collect();
+        for comp in &comps[..comps.len() - 1] {
+            rel.push(comp);
+            let (u, h) = (upper.join(&rel), Path::new("/").join(&rel));
+            if !u.exists() {
+                let hm = std::fs::metadata(&h)?;
+                std::fs::create_dir(&u)?;
+                std::fs::set_permissions(&u, hm.permissions())?;
+                std::os::unix::fs::lchown(&u, Some(hm.uid()), Some(hm.gid()))?;
+            }
+        }
+        let p = upper.join(m);
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        if md.is_dir() {
+            std::fs::create_dir(&p)?;
+            std::fs::set_permissions(&p, md.permissions())?;
             let k = c"trusted.overlay.opaque";
             if unsafe { libc::lsetxattr(c.as_ptr(), k.as_ptr(), b"y".as_ptr() as *const _, 1, 0) }
                 != 0
@@ -720,6 +788,8 @@ impl Backend for ProcessBackend {
             "pause freezes the sandbox's cgroup: CPU stops, memory stays resident; resume thaws and processes continue".to_string(),
             "processes cannot be restored into a new sandbox (restore, or resume after a daemon restart): this backend has no checkpointer (CRIU fails on this host), so only the filesystem comes back".to_string(),
             "network: an empty network namespace (loopback only, no egress)".to_string(),
+            "resources.disk_mb is not enforced: the writable layer lives on the host filesystem without a quota".to_string(),
+            "without an image, the lower layer is the host's root filesystem with only /usr, /bin, /sbin, /lib*, /etc, /opt, /var visible (host secrets and logs masked)".to_string(),
             "seccomp denies mount, pivot_root, reboot, kexec, module loading, bpf, perf_event_open, keyrings, swap, open_by_handle_at, setns and namespace-creating clone/unshare (EPERM); dangerous capabilities are dropped".to_string(),
         ];
         match &self.cg {
@@ -850,7 +920,8 @@ impl Backend for ProcessBackend {
             .spawn()
             .map_err(|e| Error::backend(format!("spawn shim: {e}")))?;
         let session = Arc::new(Session {
-            id: format!("sess-{n}"),
+            // Unique across daemon restarts too (the counter restarts).
+            id: format!("sess-{}-{n}", stasis_core::now_ms()),
             argv: spec.argv.clone(),
             started_at_ms: stasis_core::now_ms(),
             leaf: leaf.clone(),
@@ -889,13 +960,7 @@ impl Backend for ProcessBackend {
         let cg = sb.cg.clone();
         tokio::spawn(async move {
             let _ = child.wait().await;
-            let abort = reader.abort_handle();
-            if tokio::time::timeout(Duration::from_millis(300), reader)
-                .await
-                .is_err()
-            {
-                abort.abort();
-            }
+            drain(&cg, &s3.leaf, vec![reader]).await;
             let status: Option<ExecStatus> = tokio::fs::read(&status_path)
                 .await
                 .ok()

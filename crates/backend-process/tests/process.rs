@@ -221,11 +221,11 @@ async fn path_traversal_and_symlink_escape_refused() {
         &e,
         &spec,
         sh(&format!(
-            "cat /{host_rel}/secret; ls -A /root /home | wc -l"
+            "cat /{host_rel}/secret; find /root /home /var/log /etc/ssh -mindepth 1 | wc -l; test -e /etc/shadow || echo no-shadow; test -e /etc/os-release && echo os-release"
         )),
     )
     .await;
-    assert!(!out(&r).contains("host secret"));
+    assert_eq!(out(&r), "0\nno-shadow\nos-release\n", "{r:?}");
     e.be.destroy(&spec.id, &spec.dir).await.unwrap();
     e.cleanup_parent();
 }
@@ -377,13 +377,19 @@ async fn pause_freezes_and_resume_continues() {
     let t = Instant::now();
     e.be.resume(&spec, &out_dir).await.unwrap();
     eprintln!("resume(thaw): {:?}", t.elapsed());
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let c3 = e.be.usage(id).await.unwrap().cpu_ns;
-    assert!(
-        c3 - c2 > 100_000_000,
-        "busy loop did not continue: {}",
-        c3 - c2
-    );
+    // The loop continues (allow for a loaded machine).
+    let t = Instant::now();
+    loop {
+        let c3 = e.be.usage(id).await.unwrap().cpu_ns;
+        if c3 - c2 > 50_000_000 {
+            break;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "busy loop did not continue"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     // The same processes continue (no rebuild): the loop is still there.
     let r = run(&e, &spec, sh("ps -e -o args | grep -c 'while'")).await;
     let _ = r;
