@@ -121,11 +121,21 @@ MIRROR=${STASIS_DEBIAN_MIRROR:-$(detect_mirror)}
 # ---------------------------------------------------------------- kernel
 stage_kernel() {
     local t0=$SECONDS
-    local real_pkg kver_pkg
-    real_pkg=$(apt-cache depends "$KERNEL_PKG" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }')
-    [ -n "$real_pkg" ] || real_pkg=$KERNEL_PKG
-    kver_pkg=$(apt-cache policy "$real_pkg" | awk '/Candidate:/ { print $2; exit }')
-    [ -n "$kver_pkg" ] && [ "$kver_pkg" != "(none)" ] || die "apt knows no candidate for $real_pkg (apt-get update?)"
+    local real_pkg kver_pkg rkey
+    # Resolving the metapackage costs seconds of apt-cache; reuse the answer until
+    # the apt lists change.
+    rkey="$KERNEL_PKG $(stat -c %Y /var/lib/apt/lists 2>/dev/null || echo 0)"
+    mkdir -p "$CACHE/kernel"
+    if [ "$(head -1 "$CACHE/kernel/resolved" 2>/dev/null)" = "$rkey" ]; then
+        real_pkg=$(sed -n 2p "$CACHE/kernel/resolved")
+        kver_pkg=$(sed -n 3p "$CACHE/kernel/resolved")
+    else
+        real_pkg=$(apt-cache depends "$KERNEL_PKG" 2>/dev/null | awk '/Depends: linux-image-/ { print $2; exit }')
+        [ -n "$real_pkg" ] || real_pkg=$KERNEL_PKG
+        kver_pkg=$(apt-cache policy "$real_pkg" | awk '/Candidate:/ { print $2; exit }')
+        [ -n "$kver_pkg" ] && [ "$kver_pkg" != "(none)" ] || die "apt knows no candidate for $real_pkg (apt-get update?)"
+        printf '%s\n%s\n%s\n' "$rkey" "$real_pkg" "$kver_pkg" >"$CACHE/kernel/resolved"
+    fi
     KDIR=$CACHE/kernel/${real_pkg}_${kver_pkg}
     KERNEL_PACKAGE=$real_pkg
     KERNEL_PACKAGE_VERSION=$kver_pkg
@@ -367,21 +377,26 @@ file_json() {
 }
 
 write_image_json() {
-    local agent_version files="" n
+    local agent_version files="" n newest=0 m
     agent_version=$(awk -F'"' '/^version *=/ { print $2; exit }' "$REPO/Cargo.toml")
     for n in vmlinux initrd.img rootfs.qcow2; do
         [ -e "$OUT/$n" ] || continue
         [ -z "$files" ] || files+=", "
         files+="\"$n\": $(file_json "$n")"
+        m=$(stat -c %Y "$OUT/$n")
+        [ "$m" -le "$newest" ] || newest=$m
     done
     local rootfs_virtual=null
     [ -e "$OUT/rootfs.qcow2" ] && rootfs_virtual=$(qemu-img info --output=json "$OUT/rootfs.qcow2" | awk -F': *' '/"virtual-size"/ { gsub(/,/, "", $2); print $2; exit }')
-    local t
+    local t py=null
     t() { cat "$OUT/.time.$1" 2>/dev/null || echo null; }
+    [ -z "${PYTHON_VERSION:-}" ] || py="\"$PYTHON_VERSION\""
+    # Deterministic for unchanged inputs (built_at is the newest file's mtime), so a
+    # no-op rebuild leaves image.json byte-identical (consumers may hash it).
     cat >"$OUT/image.json.tmp" <<JSON
 {
   "format": 1,
-  "built_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)",
+  "built_at": "$(date -u -d "@$newest" +%Y-%m-%dT%H:%M:%SZ)",
   "arch": "x86_64",
   "kernel": {"package": "$KERNEL_PACKAGE", "version": "$KERNEL_PACKAGE_VERSION", "release": "$KREL"},
   "kernel_cmdline": "$KERNEL_CMDLINE",
@@ -390,12 +405,17 @@ write_image_json() {
   "busybox": "$(/bin/busybox 2>&1 | head -1 | awk '{ print $2 }')",
   "agent": {"version": "$agent_version", "protocol_port": "org.stasis.agent.0"},
   "rootfs": {"suite": "$SUITE", "variant": "$VARIANT", "packages": "$PACKAGES", "mirror": "$MIRROR",
-             "python": "${PYTHON_VERSION:-null}", "fstype": "ext4", "virtual_size": $rootfs_virtual},
-  "build_seconds": {"kernel": $(t kernel), "initrd": $(t initrd), "debootstrap": $(t debootstrap), "rootfs_image": $(t rootfs-image), "last_run": $((SECONDS - START))},
+             "python": $py, "fstype": "ext4", "virtual_size": $rootfs_virtual},
+  "build_seconds": {"kernel": $(t kernel), "initrd": $(t initrd), "debootstrap": $(t debootstrap), "rootfs_image": $(t rootfs-image)},
   "files": {$files}
 }
 JSON
-    mv -f "$OUT/image.json.tmp" "$OUT/image.json"
+    if cmp -s "$OUT/image.json.tmp" "$OUT/image.json"; then
+        rm -f "$OUT/image.json.tmp"
+    else
+        mv -f "$OUT/image.json.tmp" "$OUT/image.json"
+        log "image.json written"
+    fi
 }
 
 log "output $OUT, cache $CACHE, mirror $MIRROR"

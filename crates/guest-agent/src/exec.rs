@@ -104,11 +104,22 @@ pub fn command(
         .envs(&merged)
         .current_dir(&cwd);
     scrub_env(merged);
-    // SAFETY: setsid is async-signal-safe; runs in the forked child before exec.
+    // SAFETY: only async-signal-safe calls (setsid, open, write, close) run in
+    // the forked child before exec.
     unsafe {
         cmd.pre_exec(|| {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            // The agent protects itself from the OOM killer; its children must not
+            // inherit that.
+            let fd = libc::open(
+                c"/proc/self/oom_score_adj".as_ptr(),
+                libc::O_WRONLY | libc::O_CLOEXEC,
+            );
+            if fd >= 0 {
+                libc::write(fd, b"0".as_ptr() as *const _, 1);
+                libc::close(fd);
             }
             Ok(())
         });

@@ -26,6 +26,9 @@ fn main() {
             }
         }
     }
+    // The agent is how the host reaches the guest: never the OOM killer's pick
+    // (children get 0 back before exec).
+    let _ = std::fs::write("/proc/self/oom_score_adj", "-1000");
     let agent = Arc::new(Agent::new());
     let mut waiting_logged = false;
     loop {

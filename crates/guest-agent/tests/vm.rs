@@ -219,8 +219,8 @@ fn resume(image: &Path, dir: &Path) -> Vm {
 
 fn last_tick(text: &str) -> u64 {
     text.lines()
-        .filter_map(|l| l.strip_prefix("tick ")?.trim().parse().ok())
-        .last()
+        .rev()
+        .find_map(|l| l.strip_prefix("tick ")?.trim().parse().ok())
         .unwrap_or(0)
 }
 
