@@ -66,6 +66,17 @@ impl Cgroups {
     pub fn detect() -> Result<Cgroups, String> {
         let mountinfo = fs::read_to_string("/proc/self/mountinfo")
             .map_err(|e| format!("read /proc/self/mountinfo: {e}"))?;
+        Self::detect_from(&mountinfo, |root| {
+            read_trim(&root.join("cgroup.controllers")).unwrap_or_default()
+        })
+    }
+
+    /// [`Cgroups::detect`] over a given mountinfo text; `v2_controllers`
+    /// returns the `cgroup.controllers` content of a cgroup2 mount.
+    pub fn detect_from(
+        mountinfo: &str,
+        v2_controllers: impl Fn(&Path) -> String,
+    ) -> Result<Cgroups, String> {
         let mut v2_mounts = Vec::new();
         let mut v1 = BTreeMap::new();
         for line in mountinfo.lines() {
@@ -92,7 +103,7 @@ impl Cgroups {
             }
         }
         for root in &v2_mounts {
-            let ctl = read_trim(&root.join("cgroup.controllers")).unwrap_or_default();
+            let ctl = v2_controllers(root);
             let have: Vec<&str> = ctl.split_whitespace().collect();
             if V2_REQUIRED.iter().all(|c| have.contains(c)) {
                 return Ok(Cgroups {
@@ -218,6 +229,11 @@ pub struct SandboxCgroup {
 }
 
 impl SandboxCgroup {
+    /// `<parent>/<sandbox-id>`, the path inside every hierarchy.
+    pub fn rel_path(&self) -> &Path {
+        &self.rel
+    }
+
     pub fn version(&self) -> Version {
         self.cg.version
     }
@@ -525,4 +541,54 @@ fn init_cpuset(parent: &Path, child: &Path) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HYBRID: &str = "\
+35 28 0:30 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+36 35 0:31 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu
+37 35 0:32 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
+38 35 0:33 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 35 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
+40 35 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+41 35 0:36 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+";
+
+    #[test]
+    fn hybrid_host_uses_v1() {
+        let c = Cgroups::detect_from(HYBRID, |_| "hugetlb".into()).unwrap();
+        assert_eq!(c.version, Version::V1);
+        assert_eq!(c.v1["freezer"], Path::new("/sys/fs/cgroup/freezer"));
+        assert_eq!(c.hierarchies().len(), 5);
+    }
+
+    #[test]
+    fn unified_with_controllers_uses_v2() {
+        let c =
+            Cgroups::detect_from(HYBRID, |_| "cpuset cpu io memory hugetlb pids".into()).unwrap();
+        assert_eq!(c.version, Version::V2);
+        assert_eq!(
+            c.hierarchies(),
+            vec![PathBuf::from("/sys/fs/cgroup/unified")]
+        );
+        let pure = "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n";
+        let c = Cgroups::detect_from(pure, |_| "cpu memory pids".into()).unwrap();
+        assert_eq!(c.v2_root, Path::new("/sys/fs/cgroup"));
+    }
+
+    #[test]
+    fn comounted_v1_and_missing_controllers() {
+        let co = "36 35 0:31 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n\
+38 35 0:33 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n\
+39 35 0:34 / /sys/fs/cgroup/freezer rw - cgroup cgroup rw,freezer\n\
+40 35 0:35 / /sys/fs/cgroup/pids rw - cgroup cgroup rw,pids\n";
+        let c = Cgroups::detect_from(co, |_| String::new()).unwrap();
+        assert_eq!(c.v1["cpu"], c.v1["cpuacct"]);
+        assert_eq!(c.hierarchies().len(), 4);
+        let none = "36 35 0:31 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n";
+        assert!(Cgroups::detect_from(none, |_| String::new()).is_err());
+    }
 }

@@ -42,7 +42,7 @@ use stasis_core::{
 use cgroup::{Cgroups, SandboxCgroup};
 use shim::{ExecConfig, ExecStatus, InitConfig};
 
-pub use shim::{shim_main, SHIM_SUBCOMMAND};
+pub use shim::{dispatch_if_shim, shim_main, SHIM_SUBCOMMAND};
 
 /// Name of the writable-layer artifact of pause/snapshot.
 pub const FS_TAR: &str = "fs.tar";
@@ -107,12 +107,15 @@ impl Default for ProcessConfig {
     }
 }
 
+#[allow(clippy::large_enum_variant)] // one per sandbox
 enum Run {
     Stopped,
     Running {
         init_pid: i32,
         /// The shim that waits for PID 1 (outside the sandbox's PID namespace).
         waiter: Child,
+        /// pidfd of PID 1: readable once it has exited (even before reaped).
+        init_fd: std::os::fd::OwnedFd,
         frozen: bool,
     },
 }
@@ -179,11 +182,32 @@ impl Sandbox {
 
     /// PID 1 of a running, not frozen sandbox.
     async fn pid(&self) -> Result<i32> {
-        match &*self.run.lock().await {
+        let mut run = self.run.lock().await;
+        match &mut *run {
             Run::Running { frozen: true, .. } => Err(Error::state("sandbox is paused")),
-            Run::Running { init_pid, .. } => Ok(*init_pid),
+            Run::Running {
+                waiter,
+                init_pid,
+                init_fd,
+                ..
+            } => {
+                if alive(waiter, init_fd) {
+                    Ok(*init_pid)
+                } else {
+                    Err(Error::backend(
+                        "the sandbox's init process has died; resume or recreate it",
+                    ))
+                }
+            }
             Run::Stopped => Err(Error::state("sandbox is not running")),
         }
+    }
+
+    /// What `/proc/<init>/cgroup` of this sandbox's PID 1 contains: the shim
+    /// checks it so a recycled pid can never lead an exec into the wrong
+    /// namespaces.
+    fn init_cgroup_marker(&self) -> String {
+        format!("{}/init", self.cg.rel_path().display())
     }
 
     fn end_sessions(&self) {
@@ -276,6 +300,30 @@ fn spawn_reader<R: AsyncRead + Unpin + Send + 'static>(
             c.data.extend_from_slice(&buf[..take]);
         }
     })
+}
+
+fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// PID 1 and its waiter both still run.
+fn alive(waiter: &mut Child, init_fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    if !matches!(waiter.try_wait(), Ok(None)) {
+        return false;
+    }
+    let mut p = libc::pollfd {
+        fd: init_fd.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // A pidfd polls readable once its process has exited.
+    unsafe { libc::poll(&mut p, 1, 0) == 0 }
 }
 
 /// After the command's main process exited, collect the rest of its output.
@@ -480,12 +528,24 @@ impl ProcessBackend {
         };
         match outcome {
             Ok(init_pid) => {
+                let init_fd = match pidfd_open(init_pid) {
+                    Ok(fd) => fd,
+                    Err(e) => {
+                        let cg = sb.cg.clone();
+                        let _ = blocking(move || cg.destroy()).await;
+                        let _ = child.wait().await;
+                        return Err(Error::backend(format!(
+                            "create sandbox: init {init_pid} vanished: {e}"
+                        )));
+                    }
+                };
                 let _ =
                     tokio::fs::write(spec.dir.join("run").join("init.pid"), init_pid.to_string())
                         .await;
                 *run = Run::Running {
                     init_pid,
                     waiter: child,
+                    init_fd,
                     frozen: false,
                 };
                 Ok(())
@@ -576,6 +636,7 @@ impl ProcessBackend {
             cwd,
             status_path: status_path.clone(),
             merge_stderr: false,
+            init_cgroup: sb.init_cgroup_marker(),
         };
         tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
         let start = Instant::now();
@@ -910,6 +971,7 @@ impl Backend for ProcessBackend {
             cwd,
             status_path: status_path.clone(),
             merge_stderr: true,
+            init_cgroup: sb.init_cgroup_marker(),
         };
         tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
         let mut child = self
@@ -1120,9 +1182,14 @@ impl Backend for ProcessBackend {
         let sb = self.sandbox_for(spec)?;
         {
             let mut run = sb.run.lock().await;
-            if let Run::Running { waiter, frozen, .. } = &mut *run {
-                let alive = matches!(waiter.try_wait(), Ok(None));
-                if alive {
+            if let Run::Running {
+                waiter,
+                frozen,
+                init_fd,
+                ..
+            } = &mut *run
+            {
+                if alive(waiter, init_fd) {
                     if *frozen {
                         let cg = sb.cg.clone();
                         blocking(move || cg.thaw()).await?;
@@ -1198,8 +1265,11 @@ impl Backend for ProcessBackend {
     async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered> {
         let sb = self.sandbox_for(spec)?;
         let mut run = sb.run.lock().await;
-        if let Run::Running { waiter, .. } = &mut *run {
-            if matches!(waiter.try_wait(), Ok(None)) {
+        if let Run::Running {
+            waiter, init_fd, ..
+        } = &mut *run
+        {
+            if alive(waiter, init_fd) {
                 return Ok(Recovered::Running);
             }
         }

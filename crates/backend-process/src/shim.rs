@@ -65,6 +65,8 @@ pub(crate) struct ExecConfig {
     pub status_path: PathBuf,
     /// Send the command's stderr to its stdout (persistent sessions).
     pub merge_stderr: bool,
+    /// `<parent>/<id>/init`: must appear in `/proc/<init_pid>/cgroup`.
+    pub init_cgroup: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -77,6 +79,15 @@ pub(crate) enum ExecStatus {
     /// The command could not be executed (not found, not executable).
     Exec(i32, String),
     Setup(String),
+}
+
+/// Call first thing in `main` (before any thread or async runtime starts):
+/// when the process was started as `<exe> __process-shim ...`, runs the shim
+/// and never returns; otherwise returns and the program carries on.
+pub fn dispatch_if_shim() {
+    if std::env::args().nth(1).as_deref() == Some(SHIM_SUBCOMMAND) {
+        shim_main()
+    }
 }
 
 /// Entry point of the shim; never returns.
@@ -746,15 +757,33 @@ fn run_exec(path: &str) -> i32 {
 
 fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
     join_cgroups(&cfg.cgroup_procs)?;
-    let mut fds = Vec::new();
-    for ns in ["ipc", "uts", "net", "pid", "mnt"] {
-        let p = format!("/proc/{}/ns/{ns}", cfg.init_pid);
-        fds.push(File::open(&p).map_err(|e| format!("open {p}: {e}"))?);
+    // Pin the init process with a pidfd, then make sure it is the sandbox's
+    // PID 1 (its cgroup), so a recycled pid cannot take us elsewhere.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, cfg.init_pid, 0) };
+    if pidfd < 0 {
+        return Err(format!(
+            "sandbox init {} is gone: {}",
+            cfg.init_pid,
+            std::io::Error::last_os_error()
+        ));
     }
-    for f in &fds {
-        setns(f, CloneFlags::empty()).map_err(|e| format!("setns: {e}"))?;
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
+    let cg = fs::read_to_string(format!("/proc/{}/cgroup", cfg.init_pid)).unwrap_or_default();
+    let marker = format!("/{}", cfg.init_cgroup.trim_start_matches('/'));
+    if !cg.lines().any(|l| l.ends_with(&marker)) {
+        return Err(format!(
+            "pid {} is not this sandbox's init (cgroup {marker} not found)",
+            cfg.init_pid
+        ));
     }
-    drop(fds);
+    let all = CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNS;
+    // setns(pidfd, flags) enters all namespaces at once (Linux 5.8+).
+    setns(&pidfd, all).map_err(|e| format!("setns into sandbox: {e}"))?;
+    drop(pidfd);
     // setns(mnt) moved our root and cwd to the sandbox's (pivoted) root.
     let argv: Vec<CString> = cfg
         .argv

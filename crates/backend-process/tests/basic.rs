@@ -30,3 +30,39 @@ async fn create_exec_exit_codes_stderr() {
     assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
     e.cleanup_parent();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_init_is_reported_not_bypassed() {
+    let e = env("deadinit");
+    let spec = e.create().await;
+    let pid: i32 = std::fs::read_to_string(spec.dir.join("run/init.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let t = std::time::Instant::now();
+    loop {
+        match e.be.exec(&spec.id, sh("echo hi"), None).await {
+            Err(err) => {
+                assert_eq!(err.code, stasis_core::ErrorCode::BackendError, "{err}");
+                break;
+            }
+            Ok(r) => assert!(t.elapsed().as_secs() < 5, "exec still runs: {r:?}"),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // The sandbox can be brought back from its upper layer.
+    let none = e.tmp.path().join("none");
+    std::fs::create_dir_all(&none).unwrap();
+    e.be.resume(&spec, &none).await.unwrap();
+    let pid2 = std::fs::read_to_string(spec.dir.join("run/init.pid")).unwrap();
+    let r = e.be.exec(&spec.id, sh("echo back"), None).await;
+    assert!(r.is_ok(), "old {pid} new {pid2}: {r:?}");
+    assert_eq!(out(&r.unwrap()), "back\n");
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+    assert!(e.cgroup_dirs().is_empty());
+    e.cleanup_parent();
+}
