@@ -654,3 +654,102 @@ async fn custom_image_as_lower_layer() {
     assert!(e.cgroup_dirs().is_empty());
     e.cleanup_parent();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_buffer_drops_oldest() {
+    let e = env_with("sessbuf", |c| c.session_buffer = 64 * 1024);
+    let spec = e.create().await;
+    let id = &spec.id;
+    let s =
+        e.be.session_start(
+            id,
+            SessionSpec {
+                argv: vec![
+                    "sh".into(),
+                    "-c".into(),
+                    "head -c 200000 /dev/zero; echo; echo END".into(),
+                ],
+                env: BTreeMap::new(),
+                cwd: None,
+            },
+        )
+        .await
+        .unwrap();
+    let t = Instant::now();
+    loop {
+        let info = &e.be.session_list(id).await.unwrap()[0];
+        if !info.running {
+            assert_eq!(info.exit_code, Some(0));
+            assert_eq!(info.output_end, 200_005);
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let o = e.be.session_read(id, &s.id, 0, wait()).await.unwrap();
+    assert_eq!(o.offset, 200_005 - 64 * 1024);
+    assert_eq!(o.data.len(), 64 * 1024);
+    assert!(o.data.ends_with(b"\nEND\n"));
+    assert_eq!(o.next_offset, 200_005);
+    assert!(!o.running);
+    let err = e.be.session_write(id, &s.id, b"x").await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidState);
+    let err = e.be.session_read(id, "nope", 0, wait()).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound);
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+    e.cleanup_parent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cpu_quota_applies() {
+    let e = env("cpuquota");
+    let mut m = Manifest::default();
+    m.resources.cpus = 0.2;
+    let spec = e.spec(m);
+    e.be.create(&spec).await.unwrap();
+    let c0 = e.be.usage(&spec.id).await.unwrap().cpu_ns;
+    let mut r = sh("while :; do :; done");
+    r.timeout_ms = 1000;
+    let res = run(&e, &spec, r).await;
+    assert!(res.timed_out);
+    let used = e.be.usage(&spec.id).await.unwrap().cpu_ns - c0;
+    // 0.2 cores over ~1 s: well under half a core-second.
+    assert!(used < 450_000_000, "used {used} ns");
+    assert!(used > 50_000_000, "used {used} ns");
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+    e.cleanup_parent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recover_after_crash_during_pause() {
+    let e = env("recover-paused");
+    let spec = e.create().await;
+    e.be.write_file(&spec.id, "kept", b"yes", None)
+        .await
+        .unwrap();
+    run(&e, &spec, sh("(sleep 106 &) ; echo ok")).await;
+    let arts = e.tmp.path().join("arts");
+    e.be.pause(&spec.id, &arts, true).await.unwrap();
+    // The daemon dies with the sandbox frozen; a new instance recovers it.
+    let be2 = stasis_backend_process::ProcessBackend::new(e.be.config().clone());
+    assert_eq!(be2.recover(&spec).await.unwrap(), Recovered::NotRunning);
+    assert!(host_pids_with("sleep 106").is_empty());
+    assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
+    // Meanwhile the upper dir changed; resume takes the pause's fs.tar.
+    std::fs::write(spec.dir.join("upper/workspace/kept"), b"changed").unwrap();
+    be2.resume(&spec, &arts).await.unwrap();
+    assert_eq!(be2.read_file(&spec.id, "kept", 100).await.unwrap(), b"yes");
+    // Processes did not come back.
+    let r = be2
+        .exec(
+            &spec.id,
+            sh("ps -e -o args | grep -c 'sleep 10[6]' || true"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(out(&r), "0\n");
+    be2.destroy(&spec.id, &spec.dir).await.unwrap();
+    assert!(e.cgroup_dirs().is_empty());
+    e.cleanup_parent();
+}

@@ -14,13 +14,18 @@ pub struct Env {
 }
 
 pub fn env(tag: &str) -> Env {
+    env_with(tag, |_| {})
+}
+
+pub fn env_with(tag: &str, f: impl FnOnce(&mut ProcessConfig)) -> Env {
     let parent = format!("stasis-test-{tag}-{}", std::process::id());
-    let cfg = ProcessConfig {
+    let mut cfg = ProcessConfig {
         shim_program: PathBuf::from(env!("CARGO_BIN_EXE_stasis-process-shim")),
         shim_args: vec![],
         cgroup_parent: parent.clone(),
         ..Default::default()
     };
+    f(&mut cfg);
     Env {
         be: ProcessBackend::new(cfg),
         tmp: tempfile::tempdir().unwrap(),
