@@ -492,16 +492,21 @@ impl ProcessBackend {
             hostname: spec.id.as_str().to_string(),
             hide,
         };
-        let cfg_path = spec.dir.join("run").join("init.json");
-        tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
+        let cfg_json = serde_json::to_vec(&cfg)?;
         let started = self
-            .shim("init", &cfg_path)
-            .stdin(Stdio::null())
+            .shim("init", Path::new("-"))
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn();
         let mut child = match started {
-            Ok(c) => c,
+            Ok(mut c) => {
+                let mut stdin = c.stdin.take().unwrap();
+                // The shim reads all of stdin before anything else.
+                let _ = stdin.write_all(&cfg_json).await;
+                drop(stdin);
+                c
+            }
             Err(e) => {
                 let cg = sb.cg.clone();
                 let _ = blocking(move || cg.destroy()).await;

@@ -126,8 +126,19 @@ pub fn shim_main() -> ! {
     std::process::exit(code)
 }
 
+/// `-` reads the config from stdin (init uses that, so the sandbox's
+/// /proc/1/cmdline does not show host paths).
 fn read_config<T: for<'de> Deserialize<'de>>(path: &str) -> Result<T, String> {
-    let data = fs::read(path).map_err(|e| format!("read {path}: {e}"))?;
+    let data = if path == "-" {
+        let mut v = Vec::new();
+        std::io::stdin()
+            .lock()
+            .read_to_end(&mut v)
+            .map_err(|e| format!("read config from stdin: {e}"))?;
+        v
+    } else {
+        fs::read(path).map_err(|e| format!("read {path}: {e}"))?
+    };
     serde_json::from_slice(&data).map_err(|e| format!("parse {path}: {e}"))
 }
 

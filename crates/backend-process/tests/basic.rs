@@ -26,6 +26,12 @@ async fn create_exec_exit_codes_stderr() {
     )
     .await;
     eprintln!("{}", out(&r));
+    // The sandbox's PID 1 shows no host paths.
+    assert!(
+        !out(&r).contains(&spec.dir.display().to_string()),
+        "{}",
+        out(&r)
+    );
     e.be.destroy(&spec.id, &spec.dir).await.unwrap();
     assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
     e.cleanup_parent();
