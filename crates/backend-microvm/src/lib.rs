@@ -199,7 +199,7 @@ impl Image {
             }
         }
         let digest = match std::fs::read(dir.join("image.json")) {
-            Ok(b) => blake3::hash(&b).to_hex().to_string(),
+            Ok(b) => image_json_digest(&b).unwrap_or_else(|| blake3::hash(&b).to_hex().to_string()),
             Err(_) => {
                 // No manifest: sizes of the three files.
                 let mut h = blake3::Hasher::new();
@@ -226,6 +226,22 @@ impl Image {
     pub fn rootfs(&self) -> PathBuf {
         self.dir.join("rootfs.qcow2")
     }
+}
+
+/// The digest of what a saved guest depends on: the kernel and the root
+/// filesystem (from image.json's `files.<name>.blake3`, so a rebuild that
+/// changes nothing else, e.g. its timestamp, keeps snapshots loadable).
+fn image_json_digest(json: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(json).ok()?;
+    let mut h = blake3::Hasher::new();
+    for f in ["vmlinux", "rootfs.qcow2"] {
+        let b = v.get("files")?.get(f)?.get("blake3")?.as_str()?;
+        h.update(f.as_bytes());
+        h.update(b":");
+        h.update(b.as_bytes());
+        h.update(b"\n");
+    }
+    Some(h.finalize().to_hex().to_string())
 }
 
 /// `meta.json` of a pause or snapshot.
@@ -450,7 +466,7 @@ impl MicrovmBackend {
             memory_mb,
             kernel: image.vmlinux(),
             initrd: image.initrd(),
-            append: qemu::DEFAULT_APPEND.into(),
+            append: kernel_append(accel),
             incoming: incoming.clone(),
             ram: ram.clone(),
         };
@@ -989,6 +1005,40 @@ impl MicrovmBackend {
             p.kill().await;
         }
     }
+}
+
+/// The kernel command line. Under TCG the guest's TSC runs at the host's
+/// rate, but on a loaded host the kernel's PIT calibration fails ("Unable to
+/// calibrate against PIT", "Marking TSC unstable") and boot then stalls for
+/// minutes in timer setup; telling it the frequency (`tsc_early_khz`) makes
+/// boot independent of host load.
+pub fn kernel_append(accel: Accel) -> String {
+    let mut a = qemu::DEFAULT_APPEND.to_string();
+    if accel == Accel::Tcg {
+        if let Some(khz) = host_tsc_khz() {
+            a.push_str(&format!(" tsc_early_khz={khz}"));
+        }
+    }
+    a
+}
+
+/// The host's TSC frequency in kHz, from /proc/cpuinfo (when the TSC is
+/// constant; otherwise `None`).
+pub fn host_tsc_khz() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let flags = info.lines().find(|l| l.starts_with("flags"))?;
+    if !flags.split_whitespace().any(|f| f == "constant_tsc") {
+        return None;
+    }
+    let mhz: f64 = info
+        .lines()
+        .find(|l| l.starts_with("cpu MHz"))?
+        .split(':')
+        .nth(1)?
+        .trim()
+        .parse()
+        .ok()?;
+    Some((mhz * 1000.0).round() as u64)
 }
 
 fn expect_ok(r: Reply) -> Result<()> {
@@ -1884,6 +1934,14 @@ mod tests {
         let b = Image::resolve(dir.path(), Some("default")).unwrap();
         assert_ne!(a.digest, b.digest);
         assert_eq!(b.dir, img);
+        let j = |built: &str, root: &str| {
+            format!(
+                r#"{{"built_at":"{built}","files":{{"vmlinux":{{"blake3":"k"}},"rootfs.qcow2":{{"blake3":"{root}"}},"initrd.img":{{"blake3":"i"}}}}}}"#
+            )
+        };
+        let d1 = image_json_digest(j("t1", "r1").as_bytes()).unwrap();
+        assert_eq!(d1, image_json_digest(j("t2", "r1").as_bytes()).unwrap());
+        assert_ne!(d1, image_json_digest(j("t1", "r2").as_bytes()).unwrap());
     }
 
     #[test]

@@ -18,7 +18,9 @@ fn image_dir() -> Option<PathBuf> {
     match std::env::var_os("STASIS_IMAGE_DIR") {
         Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
         _ => {
-            eprintln!("STASIS_IMAGE_DIR not set: microVM tests NOT RUN");
+            // Straight to fd 2: libtest's capture would swallow eprintln!.
+            let msg = b"stasis-backend-microvm: STASIS_IMAGE_DIR not set: microVM tests NOT RUN\n";
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
             None
         }
     }
@@ -40,6 +42,7 @@ fn spec(root: &Path, img: &Path) -> SandboxSpec {
         image: Some(img.display().to_string()),
         ..Default::default()
     };
+    SANDBOXES.lock().unwrap().push(id.clone());
     SandboxSpec { id, manifest, dir }
 }
 
@@ -115,18 +118,48 @@ fn assert_counts_up(vals: &[u64]) {
     }
 }
 
+/// Guest wall clock minus... host minus guest, in ms. busybox `date` has no
+/// %N: then whole seconds, and the result is corrected by the truncation.
 async fn guest_skew_ms(b: &MicrovmBackend, id: &SandboxId) -> i64 {
     let out = sh(b, id, "date +%s%N").await;
     let host = stasis_backend_microvm::util::now_unix_nanos() as i128;
-    let guest: i128 = out.trim().parse().expect("date +%s%N");
-    ((host - guest) / 1_000_000) as i64
+    if let Ok(guest) = out.trim().parse::<i128>() {
+        return ((host - guest) / 1_000_000) as i64;
+    }
+    let out = sh(b, id, "date +%s").await;
+    let host = stasis_backend_microvm::util::now_unix_nanos() as i128;
+    let guest: i128 = out.trim().parse::<i128>().expect("date +%s") * 1_000_000_000;
+    // the guest's value was truncated to the second: up to 999 ms low
+    (((host - guest) / 1_000_000) as i64 - 999).max(0)
+}
+
+/// Kills the QEMUs of every sandbox the test made when it ends (even by panic).
+static SANDBOXES: std::sync::Mutex<Vec<SandboxId>> = std::sync::Mutex::new(Vec::new());
+struct Reaper;
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        for id in SANDBOXES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for pid in qemus_of(id) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_pause_resume_fork_and_bad_input() {
     let Some(img) = image_dir() else { return };
+    let _reaper = Reaper;
     let python = std::env::var("STASIS_TEST_NO_PYTHON").is_err();
-    let root = tempfile::tempdir().unwrap();
+    let guard = tempfile::tempdir().unwrap();
+    let root_dir = guard.path().to_path_buf();
+    let _guard = if std::env::var("STASIS_TEST_KEEP").is_ok() {
+        eprintln!("keeping {}", guard.keep().display());
+        None
+    } else {
+        Some(guard)
+    };
+    let root = Root(root_dir);
     let b = backend(&img, Duration::from_secs(30));
 
     // ---- cold create
@@ -415,6 +448,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     short.destroy(&f.id, &f.dir).await.unwrap();
 
     // ---- recover: a new backend instance (daemon restart) reattaches
+    drop(b);
     let b2 = backend(&img, Duration::from_secs(30));
     assert_eq!(
         b2.recover(&a).await.unwrap(),
@@ -437,9 +471,16 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     );
 
     for s in [&a, &c1, &c2] {
-        b.destroy(&s.id, &s.dir).await.unwrap();
+        b2.destroy(&s.id, &s.dir).await.unwrap();
         b2.destroy(&s.id, &s.dir).await.unwrap();
         assert!(qemus_of(&s.id).is_empty());
+    }
+}
+
+struct Root(PathBuf);
+impl Root {
+    fn path(&self) -> &Path {
+        &self.0
     }
 }
 
