@@ -655,8 +655,9 @@ pub(crate) fn denied_syscalls() -> Vec<(&'static str, i64)> {
     v
 }
 
-/// Build the seccomp programs: (1) EPERM for the denied syscalls and for
-/// clone/unshare asking for new namespaces; (2) ENOSYS for clone3, whose flags
+/// Build the seccomp programs: (1) EPERM for the denied syscalls, for
+/// clone/unshare asking for new namespaces, for AF_VSOCK sockets and for the
+/// TIOCSTI/TIOCLINUX ioctls; (2) ENOSYS for clone3, whose flags
 /// live in memory a filter cannot inspect (libc then falls back to clone).
 pub(crate) fn seccomp_programs() -> Result<Vec<seccompiler::BpfProgram>, String> {
     use seccompiler::{
@@ -695,6 +696,18 @@ pub(crate) fn seccomp_programs() -> Result<Vec<seccompiler::BpfProgram>, String>
     }
     rules.insert(libc::SYS_clone, ns_rules(&clone_ns)?);
     rules.insert(libc::SYS_unshare, ns_rules(&unshare_ns)?);
+    let eq = |arg: u8, v: u64| -> Result<SeccompRule, String> {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, v)
+            .and_then(|c| SeccompRule::new(vec![c]))
+            .map_err(|e| e.to_string())
+    };
+    // vsock is not network-namespaced: it would reach the hypervisor/host.
+    rules.insert(libc::SYS_socket, vec![eq(0, libc::AF_VSOCK as u64)?]);
+    // Terminal input injection and console ioctls.
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![eq(1, 0x5412)?, eq(1, 0x541C)?], // TIOCSTI, TIOCLINUX
+    );
     let deny = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
