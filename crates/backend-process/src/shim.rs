@@ -828,7 +828,19 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
     let cwd = cfg.cwd.clone();
     let merge = cfg.merge_stderr;
     let (mut r, mut w) = pipe()?;
-    match unsafe { fork() }.map_err(|e| format!("fork: {e}"))? {
+    let forked =
+        match unsafe { fork() } {
+            Ok(f) => f,
+            // The sandbox is at its pids cap: report it as the command's failure
+            // (like a shell would), not as a broken sandbox.
+            Err(nix::errno::Errno::EAGAIN) => return Ok(ExecStatus::Exec(
+                126,
+                "cannot start the command: the sandbox reached its process limit (resources.pids)"
+                    .to_string(),
+            )),
+            Err(e) => return Err(format!("fork: {e}")),
+        };
+    match forked {
         ForkResult::Child => {
             drop(r);
             let mut fail = |tag: &str, code: i32, msg: String| -> ! {

@@ -758,3 +758,78 @@ async fn recover_after_crash_during_pause() {
     assert!(e.cgroup_dirs().is_empty());
     e.cleanup_parent();
 }
+
+/// Lifecycle timings (medians); run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bench_lifecycle() {
+    let e = env("bench");
+    let n = 10;
+    let mut t: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    for i in 0..n {
+        let spec = e.spec(Manifest::default());
+        let s = Instant::now();
+        e.be.create(&spec).await.unwrap();
+        t.entry("create").or_default().push(ms(s.elapsed()));
+        let s = Instant::now();
+        run(&e, &spec, req(&["true"])).await;
+        t.entry("first_exec").or_default().push(ms(s.elapsed()));
+        let s = Instant::now();
+        run(&e, &spec, req(&["true"])).await;
+        t.entry("exec").or_default().push(ms(s.elapsed()));
+        e.be.write_file(&spec.id, "f", &vec![1u8; 1 << 20], None)
+            .await
+            .unwrap();
+        let d = e.tmp.path().join(format!("p{i}"));
+        let s = Instant::now();
+        e.be.pause(&spec.id, &d, true).await.unwrap();
+        t.entry("pause_keep_memory")
+            .or_default()
+            .push(ms(s.elapsed()));
+        let c0 = e.be.usage(&spec.id).await.unwrap().cpu_ns;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let paused_cpu = e.be.usage(&spec.id).await.unwrap().cpu_ns - c0;
+        t.entry("cpu_ms_used_while_paused_200ms")
+            .or_default()
+            .push(paused_cpu as f64 / 1e6);
+        let s = Instant::now();
+        e.be.resume(&spec, &d).await.unwrap();
+        t.entry("resume_thaw").or_default().push(ms(s.elapsed()));
+        let d2 = e.tmp.path().join(format!("q{i}"));
+        let s = Instant::now();
+        e.be.pause(&spec.id, &d2, false).await.unwrap();
+        t.entry("pause_fs_only").or_default().push(ms(s.elapsed()));
+        let s = Instant::now();
+        e.be.resume(&spec, &d2).await.unwrap();
+        run(&e, &spec, req(&["true"])).await;
+        t.entry("resume_rebuild_to_first_exec")
+            .or_default()
+            .push(ms(s.elapsed()));
+        let d3 = e.tmp.path().join(format!("s{i}"));
+        let s = Instant::now();
+        e.be.snapshot(&spec.id, &d3).await.unwrap();
+        t.entry("snapshot").or_default().push(ms(s.elapsed()));
+        let spec2 = e.spec(Manifest::default());
+        let s = Instant::now();
+        e.be.restore(&spec2, &d3).await.unwrap();
+        run(&e, &spec2, req(&["true"])).await;
+        t.entry("restore_to_first_exec")
+            .or_default()
+            .push(ms(s.elapsed()));
+        let s = Instant::now();
+        e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+        t.entry("destroy").or_default().push(ms(s.elapsed()));
+        e.be.destroy(&spec2.id, &spec2.dir).await.unwrap();
+    }
+    for (k, mut v) in t {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        eprintln!(
+            "{k:30} median {:7.1} ms  (min {:.1}, max {:.1})",
+            v[v.len() / 2],
+            v[0],
+            v[v.len() - 1]
+        );
+    }
+    e.cleanup_parent();
+}
