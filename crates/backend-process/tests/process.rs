@@ -301,6 +301,23 @@ async fn python_session_keeps_state() {
     assert!(t.elapsed() >= Duration::from_millis(250) || !o.data.is_empty());
     let list = e.be.session_list(id).await.unwrap();
     assert_eq!(list.len(), 1);
+    // The interpreter survives a pause (frozen) and keeps its variables.
+    let arts = e.tmp.path().join("p");
+    e.be.pause(id, &arts, true).await.unwrap();
+    let err = e.be.session_write(id, &s.id, b"x\n").await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidState);
+    e.be.resume(&spec, &arts).await.unwrap();
+    e.be.session_write(id, &s.id, b"print('after', x)\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    let t = Instant::now();
+    while !text.contains("after 41") && t.elapsed() < Duration::from_secs(10) {
+        let o = e.be.session_read(id, &s.id, off, wait()).await.unwrap();
+        text.push_str(&String::from_utf8_lossy(&o.data));
+        off = o.next_offset;
+    }
+    assert!(text.contains("after 41"), "{text:?}");
     e.be.session_write(id, &s.id, b"exit(7)\n").await.unwrap();
     let t = Instant::now();
     loop {
