@@ -433,8 +433,12 @@ impl SandboxCgroup {
                     if froze || leaf.is_empty() {
                         let _ = self.set_frozen(&dir, false);
                     }
-                    // A leaf under a frozen sandbox stays frozen until the
-                    // sandbox is thawed; killed tasks die then.
+                    // A leaf under a frozen (paused) sandbox stays frozen
+                    // until the sandbox is thawed; its killed tasks die then,
+                    // so there is nothing to wait for now.
+                    if !leaf.is_empty() && self.is_frozen(&self.tracker_dir("")) {
+                        return Ok(());
+                    }
                 }
             }
             if Instant::now() > deadline {

@@ -379,6 +379,12 @@ impl ProcessBackend {
     }
 
     fn sandbox_for(&self, spec: &SandboxSpec) -> Result<Arc<Sandbox>> {
+        if !spec.dir.is_absolute() {
+            return Err(Error::invalid(format!(
+                "sandbox dir {} must be an absolute path",
+                spec.dir.display()
+            )));
+        }
         let cg = self
             .cgroups()?
             .sandbox(&self.cfg.cgroup_parent, spec.id.as_str());
@@ -482,6 +488,8 @@ impl ProcessBackend {
         if let Some(p) = spec.dir.parent() {
             hide.push(p.to_path_buf());
         }
+        // Covering `/` would hide the whole root.
+        hide.retain(|p| p.is_absolute() && p.parent().is_some());
         let cfg = InitConfig {
             cgroup_procs: procs,
             lower: Self::lower(spec)?,
