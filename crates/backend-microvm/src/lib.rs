@@ -1011,12 +1011,15 @@ impl MicrovmBackend {
 /// rate, but on a loaded host the kernel's PIT calibration fails ("Unable to
 /// calibrate against PIT", "Marking TSC unstable") and boot then stalls for
 /// minutes in timer setup; telling it the frequency (`tsc_early_khz`) makes
-/// boot independent of host load.
+/// boot independent of host load. Later the clocksource watchdog (checking
+/// the TSC against jiffies, whose ticks lag when the vCPU thread is starved)
+/// marks the TSC unstable and falls back to `refined-jiffies`, and the guest
+/// clock then runs ~10% slow; `tsc=reliable` keeps the TSC.
 pub fn kernel_append(accel: Accel) -> String {
     let mut a = qemu::DEFAULT_APPEND.to_string();
     if accel == Accel::Tcg {
         if let Some(khz) = host_tsc_khz() {
-            a.push_str(&format!(" tsc_early_khz={khz}"));
+            a.push_str(&format!(" tsc_early_khz={khz} tsc=reliable"));
         }
     }
     a

@@ -118,19 +118,32 @@ fn assert_counts_up(vals: &[u64]) {
     }
 }
 
-/// Guest wall clock minus... host minus guest, in ms. busybox `date` has no
-/// %N: then whole seconds, and the result is corrected by the truncation.
+/// How far the guest's wall clock is outside the host-time window of the exec
+/// that read it, in ms (0 when inside). busybox `date` has no %N: then whole
+/// seconds, compared with the window widened by the truncation.
 async fn guest_skew_ms(b: &MicrovmBackend, id: &SandboxId) -> i64 {
+    let now = || stasis_backend_microvm::util::now_unix_nanos() as i128;
+    let before = now();
     let out = sh(b, id, "date +%s%N").await;
-    let host = stasis_backend_microvm::util::now_unix_nanos() as i128;
-    if let Ok(guest) = out.trim().parse::<i128>() {
-        return ((host - guest) / 1_000_000) as i64;
-    }
-    let out = sh(b, id, "date +%s").await;
-    let host = stasis_backend_microvm::util::now_unix_nanos() as i128;
-    let guest: i128 = out.trim().parse::<i128>().expect("date +%s") * 1_000_000_000;
-    // the guest's value was truncated to the second: up to 999 ms low
-    (((host - guest) / 1_000_000) as i64 - 999).max(0)
+    let after = now();
+    let (guest, slack) = match out.trim().parse::<i128>() {
+        Ok(g) => (g, 0),
+        Err(_) => {
+            let before = now();
+            let out = sh(b, id, "date +%s").await;
+            let g: i128 = out.trim().parse::<i128>().expect("date +%s") * 1_000_000_000;
+            let _ = before;
+            (g, 1_000_000_000)
+        }
+    };
+    let skew = if guest + slack < before {
+        guest + slack - before
+    } else if guest > after {
+        guest - after
+    } else {
+        0
+    };
+    (skew / 1_000_000) as i64
 }
 
 /// Kills the QEMUs of every sandbox the test made when it ends (even by panic).
