@@ -1354,18 +1354,56 @@ pub fn probe() -> serde_json::Value {
         .unwrap_or(false);
     let seccomp_filter = shim::seccomp_programs().map(|p| p.len());
     let root = unsafe { libc::geteuid() } == 0;
+    let live = if root {
+        live_probe()
+    } else {
+        Err("not root".into())
+    };
     json!({
         "backend": "process",
         "root": root,
         "cgroup": cg,
         "namespaces": ns,
         "overlayfs": overlay,
+        // A real try: new mount/pid/net/ipc/uts namespaces and an overlay
+        // mount over the host's / (util-linux `unshare`, when installed).
+        "live_check": match &live {
+            Ok(()) => json!({"ok": true}),
+            Err(e) => json!({"ok": false, "error": e}),
+        },
         "seccomp": {
             "kernel": seccomp_kernel,
             "filter_builds": seccomp_filter.is_ok(),
             "error": seccomp_filter.err(),
             "denied_syscalls": shim::denied_syscalls().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
         },
-        "available": root && cg["usable"] == json!(true) && overlay && seccomp_kernel,
+        "available": root && cg["usable"] == json!(true) && overlay && seccomp_kernel && live.is_ok(),
     })
+}
+
+fn live_probe() -> std::result::Result<(), String> {
+    let dir = std::env::temp_dir().join(format!("stasis-probe-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["upper", "work", "merged"] {
+        std::fs::create_dir_all(dir.join(d)).map_err(|e| format!("mkdir: {e}"))?;
+    }
+    let script = format!(
+        "mount --make-rprivate / && mount -t overlay overlay -o lowerdir=/,upperdir={0}/upper,workdir={0}/work {0}/merged && test -x {0}/merged/bin/sh",
+        dir.display()
+    );
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--mount", "--pid", "--net", "--ipc", "--uts", "--fork", "sh", "-c", &script,
+        ])
+        .stdin(Stdio::null())
+        .output();
+    let _ = std::fs::remove_dir_all(&dir);
+    match out {
+        Err(e) => Err(format!("run unshare: {e}")),
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "unshare + overlay failed: {}",
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+    }
 }
