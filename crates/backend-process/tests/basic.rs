@@ -72,3 +72,40 @@ async fn dead_init_is_reported_not_bypassed() {
     assert!(e.cgroup_dirs().is_empty());
     e.cleanup_parent();
 }
+
+/// The server may run on a current-thread runtime (e.g. plain #[tokio::test]).
+#[tokio::test]
+async fn works_on_a_current_thread_runtime() {
+    let e = env("curthread");
+    let spec = e.create().await;
+    let mut r = sh("cat; echo done >&2");
+    r.stdin = Some(vec![b'z'; 300_000]);
+    let res = run(&e, &spec, r).await;
+    assert_eq!(res.stdout.len(), 300_000);
+    assert_eq!(res.stderr, b"done\n");
+    let s =
+        e.be.session_start(
+            &spec.id,
+            stasis_core::SessionSpec {
+                argv: vec!["sh".into()],
+                env: Default::default(),
+                cwd: None,
+            },
+        )
+        .await
+        .unwrap();
+    e.be.session_write(&spec.id, &s.id, b"echo hi\n")
+        .await
+        .unwrap();
+    let o = e.be.session_read(&spec.id, &s.id, 0, wait()).await.unwrap();
+    assert_eq!(o.data, b"hi\n");
+    let arts = e.tmp.path().join("a");
+    e.be.pause(&spec.id, &arts, true).await.unwrap();
+    e.be.resume(&spec, &arts).await.unwrap();
+    let mut r = sh("sleep 5");
+    r.timeout_ms = 200;
+    assert!(run(&e, &spec, r).await.timed_out);
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+    assert!(e.cgroup_dirs().is_empty());
+    e.cleanup_parent();
+}
