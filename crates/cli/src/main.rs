@@ -1,1 +1,876 @@
-fn main() {}
+//! `stasis`: the daemon (`stasis serve`) and a client of its HTTP API.
+//!
+//! Errors print one line, `stasis: <code>: <message>`, and exit 1 (usage
+//! errors exit 2, from clap).
+
+mod bench;
+mod client;
+mod demo;
+mod doctor;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+
+use client::Client;
+use stasis_core::{Error, Result};
+
+#[derive(Parser)]
+#[command(name = "stasis", version, about = "Stateful sandboxes for AI agents")]
+struct Cli {
+    /// Daemon URL.
+    #[arg(
+        long,
+        global = true,
+        env = "STASIS_URL",
+        default_value = "http://127.0.0.1:7070"
+    )]
+    url: String,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the daemon.
+    Serve(ServeArgs),
+    /// Create a sandbox.
+    Create(CreateArgs),
+    /// List sandboxes.
+    Ls {
+        /// Only sandboxes in this state (running, paused, failed, destroyed, ...).
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// Show one sandbox.
+    Get { id: String },
+    /// Run a command in a sandbox (resumes it first if paused).
+    Exec(ExecArgs),
+    /// Files in a sandbox.
+    #[command(subcommand)]
+    Files(FilesCmd),
+    /// Persistent processes (interpreters, shells) in a sandbox.
+    #[command(subcommand)]
+    Session(SessionCmd),
+    /// Pause a sandbox (memory + filesystem into a snapshot; compute freed).
+    Pause {
+        id: String,
+        /// Keep only the filesystem.
+        #[arg(long)]
+        filesystem_only: bool,
+    },
+    /// Resume a paused sandbox (any request does this transparently too).
+    Resume { id: String },
+    /// Destroy a sandbox.
+    Rm { id: String },
+    /// Snapshot a sandbox's current state.
+    Snapshot {
+        id: String,
+        #[arg(long)]
+        ttl_secs: Option<u64>,
+    },
+    /// Snapshots of this tenant.
+    #[command(subcommand)]
+    Snapshots(SnapshotsCmd),
+    /// Start a new sandbox from a snapshot.
+    Restore {
+        snapshot: String,
+        /// Manifest for the new sandbox (JSON file, or - for stdin).
+        #[arg(long)]
+        manifest: Option<String>,
+    },
+    /// Fork N sandboxes from a fresh snapshot of a sandbox.
+    Fork {
+        id: String,
+        #[arg(long, default_value_t = 1)]
+        count: u32,
+    },
+    /// Host resource use of a sandbox (CPU, RSS, processes).
+    Usage { id: String },
+    /// The audit log.
+    #[command(subcommand)]
+    Audit(AuditCmd),
+    /// What this machine supports (run locally; adds the daemon's view when reachable).
+    Doctor {
+        /// Also time a real KVM guest boot (slow on nested hosts).
+        #[arg(long)]
+        probe_kvm: bool,
+    },
+    /// Run the end-to-end demo on a temporary daemon.
+    Demo(demo::DemoArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+}
+
+#[derive(Args, Clone)]
+pub struct ServeArgs {
+    #[arg(long, env = "STASIS_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: std::net::SocketAddr,
+    /// Backend used when a manifest names none.
+    #[arg(long, default_value = "process")]
+    default_backend: String,
+    /// Guest images directory (default: <data-dir>/images).
+    #[arg(long, env = "STASIS_IMAGES")]
+    images: Option<PathBuf>,
+    /// microVM accelerator: auto (timed KVM boot probe), kvm or tcg.
+    #[arg(long, default_value = "auto", env = "STASIS_ACCEL")]
+    accel: String,
+    /// Snapshot store URL: file:///dir (default <data-dir>/store) or s3://bucket/prefix.
+    #[arg(long, env = "STASIS_STORE")]
+    store: Option<String>,
+    /// File holding the store's master key (64 hex digits).
+    #[arg(long)]
+    master_key_file: Option<PathBuf>,
+    /// Environment variable holding the store's master key.
+    #[arg(long)]
+    master_key_env: Option<String>,
+    /// Use a fixed, publicly known master key (demo/tests only).
+    #[arg(long)]
+    insecure_dev_key: bool,
+    /// Largest file upload/download in MiB.
+    #[arg(long, default_value_t = 64)]
+    max_file_mb: u64,
+    /// Write the bound address here once serving.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// Cgroup parent of the process backend.
+    #[arg(long, default_value = "stasis")]
+    cgroup_parent: String,
+}
+
+#[derive(Args)]
+struct CreateArgs {
+    /// Manifest JSON file (- for stdin); flags below override its fields.
+    #[arg(long)]
+    manifest: Option<String>,
+    #[arg(long)]
+    backend: Option<String>,
+    #[arg(long)]
+    image: Option<String>,
+    #[arg(long)]
+    memory_mb: Option<u64>,
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Idle seconds before the idle policy applies.
+    #[arg(long)]
+    idle_secs: Option<u64>,
+    /// pause | pause_filesystem | destroy | nothing
+    #[arg(long)]
+    on_idle: Option<String>,
+    /// Seconds a paused sandbox is kept.
+    #[arg(long)]
+    ttl_secs: Option<u64>,
+}
+
+#[derive(Args)]
+struct ExecArgs {
+    id: String,
+    #[arg(long, default_value_t = 60_000)]
+    timeout_ms: u64,
+    /// KEY=VALUE, repeatable.
+    #[arg(long = "env", short = 'e')]
+    env: Vec<String>,
+    #[arg(long)]
+    cwd: Option<String>,
+    /// Stream output as it is produced.
+    #[arg(long)]
+    stream: bool,
+    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+    argv: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum FilesCmd {
+    /// Upload a local file (- for stdin).
+    Put {
+        id: String,
+        local: String,
+        remote: String,
+    },
+    /// Download a file (to stdout, or a local path).
+    Get {
+        id: String,
+        remote: String,
+        local: Option<PathBuf>,
+    },
+    /// List a directory.
+    Ls {
+        id: String,
+        #[arg(default_value = ".")]
+        path: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum SessionCmd {
+    /// Start a persistent process, e.g. `python3 -i -u -q` or `sh`.
+    Start {
+        id: String,
+        #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+        argv: Vec<String>,
+    },
+    /// Send input (a newline is appended unless --raw).
+    Send {
+        id: String,
+        session: String,
+        text: String,
+        #[arg(long)]
+        raw: bool,
+    },
+    /// Read output from an offset.
+    Read {
+        id: String,
+        session: String,
+        #[arg(long, default_value_t = 0)]
+        offset: u64,
+        #[arg(long, default_value_t = 500)]
+        wait_ms: u64,
+    },
+    /// List sessions.
+    Ls { id: String },
+    /// Kill a session.
+    Kill { id: String, session: String },
+}
+
+#[derive(Subcommand)]
+enum SnapshotsCmd {
+    Ls,
+    Get { id: String },
+    Rm { id: String },
+}
+
+#[derive(Subcommand)]
+enum AuditCmd {
+    /// Audit entries (oldest first).
+    Ls {
+        #[arg(long)]
+        sandbox: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: i64,
+    },
+    /// Check the hash chain: any edited or deleted entry is reported.
+    Verify,
+}
+
+fn main() {
+    // The process backend re-executes this binary as its sandbox shim. It
+    // must run single-threaded (setns/unshare), so dispatch before anything
+    // else starts; it reads its own argv and never returns.
+    if std::env::args().nth(1).as_deref() == Some(stasis_backend_process::SHIM_SUBCOMMAND) {
+        stasis_backend_process::shim_main();
+    }
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let json = cli.json;
+    match rt.block_on(run(cli)) {
+        Ok(()) => {}
+        Err(e) => {
+            if json {
+                println!(
+                    "{}",
+                    json!({"error": {"code": e.code, "message": e.message, "field": e.field}})
+                );
+            } else {
+                eprintln!("stasis: {}: {}", e.code, e.message.replace('\n', " "));
+            }
+            std::process::exit(1);
+        }
+    }
+}
+
+pub fn print_value(json: bool, v: &Value, text: impl FnOnce(&Value) -> String) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    } else {
+        println!("{}", text(v));
+    }
+}
+
+fn fmt_ms(v: &Value) -> String {
+    v.as_i64()
+        .map(|ms| {
+            let secs = ms / 1000;
+            format!("{secs}s")
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+fn sandbox_line(v: &Value) -> String {
+    let mut s = format!(
+        "{}  {:<10} {:<8} running {}",
+        v["id"].as_str().unwrap_or("?"),
+        v["state"].as_str().unwrap_or("?"),
+        v["backend"].as_str().unwrap_or("?"),
+        fmt_ms(&v["running_ms"]),
+    );
+    if let Some(exp) = v["expires_at_ms"].as_i64() {
+        let left = (exp - stasis_core::now_ms()) / 1000;
+        s.push_str(&format!("  expires in {left}s"));
+    }
+    if let Some(r) = v["reason"].as_str() {
+        s.push_str(&format!("  ({r})"));
+    }
+    s
+}
+
+fn read_manifest_arg(arg: &str) -> Result<Value> {
+    let text = if arg == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s
+    } else {
+        std::fs::read_to_string(arg)
+            .map_err(|e| Error::invalid(format!("manifest file {arg}: {e}")))?
+    };
+    serde_json::from_str(&text).map_err(|e| Error::invalid(format!("manifest is not JSON: {e}")))
+}
+
+fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
+    use stasis_server::daemon::{DaemonConfig, KeySource};
+    let data_dir = match &a.data_dir {
+        Some(d) => d.clone(),
+        None => {
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/var/lib"));
+            home.join(".local/share/stasis")
+        }
+    };
+    let mut cfg = DaemonConfig::new(data_dir.clone());
+    cfg.listen = a.listen;
+    cfg.default_backend = stasis_core::BackendKind::parse(&a.default_backend)?;
+    if let Some(i) = &a.images {
+        cfg.images_dir = i.clone();
+    }
+    cfg.accel = a.accel.parse()?;
+    cfg.store_url = a.store.clone();
+    cfg.key = match (&a.master_key_file, &a.master_key_env, a.insecure_dev_key) {
+        (Some(f), None, false) => KeySource::File(f.clone()),
+        (None, Some(v), false) => KeySource::Env(v.clone()),
+        (None, None, true) => {
+            eprintln!("stasis: WARNING: --insecure-dev-key: snapshots are encrypted with a publicly known key; never use this in production");
+            KeySource::InsecureDev
+        }
+        (None, None, false) => {
+            return Err(Error::invalid(
+                "no master key for the snapshot store: give --master-key-file FILE or --master-key-env VAR (or --insecure-dev-key for a demo)",
+            ))
+        }
+        _ => return Err(Error::invalid("give only one of --master-key-file, --master-key-env, --insecure-dev-key")),
+    };
+    cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
+    cfg.ready_file = a.ready_file.clone();
+    cfg.cgroup_parent = a.cgroup_parent.clone();
+    Ok(cfg)
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    let c = Client::new(&cli.url);
+    let json = cli.json;
+    match cli.cmd {
+        Cmd::Serve(a) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_default_env()
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            let cfg = serve_config(&a)?;
+            stasis_server::daemon::run(cfg, async {
+                let mut term =
+                    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                        .expect("signal handler");
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            })
+            .await?;
+        }
+        Cmd::Create(a) => {
+            let mut m = match &a.manifest {
+                Some(f) => read_manifest_arg(f)?,
+                None => json!({}),
+            };
+            if !m.is_object() {
+                return Err(Error::invalid("manifest must be a JSON object"));
+            }
+            if let Some(b) = a.backend {
+                m["backend"] = json!(b);
+            }
+            if let Some(i) = a.image {
+                m["image"] = json!(i);
+            }
+            for (key, val) in [
+                ("memory_mb", a.memory_mb.map(|v| json!(v))),
+                ("cpus", a.cpus.map(|v| json!(v))),
+            ] {
+                if let Some(v) = val {
+                    if !m["resources"].is_object() {
+                        m["resources"] = json!({});
+                    }
+                    m["resources"][key] = v;
+                }
+            }
+            for (key, val) in [
+                ("idle_timeout_secs", a.idle_secs.map(|v| json!(v))),
+                ("on_idle", a.on_idle.map(|v| json!(v))),
+                ("paused_ttl_secs", a.ttl_secs.map(|v| json!(v))),
+            ] {
+                if let Some(v) = val {
+                    if !m["lifecycle"].is_object() {
+                        m["lifecycle"] = json!({});
+                    }
+                    m["lifecycle"][key] = v;
+                }
+            }
+            let v = c.create(m).await?;
+            print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+        }
+        Cmd::Ls { state } => {
+            let path = match state {
+                Some(s) => format!("/v1/sandboxes?state={s}"),
+                None => "/v1/sandboxes".into(),
+            };
+            let v = c.get(&path).await?;
+            print_value(json, &v, |v| {
+                v.as_array()
+                    .map(|a| a.iter().map(sandbox_line).collect::<Vec<_>>().join("\n"))
+                    .unwrap_or_default()
+            });
+        }
+        Cmd::Get { id } => {
+            let v = c.sandbox(&id).await?;
+            print_value(json, &v, sandbox_line);
+        }
+        Cmd::Exec(a) => {
+            let mut env = serde_json::Map::new();
+            for kv in &a.env {
+                let (k, v) = kv
+                    .split_once('=')
+                    .ok_or_else(|| Error::invalid(format!("--env {kv:?}: expected KEY=VALUE")))?;
+                env.insert(k.to_string(), json!(v));
+            }
+            let body =
+                json!({"argv": a.argv, "env": env, "cwd": a.cwd, "timeout_ms": a.timeout_ms});
+            let code = if a.stream {
+                let last = c
+                    .exec_stream(&a.id, body, |line| {
+                        if line["type"] == "output" && !json {
+                            let data =
+                                stasis_core::b64::decode(line["data_b64"].as_str().unwrap_or(""))
+                                    .unwrap_or_default();
+                            if line["stream"] == "stderr" {
+                                let _ = std::io::stderr().write_all(&data);
+                            } else {
+                                let _ = std::io::stdout().write_all(&data);
+                                let _ = std::io::stdout().flush();
+                            }
+                        } else if json {
+                            println!("{line}");
+                        }
+                    })
+                    .await?;
+                if last["type"] == "error" {
+                    return Err(Error::new(
+                        serde_json::from_value(last["code"].clone())
+                            .unwrap_or(stasis_core::ErrorCode::Internal),
+                        last["message"].as_str().unwrap_or("").to_string(),
+                    ));
+                }
+                if last["timed_out"] == true {
+                    eprintln!("stasis: timeout: command timed out after {} ms; its process tree was killed", a.timeout_ms);
+                }
+                last["exit_code"].as_i64().unwrap_or(1)
+            } else {
+                let v = c.exec_body(&a.id, body).await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                } else {
+                    let out = stasis_core::b64::decode(v["stdout_b64"].as_str().unwrap_or(""))
+                        .unwrap_or_default();
+                    let err = stasis_core::b64::decode(v["stderr_b64"].as_str().unwrap_or(""))
+                        .unwrap_or_default();
+                    std::io::stdout().write_all(&out)?;
+                    std::io::stderr().write_all(&err)?;
+                    if v["timed_out"] == true {
+                        eprintln!("stasis: timeout: command timed out after {} ms; its process tree was killed", a.timeout_ms);
+                    }
+                }
+                v["exit_code"]
+                    .as_i64()
+                    .unwrap_or(if v["timed_out"] == true { 124 } else { 1 })
+            };
+            if code != 0 && !json {
+                std::process::exit(code.clamp(1, 255) as i32);
+            }
+        }
+        Cmd::Files(f) => match f {
+            FilesCmd::Put { id, local, remote } => {
+                let data = if local == "-" {
+                    let mut d = Vec::new();
+                    std::io::stdin().read_to_end(&mut d)?;
+                    d
+                } else {
+                    std::fs::read(&local).map_err(|e| Error::invalid(format!("{local}: {e}")))?
+                };
+                let n = data.len();
+                c.put_file(&id, &remote, data).await?;
+                print_value(json, &json!({"path": remote, "bytes": n}), |_| {
+                    format!("wrote {n} bytes to {remote}")
+                });
+            }
+            FilesCmd::Get { id, remote, local } => {
+                let data = c.get_file(&id, &remote).await?;
+                match local {
+                    Some(p) => {
+                        std::fs::write(&p, &data)?;
+                        print_value(json, &json!({"path": p, "bytes": data.len()}), |_| {
+                            format!("read {} bytes into {}", data.len(), p.display())
+                        });
+                    }
+                    None => std::io::stdout().write_all(&data)?,
+                }
+            }
+            FilesCmd::Ls { id, path } => {
+                let v = c.list_files(&id, &path).await?;
+                print_value(json, &v, |v| {
+                    v.as_array()
+                        .map(|a| {
+                            a.iter()
+                                .map(|e| {
+                                    format!(
+                                        "{:<8} {:>10} {}",
+                                        e["kind"].as_str().unwrap_or(""),
+                                        e["size"],
+                                        e["name"].as_str().unwrap_or("")
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                                .join("\n")
+                        })
+                        .unwrap_or_default()
+                });
+            }
+        },
+        Cmd::Session(s) => match s {
+            SessionCmd::Start { id, argv } => {
+                let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
+                let v = c.session_start(&id, &refs).await?;
+                print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+            }
+            SessionCmd::Send {
+                id,
+                session,
+                text,
+                raw,
+            } => {
+                let data = if raw { text } else { format!("{text}\n") };
+                c.session_send(&id, &session, &data).await?;
+                if json {
+                    println!("{}", json!({"sent": data.len()}));
+                }
+            }
+            SessionCmd::Read {
+                id,
+                session,
+                offset,
+                wait_ms,
+            } => {
+                let v = c.session_read(&id, &session, offset, wait_ms).await?;
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                } else {
+                    print!("{}", v["data"].as_str().unwrap_or(""));
+                    eprintln!("[next offset {}]", v["next_offset"]);
+                }
+            }
+            SessionCmd::Ls { id } => {
+                let v = c.get(&format!("/v1/sandboxes/{id}/sessions")).await?;
+                print_value(json, &v, |v| {
+                    v.as_array()
+                        .map(|a| {
+                            a.iter()
+                                .map(|s| {
+                                    format!(
+                                        "{}  running={}  {}",
+                                        s["id"].as_str().unwrap_or(""),
+                                        s["running"],
+                                        s["argv"]
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                                .join("\n")
+                        })
+                        .unwrap_or_default()
+                });
+            }
+            SessionCmd::Kill { id, session } => {
+                c.delete(&format!("/v1/sandboxes/{id}/sessions/{session}"))
+                    .await?;
+            }
+        },
+        Cmd::Pause {
+            id,
+            filesystem_only,
+        } => {
+            let v = c
+                .pause(&id, if filesystem_only { Some(false) } else { None })
+                .await?;
+            print_value(json, &v, |v| {
+                format!(
+                    "{} paused in {} ms",
+                    v["id"].as_str().unwrap_or(""),
+                    v["timing"]["total_ms"]
+                )
+            });
+        }
+        Cmd::Resume { id } => {
+            let v = c.resume(&id).await?;
+            print_value(json, &v, |v| {
+                format!(
+                    "{} resumed in {} ms",
+                    v["id"].as_str().unwrap_or(""),
+                    v["timing"]["total_ms"]
+                )
+            });
+        }
+        Cmd::Rm { id } => {
+            let v = c.destroy(&id).await?;
+            print_value(json, &v, |v| {
+                format!("{} destroyed", v["id"].as_str().unwrap_or(""))
+            });
+        }
+        Cmd::Snapshot { id, ttl_secs } => {
+            let v = c.snapshot(&id, ttl_secs).await?;
+            print_value(json, &v, |v| {
+                format!(
+                    "{}  raw {} bytes, stored {} bytes",
+                    v["id"].as_str().unwrap_or(""),
+                    v["raw_bytes"],
+                    v["stored_bytes"]
+                )
+            });
+        }
+        Cmd::Snapshots(s) => match s {
+            SnapshotsCmd::Ls => {
+                let v = c.get("/v1/snapshots").await?;
+                print_value(json, &v, |v| {
+                    v.as_array()
+                        .map(|a| {
+                            a.iter()
+                                .map(|s| {
+                                    format!(
+                                        "{}  {:<5} {:<8} from {}  raw {} stored {}",
+                                        s["id"].as_str().unwrap_or(""),
+                                        s["kind"].as_str().unwrap_or(""),
+                                        s["backend"].as_str().unwrap_or(""),
+                                        s["source_sandbox"].as_str().unwrap_or("-"),
+                                        s["raw_bytes"],
+                                        s["stored_bytes"]
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                                .join("\n")
+                        })
+                        .unwrap_or_default()
+                });
+            }
+            SnapshotsCmd::Get { id } => {
+                let v = c.get(&format!("/v1/snapshots/{id}")).await?;
+                print_value(true, &v, |_| String::new());
+            }
+            SnapshotsCmd::Rm { id } => {
+                c.delete(&format!("/v1/snapshots/{id}")).await?;
+                if !json {
+                    println!("{id} deleted");
+                }
+            }
+        },
+        Cmd::Restore { snapshot, manifest } => {
+            let m = manifest.map(|f| read_manifest_arg(&f)).transpose()?;
+            let v = c.restore(&snapshot, m).await?;
+            print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+        }
+        Cmd::Fork { id, count } => {
+            let v = c.fork(&id, count).await?;
+            print_value(json, &v, |v| {
+                v["sandboxes"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .map(|s| s["id"].as_str().unwrap_or("").to_string())
+                            .collect::<Vec<_>>()
+                            .join("\n")
+                    })
+                    .unwrap_or_default()
+            });
+        }
+        Cmd::Usage { id } => {
+            let v = c.usage(&id).await?;
+            print_value(json, &v, |v| {
+                format!(
+                    "cpu {} ns, rss {} bytes, {} host processes",
+                    v["cpu_ns"], v["rss_bytes"], v["host_processes"]
+                )
+            });
+        }
+        Cmd::Audit(a) => match a {
+            AuditCmd::Ls { sandbox, limit } => {
+                let path = match sandbox {
+                    Some(s) => format!("/v1/audit?target={s}&limit={limit}"),
+                    None => format!("/v1/audit?limit={limit}"),
+                };
+                let v = c.get(&path).await?;
+                print_value(json, &v, |v| {
+                    v.as_array()
+                        .map(|a| {
+                            a.iter()
+                                .map(|e| {
+                                    format!(
+                                        "{:>5} {} {:<10} {:<14} {} {}",
+                                        e["seq"],
+                                        e["ts_ms"],
+                                        e["actor"].as_str().unwrap_or(""),
+                                        e["action"].as_str().unwrap_or(""),
+                                        e["target"].as_str().unwrap_or(""),
+                                        e["detail"]
+                                    )
+                                })
+                                .collect::<Vec<_>>()
+                                .join("\n")
+                        })
+                        .unwrap_or_default()
+                });
+            }
+            AuditCmd::Verify => {
+                let v = c.get("/v1/audit/verify").await?;
+                print_value(json, &v, |v| {
+                    if v["ok"] == true {
+                        format!("audit log intact: {} entries", v["entries"])
+                    } else {
+                        format!(
+                            "audit log BROKEN at entry {}: {}",
+                            v["broken_at"],
+                            v["problem"].as_str().unwrap_or("")
+                        )
+                    }
+                });
+                if v["ok"] != true {
+                    return Err(Error::integrity(format!(
+                        "audit log broken at entry {}",
+                        v["broken_at"]
+                    )));
+                }
+            }
+        },
+        Cmd::Doctor { probe_kvm } => doctor::run(&c, json, probe_kvm).await?,
+        Cmd::Demo(a) => demo::run(a, json).await?,
+        Cmd::Bench(b) => bench::run(b, json).await?,
+    }
+    Ok(())
+}
+
+/// Start `stasis serve` from this executable on a temporary data dir and
+/// wait until it serves. The child is killed when the guard drops.
+pub struct TempDaemon {
+    pub child: std::process::Child,
+    pub client: Client,
+    pub data_dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl TempDaemon {
+    pub async fn start(extra: &[&str], data_dir: Option<PathBuf>) -> Result<TempDaemon> {
+        let (tmp, dir) = match data_dir {
+            Some(d) => (None, d),
+            None => {
+                let t = tempfile::Builder::new().prefix("stasis-").tempdir()?;
+                let d = t.path().to_path_buf();
+                (Some(t), d)
+            }
+        };
+        let ready = dir.join("ready");
+        let _ = std::fs::remove_file(&ready);
+        let exe = std::env::current_exe()?;
+        let log = std::fs::File::create(dir.join("daemon.log"))?;
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(&dir)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--insecure-dev-key")
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(extra)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        let mut child = cmd.spawn()?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(addr) = std::fs::read_to_string(&ready) {
+                let client = Client::new(&format!("http://{}", addr.trim()));
+                return Ok(TempDaemon {
+                    child,
+                    client,
+                    data_dir: dir,
+                    _tmp: tmp,
+                });
+            }
+            if let Some(status) = child.try_wait()? {
+                let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(5).collect();
+                return Err(Error::internal(format!(
+                    "daemon exited ({status}): {}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+                )));
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(Error::timeout("daemon did not start within 120 s"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for TempDaemon {
+    fn drop(&mut self) {
+        // SIGTERM first so the daemon exits cleanly; then make sure.
+        let _ = nix_kill(self.child.id());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn nix_kill(pid: u32) -> std::io::Result<()> {
+    // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+    let r = unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}

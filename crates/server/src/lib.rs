@@ -1,1 +1,10 @@
+//! The stasis daemon as a library: the sandbox manager (lifecycle, idle and
+//! TTL policies, reconcile after a crash) and the HTTP API over it.
 
+pub mod api;
+pub mod daemon;
+pub mod manager;
+pub mod snapshots;
+
+pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};
+pub use snapshots::{SnapshotInfo, SnapshotKind, Snapshots};

@@ -1,0 +1,320 @@
+//! A small typed client of the stasis HTTP API (used by the CLI, the demo and
+//! the benches). Every non-2xx answer becomes a `stasis_core::Error` with the
+//! server's code and message.
+
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+use stasis_core::{Error, ErrorCode, Result};
+
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+    actor: Option<String>,
+}
+
+fn code_from(s: &str) -> ErrorCode {
+    serde_json::from_value(Value::String(s.to_string())).unwrap_or(ErrorCode::Internal)
+}
+
+impl Client {
+    pub fn new(base: &str) -> Self {
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(3600))
+                .build()
+                .expect("http client"),
+            actor: std::env::var("STASIS_ACTOR").ok(),
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{}", self.base, path));
+        if let Some(a) = &self.actor {
+            r = r.header("x-stasis-actor", a);
+        }
+        r
+    }
+
+    async fn send(&self, rb: reqwest::RequestBuilder) -> Result<reqwest::Response> {
+        let resp = rb.send().await.map_err(|e| {
+            let what = if e.is_connect() {
+                format!(
+                    "cannot reach the stasis daemon at {} (is `stasis serve` running?)",
+                    self.base
+                )
+            } else {
+                format!("request to {} failed: {e}", self.base)
+            };
+            Error::new(ErrorCode::Internal, what)
+        })?;
+        if resp.status().is_success() {
+            return Ok(resp);
+        }
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        match serde_json::from_str::<Value>(&text) {
+            Ok(v) if v["error"]["code"].is_string() => {
+                let mut e = Error::new(
+                    code_from(v["error"]["code"].as_str().unwrap_or("internal")),
+                    v["error"]["message"].as_str().unwrap_or("").to_string(),
+                );
+                e.field = v["error"]["field"].as_str().map(str::to_string);
+                Err(e)
+            }
+            _ => Err(Error::internal(format!("HTTP {status}: {text}"))),
+        }
+    }
+
+    async fn json<T: DeserializeOwned>(&self, rb: reqwest::RequestBuilder) -> Result<T> {
+        let resp = self.send(rb).await?;
+        resp.json::<T>()
+            .await
+            .map_err(|e| Error::internal(format!("undecodable answer: {e}")))
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value> {
+        self.json(self.req(reqwest::Method::GET, path)).await
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Result<Value> {
+        self.json(self.req(reqwest::Method::POST, path).json(&body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<Value> {
+        let resp = self.send(self.req(reqwest::Method::DELETE, path)).await?;
+        let text = resp.text().await.unwrap_or_default();
+        if text.is_empty() {
+            Ok(Value::Null)
+        } else {
+            serde_json::from_str(&text).map_err(|e| Error::internal(e.to_string()))
+        }
+    }
+
+    pub async fn health(&self) -> Result<()> {
+        self.send(self.req(reqwest::Method::GET, "/healthz"))
+            .await
+            .map(|_| ())
+    }
+
+    pub async fn create(&self, manifest: Value) -> Result<Value> {
+        self.post("/v1/sandboxes", json!({ "manifest": manifest }))
+            .await
+    }
+
+    pub async fn sandbox(&self, id: &str) -> Result<Value> {
+        self.get(&format!("/v1/sandboxes/{id}")).await
+    }
+
+    pub async fn exec(&self, id: &str, argv: &[&str], timeout_ms: u64) -> Result<Value> {
+        self.post(
+            &format!("/v1/sandboxes/{id}/exec"),
+            json!({ "argv": argv, "timeout_ms": timeout_ms }),
+        )
+        .await
+    }
+
+    pub async fn exec_body(&self, id: &str, body: Value) -> Result<Value> {
+        self.post(&format!("/v1/sandboxes/{id}/exec"), body).await
+    }
+
+    /// Streaming exec: calls `on_line` for every NDJSON line; returns the last one.
+    pub async fn exec_stream(
+        &self,
+        id: &str,
+        body: Value,
+        mut on_line: impl FnMut(&Value),
+    ) -> Result<Value> {
+        use futures::StreamExt;
+        let resp = self
+            .send(
+                self.req(
+                    reqwest::Method::POST,
+                    &format!("/v1/sandboxes/{id}/exec/stream"),
+                )
+                .json(&body),
+            )
+            .await?;
+        let mut stream = resp.bytes_stream();
+        let mut buf = Vec::new();
+        let mut last = Value::Null;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| Error::internal(format!("stream broke: {e}")))?;
+            buf.extend_from_slice(&chunk);
+            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                let v: Value =
+                    serde_json::from_slice(&line).map_err(|e| Error::internal(e.to_string()))?;
+                on_line(&v);
+                last = v;
+            }
+        }
+        Ok(last)
+    }
+
+    pub async fn put_file(&self, id: &str, path: &str, data: Vec<u8>) -> Result<()> {
+        self.send(
+            self.req(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/files"))
+                .query(&[("path", path)])
+                .body(data),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn get_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
+        let resp = self
+            .send(
+                self.req(reqwest::Method::GET, &format!("/v1/sandboxes/{id}/files"))
+                    .query(&[("path", path)]),
+            )
+            .await?;
+        resp.bytes()
+            .await
+            .map(|b| b.to_vec())
+            .map_err(|e| Error::internal(e.to_string()))
+    }
+
+    pub async fn list_files(&self, id: &str, path: &str) -> Result<Value> {
+        self.json(
+            self.req(
+                reqwest::Method::GET,
+                &format!("/v1/sandboxes/{id}/files/list"),
+            )
+            .query(&[("path", path)]),
+        )
+        .await
+    }
+
+    pub async fn session_start(&self, id: &str, argv: &[&str]) -> Result<Value> {
+        self.post(
+            &format!("/v1/sandboxes/{id}/sessions"),
+            json!({ "argv": argv }),
+        )
+        .await
+    }
+
+    pub async fn session_send(&self, id: &str, session: &str, data: &str) -> Result<()> {
+        self.send(
+            self.req(
+                reqwest::Method::POST,
+                &format!("/v1/sandboxes/{id}/sessions/{session}/input"),
+            )
+            .json(&json!({ "data": data })),
+        )
+        .await
+        .map(|_| ())
+    }
+
+    pub async fn session_read(
+        &self,
+        id: &str,
+        session: &str,
+        offset: u64,
+        wait_ms: u64,
+    ) -> Result<Value> {
+        self.get(&format!(
+            "/v1/sandboxes/{id}/sessions/{session}/output?offset={offset}&wait_ms={wait_ms}"
+        ))
+        .await
+    }
+
+    /// Read session output from `offset` until `needle` appears or `timeout` passes.
+    pub async fn session_read_until(
+        &self,
+        id: &str,
+        session: &str,
+        mut offset: u64,
+        needle: &str,
+        timeout: Duration,
+    ) -> Result<(String, u64)> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut text = String::new();
+        loop {
+            let v = self.session_read(id, session, offset, 1000).await?;
+            text.push_str(v["data"].as_str().unwrap_or(""));
+            offset = v["next_offset"].as_u64().unwrap_or(offset);
+            if text.contains(needle) {
+                return Ok((text, offset));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::timeout(format!(
+                    "waited for {needle:?}; session printed {text:?}"
+                )));
+            }
+        }
+    }
+
+    pub async fn pause(&self, id: &str, keep_memory: Option<bool>) -> Result<Value> {
+        let body = match keep_memory {
+            Some(k) => json!({ "keep_memory": k }),
+            None => json!({}),
+        };
+        self.post(&format!("/v1/sandboxes/{id}/pause"), body).await
+    }
+
+    pub async fn resume(&self, id: &str) -> Result<Value> {
+        self.post(&format!("/v1/sandboxes/{id}/resume"), json!({}))
+            .await
+    }
+
+    pub async fn destroy(&self, id: &str) -> Result<Value> {
+        self.delete(&format!("/v1/sandboxes/{id}")).await
+    }
+
+    pub async fn usage(&self, id: &str) -> Result<Value> {
+        self.get(&format!("/v1/sandboxes/{id}/usage")).await
+    }
+
+    pub async fn snapshot(&self, id: &str, ttl_secs: Option<u64>) -> Result<Value> {
+        let body = match ttl_secs {
+            Some(t) => json!({ "ttl_secs": t }),
+            None => json!({}),
+        };
+        self.post(&format!("/v1/sandboxes/{id}/snapshots"), body)
+            .await
+    }
+
+    pub async fn restore(&self, snapshot: &str, manifest: Option<Value>) -> Result<Value> {
+        let body = match manifest {
+            Some(m) => json!({ "manifest": m }),
+            None => json!({}),
+        };
+        self.post(&format!("/v1/snapshots/{snapshot}/restore"), body)
+            .await
+    }
+
+    pub async fn fork(&self, id: &str, count: u32) -> Result<Value> {
+        self.post(
+            &format!("/v1/sandboxes/{id}/fork"),
+            json!({ "count": count }),
+        )
+        .await
+    }
+
+    /// Poll until the sandbox reaches `state` (or `timeout`).
+    pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Result<Value> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let v = self.sandbox(id).await?;
+            if v["state"] == state {
+                return Ok(v);
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(Error::timeout(format!(
+                    "sandbox {id} did not become {state} within {timeout:?} (it is {})",
+                    v["state"]
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Daemon bootstrap: open metadata and the snapshot store, build the
+//! backends, reconcile what a previous run left, start the reaper and serve.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use tracing::{info, warn};
+
+use stasis_backend::Backend;
+use stasis_backend_microvm::{AccelChoice, MicrovmBackend, MicrovmConfig};
+use stasis_backend_process::{ProcessBackend, ProcessConfig};
+use stasis_core::{BackendKind, Error, Result};
+use stasis_meta::Meta;
+use stasis_store::{MasterKey, Store};
+
+use crate::api::{router, AppState};
+use crate::manager::{Manager, ManagerConfig};
+use crate::snapshots::Snapshots;
+
+/// Where the master key of the snapshot store comes from.
+#[derive(Debug, Clone)]
+pub enum KeySource {
+    File(PathBuf),
+    Env(String),
+    /// A fixed, publicly known key: for demos and tests only.
+    InsecureDev,
+}
+
+#[derive(Debug, Clone)]
+pub struct DaemonConfig {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub default_backend: BackendKind,
+    /// Guest images for the microVM backend: `<images>/<name>/...`.
+    pub images_dir: PathBuf,
+    pub accel: AccelChoice,
+    /// Snapshot store URL; default `file://<data_dir>/store`.
+    pub store_url: Option<String>,
+    pub key: KeySource,
+    pub max_file_bytes: u64,
+    /// Program + args of the process backend's shim (default: this executable).
+    pub process_shim: Option<(PathBuf, Vec<String>)>,
+    /// Cgroup parent name of the process backend (tests use unique ones).
+    pub cgroup_parent: String,
+    /// Written with the bound address once the daemon serves.
+    pub ready_file: Option<PathBuf>,
+    pub reaper_interval: Duration,
+}
+
+impl DaemonConfig {
+    pub fn new(data_dir: PathBuf) -> Self {
+        DaemonConfig {
+            images_dir: data_dir.join("images"),
+            data_dir,
+            listen: "127.0.0.1:7070".parse().expect("addr"),
+            default_backend: BackendKind::Process,
+            accel: AccelChoice::Auto,
+            store_url: None,
+            key: KeySource::InsecureDev,
+            max_file_bytes: 64 * 1024 * 1024,
+            process_shim: None,
+            cgroup_parent: "stasis".into(),
+            ready_file: None,
+            reaper_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+fn master_key(src: &KeySource) -> Result<MasterKey> {
+    match src {
+        KeySource::File(p) => MasterKey::from_file(p),
+        KeySource::Env(v) => MasterKey::from_env(v),
+        KeySource::InsecureDev => {
+            warn!("using the INSECURE development master key: snapshots are not protected at rest");
+            Ok(MasterKey::insecure_dev())
+        }
+    }
+}
+
+pub struct Daemon {
+    pub manager: Arc<Manager>,
+    pub doctor: serde_json::Value,
+}
+
+/// Open everything and reconcile; does not serve yet.
+pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
+    std::fs::create_dir_all(cfg.data_dir.join("sandboxes")).map_err(|e| {
+        Error::internal(format!(
+            "cannot create data dir {}: {e}",
+            cfg.data_dir.display()
+        ))
+    })?;
+    let data_dir = cfg
+        .data_dir
+        .canonicalize()
+        .map_err(|e| Error::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?;
+    let meta = Meta::open(&data_dir.join("meta.db")).await?;
+    let store_url = cfg
+        .store_url
+        .clone()
+        .unwrap_or_else(|| format!("file://{}", data_dir.join("store").display()));
+    if store_url.starts_with("file://") {
+        std::fs::create_dir_all(store_url.trim_start_matches("file://"))?;
+    }
+    let store = Store::open(&store_url, master_key(&cfg.key)?).await?;
+
+    let mut pcfg = ProcessConfig {
+        cgroup_parent: cfg.cgroup_parent.clone(),
+        ..ProcessConfig::default()
+    };
+    if let Some((prog, args)) = &cfg.process_shim {
+        pcfg.shim_program = prog.clone();
+        pcfg.shim_args = args.clone();
+    }
+    pcfg.hide_paths.push(data_dir.clone());
+    let process = Arc::new(ProcessBackend::new(pcfg));
+
+    let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());
+    mcfg.accel = cfg.accel;
+    mcfg.base_dir = Some(data_dir.join("sandboxes"));
+    let microvm = Arc::new(MicrovmBackend::new(mcfg));
+    let accel = microvm.init().await;
+    info!(accelerator = ?accel.accelerator, reason = %accel.reason, "microVM accelerator");
+
+    let backends: Vec<Arc<dyn Backend>> = vec![process, microvm.clone()];
+    let mut mc = ManagerConfig::new(data_dir.clone());
+    mc.default_backend = cfg.default_backend;
+    mc.max_file_bytes = cfg.max_file_bytes;
+    mc.reaper_interval = cfg.reaper_interval;
+    let manager = Manager::new(mc, meta, Snapshots::new(store), backends);
+    let report = manager.reconcile().await?;
+    for (id, from, to) in &report.changed {
+        info!(sandbox = %id, %from, %to, "reconciled");
+    }
+    let doctor = json!({
+        "data_dir": data_dir,
+        "store": redact_url(&store_url),
+        "insecure_dev_key": matches!(cfg.key, KeySource::InsecureDev),
+        "default_backend": cfg.default_backend,
+        "process": stasis_backend_process::probe(),
+        "microvm": microvm.doctor().await,
+        "reconcile": report,
+    });
+    Ok(Daemon { manager, doctor })
+}
+
+fn redact_url(u: &str) -> String {
+    match u.split_once('@') {
+        Some((scheme_user, host)) if scheme_user.contains("://") => {
+            let scheme = scheme_user.split("://").next().unwrap_or("");
+            format!("{scheme}://***@{host}")
+        }
+        _ => u.to_string(),
+    }
+}
+
+/// Run the daemon until `shutdown` resolves.
+pub async fn run(
+    cfg: DaemonConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let daemon = open(&cfg).await?;
+    let reaper = daemon.manager.spawn_reaper();
+    let state = AppState {
+        manager: daemon.manager.clone(),
+        doctor: Arc::new(daemon.doctor),
+    };
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| Error::internal(format!("cannot listen on {}: {e}", cfg.listen)))?;
+    let addr = listener.local_addr()?;
+    info!(%addr, "stasis daemon listening");
+    if let Some(f) = &cfg.ready_file {
+        let tmp = f.with_extension("tmp");
+        std::fs::write(&tmp, addr.to_string())?;
+        std::fs::rename(&tmp, f)?;
+    }
+    let r = axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| Error::internal(format!("server: {e}")));
+    reaper.abort();
+    r
+}

@@ -1,0 +1,1347 @@
+//! The sandbox manager: owns lifecycle state, drives backends, moves pause
+//! and snapshot artifacts through the snapshot store, and applies the idle
+//! and TTL policies. HTTP handlers are thin wrappers around these methods.
+//!
+//! Concurrency: each sandbox has a slot with an async RwLock. Operations that
+//! use a running sandbox (exec, files, sessions) hold it shared; lifecycle
+//! changes (create, pause, resume, snapshot, destroy) hold it exclusive. The
+//! idle reaper only ever *tries* the exclusive lock, so a sandbox with a
+//! request in flight is never paused under it.
+//!
+//! Crash safety: every lifecycle change is persisted (meta, compare-and-set)
+//! before the backend is asked to act; `reconcile` resolves whatever a killed
+//! daemon left in a transitional state.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::{mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
+use tracing::{info, warn};
+
+use stasis_backend::{Artifact, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage};
+use stasis_core::{
+    now_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Manifest, OnIdle,
+    Result, SandboxId, SandboxState, SessionInfo, SessionOutput, SessionSpec, SnapshotId, TenantId,
+};
+use stasis_meta::{Meta, NewAuditEntry, Patch, PauseKind, SandboxRecord};
+
+use crate::snapshots::{SnapshotInfo, SnapshotKind, Snapshots};
+
+/// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub tenant: TenantId,
+    pub actor: String,
+}
+
+impl Ctx {
+    pub fn system(tenant: TenantId) -> Self {
+        Ctx {
+            tenant,
+            actor: "system".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    pub data_dir: PathBuf,
+    pub default_backend: BackendKind,
+    /// Largest file accepted by `write_file` / returned by `read_file`.
+    pub max_file_bytes: u64,
+    /// Default TTL of user snapshots.
+    pub snapshot_ttl: Duration,
+    /// How often the reaper looks for idle and expired sandboxes.
+    pub reaper_interval: Duration,
+    /// How often the snapshot store is garbage-collected.
+    pub gc_interval: Duration,
+}
+
+impl ManagerConfig {
+    pub fn new(data_dir: PathBuf) -> Self {
+        ManagerConfig {
+            data_dir,
+            default_backend: BackendKind::Process,
+            max_file_bytes: 64 * 1024 * 1024,
+            snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
+            reaper_interval: Duration::from_millis(250),
+            gc_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+struct Slot {
+    lock: Arc<RwLock<()>>,
+    last_active_ms: AtomicI64,
+}
+
+/// Timings of one lifecycle operation, reported to clients and benches.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct OpTiming {
+    pub backend_ms: u64,
+    pub store_ms: u64,
+    pub total_ms: u64,
+}
+
+pub struct Manager {
+    cfg: ManagerConfig,
+    meta: Meta,
+    snapshots: Snapshots,
+    backends: HashMap<BackendKind, Arc<dyn Backend>>,
+    slots: StdMutex<HashMap<SandboxId, Arc<Slot>>>,
+    last_gc_ms: AtomicI64,
+}
+
+fn elapsed_ms(start: std::time::Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+impl Manager {
+    pub fn new(
+        cfg: ManagerConfig,
+        meta: Meta,
+        snapshots: Snapshots,
+        backends: Vec<Arc<dyn Backend>>,
+    ) -> Arc<Self> {
+        let backends = backends.into_iter().map(|b| (b.kind(), b)).collect();
+        Arc::new(Manager {
+            cfg,
+            meta,
+            snapshots,
+            backends,
+            slots: StdMutex::new(HashMap::new()),
+            last_gc_ms: AtomicI64::new(now_ms()),
+        })
+    }
+
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    pub fn snapshots(&self) -> &Snapshots {
+        &self.snapshots
+    }
+
+    pub fn config(&self) -> &ManagerConfig {
+        &self.cfg
+    }
+
+    pub fn capabilities(&self) -> Vec<Capabilities> {
+        let mut caps: Vec<_> = self.backends.values().map(|b| b.capabilities()).collect();
+        caps.sort_by_key(|c| c.backend.as_str());
+        caps
+    }
+
+    fn backend(&self, kind: BackendKind) -> Result<&Arc<dyn Backend>> {
+        self.backends.get(&kind).ok_or_else(|| {
+            Error::unsupported(format!("backend {kind} is not enabled on this daemon"))
+        })
+    }
+
+    fn sandbox_dir(&self, id: &SandboxId) -> PathBuf {
+        self.cfg.data_dir.join("sandboxes").join(id.as_str())
+    }
+
+    fn spec(&self, rec: &SandboxRecord) -> SandboxSpec {
+        SandboxSpec {
+            id: rec.id.clone(),
+            manifest: rec.manifest.clone(),
+            dir: self.sandbox_dir(&rec.id),
+        }
+    }
+
+    fn slot(&self, id: &SandboxId) -> Arc<Slot> {
+        let mut slots = self.slots.lock().expect("slots lock");
+        slots
+            .entry(id.clone())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    lock: Arc::new(RwLock::new(())),
+                    last_active_ms: AtomicI64::new(now_ms()),
+                })
+            })
+            .clone()
+    }
+
+    fn touch(&self, id: &SandboxId) {
+        self.slot(id)
+            .last_active_ms
+            .store(now_ms(), Ordering::Relaxed);
+    }
+
+    async fn audit(&self, ctx: &Ctx, action: &str, target: &str, detail: serde_json::Value) {
+        let entry = NewAuditEntry {
+            tenant: ctx.tenant.clone(),
+            actor: ctx.actor.clone(),
+            action: action.to_string(),
+            target: target.to_string(),
+            detail,
+        };
+        if let Err(e) = self.meta.audit(entry).await {
+            warn!(error = %e, action, target, "audit append failed");
+        }
+    }
+
+    // ----- create / read -------------------------------------------------
+
+    pub async fn create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
+        manifest.validate()?;
+        let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
+        let backend = self.backend(kind)?.clone();
+        let caps = backend.capabilities();
+        if !caps.available {
+            return Err(Error::unsupported(format!(
+                "backend {kind} is unavailable here: {}",
+                caps.reason.unwrap_or_default()
+            )));
+        }
+        let id = SandboxId::generate();
+        let slot = self.slot(&id);
+        let _guard = slot.lock.clone().write_owned().await;
+        let rec = self
+            .meta
+            .insert_sandbox(&id, &ctx.tenant, &manifest, kind, None)
+            .await?;
+        let spec = self.spec(&rec);
+        let result = async {
+            tokio::fs::create_dir_all(&spec.dir).await?;
+            backend.create(&spec).await
+        }
+        .await;
+        let rec = self.finish_start(ctx, rec, &spec, result, "create").await?;
+        self.audit(
+            ctx,
+            "create",
+            id.as_str(),
+            serde_json::json!({"backend": kind, "manifest_digest": rec.manifest_digest}),
+        )
+        .await;
+        Ok(rec)
+    }
+
+    /// Settle a sandbox in `Creating` after its backend start: Running on
+    /// success; on failure everything is removed and the record says why.
+    async fn finish_start(
+        &self,
+        _ctx: &Ctx,
+        rec: SandboxRecord,
+        spec: &SandboxSpec,
+        result: Result<()>,
+        what: &str,
+    ) -> Result<SandboxRecord> {
+        match result {
+            Ok(()) => {
+                self.touch(&rec.id);
+                self.meta
+                    .transition(
+                        &rec.id,
+                        SandboxState::Creating,
+                        SandboxState::Running,
+                        Patch {
+                            running_since_ms: Some(Some(now_ms())),
+                            ..Default::default()
+                        },
+                    )
+                    .await
+            }
+            Err(e) => {
+                warn!(sandbox = %rec.id, error = %e, "{what} failed; cleaning up");
+                if let Ok(b) = self.backend(rec.backend) {
+                    let _ = b.destroy(&rec.id, &spec.dir).await;
+                }
+                let _ = tokio::fs::remove_dir_all(&spec.dir).await;
+                let _ = self
+                    .meta
+                    .transition(
+                        &rec.id,
+                        SandboxState::Creating,
+                        SandboxState::Failed,
+                        Patch {
+                            reason: Some(Some(format!("{what} failed: {}", e.message))),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    pub async fn get(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
+        self.meta.get_for(&ctx.tenant, id).await
+    }
+
+    pub async fn list(&self, ctx: &Ctx, state: Option<SandboxState>) -> Result<Vec<SandboxRecord>> {
+        self.meta.list(Some(&ctx.tenant), state).await
+    }
+
+    // ----- using a running sandbox ---------------------------------------
+
+    /// Wait until the sandbox is running (resuming it transparently when it
+    /// is paused) and hold it running for the lifetime of the returned guard.
+    async fn running(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+    ) -> Result<(OwnedRwLockReadGuard<()>, SandboxRecord)> {
+        let slot = self.slot(id);
+        for _ in 0..5 {
+            let rec = self.meta.get_for(&ctx.tenant, id).await?;
+            match rec.state {
+                SandboxState::Running => {
+                    let guard = slot.lock.clone().read_owned().await;
+                    let rec = self.meta.get(id).await?;
+                    if rec.state == SandboxState::Running {
+                        self.touch(id);
+                        return Ok((guard, rec));
+                    }
+                }
+                SandboxState::Paused => {
+                    let guard = slot.lock.clone().write_owned().await;
+                    let rec = self.meta.get(id).await?;
+                    if rec.state == SandboxState::Paused {
+                        self.do_resume(ctx, rec, guard).await?;
+                    }
+                }
+                SandboxState::Creating
+                | SandboxState::Pausing
+                | SandboxState::Resuming
+                | SandboxState::Destroying => {
+                    // An operation holds the slot exclusively: wait for it.
+                    drop(slot.lock.clone().read_owned().await);
+                }
+                SandboxState::Destroyed | SandboxState::Failed => {
+                    return Err(Error::state(format!(
+                        "sandbox {id} is {}{}",
+                        rec.state,
+                        rec.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                    )));
+                }
+            }
+        }
+        Err(Error::new(
+            ErrorCode::Busy,
+            format!("sandbox {id} kept changing state; try again"),
+        ))
+    }
+
+    pub async fn exec(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        mut req: ExecRequest,
+        output: Option<mpsc::Sender<ExecChunk>>,
+    ) -> Result<ExecResult> {
+        if req.argv.is_empty() || req.argv[0].is_empty() {
+            return Err(Error::invalid("argv must name a command").with_field("argv"));
+        }
+        if req.timeout_ms == 0 || req.timeout_ms > 24 * 3600 * 1000 {
+            return Err(Error::invalid("timeout_ms must be between 1 and 86400000")
+                .with_field("timeout_ms"));
+        }
+        let (_g, rec) = self.running(ctx, id).await?;
+        let mut env = rec.manifest.env.clone();
+        env.append(&mut req.env);
+        req.env = env;
+        let argv0 = req.argv[0].clone();
+        let result = self.backend(rec.backend)?.exec(id, req, output).await;
+        self.touch(id);
+        let exit_code = result.as_ref().ok().and_then(|r| r.exit_code);
+        let detail = serde_json::json!({"argv0": argv0, "exit_code": exit_code});
+        self.audit(ctx, "exec", id.as_str(), detail).await;
+        result
+    }
+
+    pub async fn write_file(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+    ) -> Result<()> {
+        if data.len() as u64 > self.cfg.max_file_bytes {
+            return Err(Error::new(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "file of {} bytes exceeds the limit of {}",
+                    data.len(),
+                    self.cfg.max_file_bytes
+                ),
+            ));
+        }
+        let (_g, rec) = self.running(ctx, id).await?;
+        let r = self
+            .backend(rec.backend)?
+            .write_file(id, path, data, mode)
+            .await;
+        self.touch(id);
+        r
+    }
+
+    pub async fn read_file(&self, ctx: &Ctx, id: &SandboxId, path: &str) -> Result<Vec<u8>> {
+        let (_g, rec) = self.running(ctx, id).await?;
+        let r = self
+            .backend(rec.backend)?
+            .read_file(id, path, self.cfg.max_file_bytes)
+            .await;
+        self.touch(id);
+        if r.is_ok() {
+            self.audit(
+                ctx,
+                "download",
+                id.as_str(),
+                serde_json::json!({"path": path}),
+            )
+            .await;
+        }
+        r
+    }
+
+    pub async fn list_files(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        path: &str,
+    ) -> Result<Vec<FileEntry>> {
+        let (_g, rec) = self.running(ctx, id).await?;
+        let r = self.backend(rec.backend)?.list_files(id, path).await;
+        self.touch(id);
+        r
+    }
+
+    pub async fn session_start(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        mut spec: SessionSpec,
+    ) -> Result<SessionInfo> {
+        if spec.argv.is_empty() || spec.argv[0].is_empty() {
+            return Err(Error::invalid("argv must name a command").with_field("argv"));
+        }
+        let (_g, rec) = self.running(ctx, id).await?;
+        let mut env = rec.manifest.env.clone();
+        env.append(&mut spec.env);
+        spec.env = env;
+        let r = self.backend(rec.backend)?.session_start(id, spec).await;
+        self.touch(id);
+        if let Ok(info) = &r {
+            let argv0 = info.argv.first().cloned().unwrap_or_default();
+            let detail = serde_json::json!({"session": info.id, "argv0": argv0});
+            self.audit(ctx, "session_start", id.as_str(), detail).await;
+        }
+        r
+    }
+
+    pub async fn session_write(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        session: &str,
+        data: &[u8],
+    ) -> Result<()> {
+        let (_g, rec) = self.running(ctx, id).await?;
+        let r = self
+            .backend(rec.backend)?
+            .session_write(id, session, data)
+            .await;
+        self.touch(id);
+        r
+    }
+
+    pub async fn session_read(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        session: &str,
+        offset: u64,
+        wait: Duration,
+    ) -> Result<SessionOutput> {
+        let wait = wait.min(Duration::from_secs(60));
+        let (_g, rec) = self.running(ctx, id).await?;
+        let r = self
+            .backend(rec.backend)?
+            .session_read(id, session, offset, wait)
+            .await;
+        self.touch(id);
+        r
+    }
+
+    pub async fn session_list(&self, ctx: &Ctx, id: &SandboxId) -> Result<Vec<SessionInfo>> {
+        let (_g, rec) = self.running(ctx, id).await?;
+        let r = self.backend(rec.backend)?.session_list(id).await;
+        self.touch(id);
+        r
+    }
+
+    pub async fn session_kill(&self, ctx: &Ctx, id: &SandboxId, session: &str) -> Result<()> {
+        let (_g, rec) = self.running(ctx, id).await?;
+        let r = self.backend(rec.backend)?.session_kill(id, session).await;
+        self.touch(id);
+        r
+    }
+
+    pub async fn usage(&self, ctx: &Ctx, id: &SandboxId) -> Result<Usage> {
+        let rec = self.meta.get_for(&ctx.tenant, id).await?;
+        self.backend(rec.backend)?.usage(id).await
+    }
+
+    // ----- pause / resume ------------------------------------------------
+
+    /// Explicit pause. `keep_memory` None follows the sandbox's policy.
+    pub async fn pause(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        keep_memory: Option<bool>,
+    ) -> Result<(SandboxRecord, OpTiming)> {
+        let rec = self.meta.get_for(&ctx.tenant, id).await?;
+        let slot = self.slot(id);
+        let guard = slot.lock.clone().write_owned().await;
+        let rec = self.meta.get(&rec.id).await?;
+        let keep = keep_memory.unwrap_or(rec.manifest.lifecycle.on_idle != OnIdle::PauseFilesystem);
+        self.do_pause(ctx, rec, keep, "explicit", guard).await
+    }
+
+    async fn do_pause(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+        keep_memory: bool,
+        why: &str,
+        _guard: OwnedRwLockWriteGuard<()>,
+    ) -> Result<(SandboxRecord, OpTiming)> {
+        let t0 = std::time::Instant::now();
+        rec.state.check_transition(SandboxState::Pausing)?;
+        let backend = self.backend(rec.backend)?.clone();
+        let spec = self.spec(&rec);
+        let rec = self
+            .meta
+            .transition(
+                &rec.id,
+                SandboxState::Running,
+                SandboxState::Pausing,
+                Patch::default(),
+            )
+            .await?;
+        let stage = spec.dir.join("pause-stage");
+        let _ = tokio::fs::remove_dir_all(&stage).await;
+        tokio::fs::create_dir_all(&stage).await?;
+        let tb = std::time::Instant::now();
+        let artifacts = match backend.pause(&rec.id, &stage, keep_memory).await {
+            Ok(a) => a,
+            Err(e) => {
+                let _ = tokio::fs::remove_dir_all(&stage).await;
+                return Err(self.pause_failed(&rec, &spec, e).await);
+            }
+        };
+        let backend_ms = elapsed_ms(tb);
+        let kind = if keep_memory {
+            PauseKind::Memory
+        } else {
+            PauseKind::Filesystem
+        };
+        let ts = std::time::Instant::now();
+        let snap = match self
+            .snapshots
+            .put(
+                &rec,
+                SnapshotKind::Pause,
+                &stage,
+                &artifacts,
+                None,
+                &ctx.actor,
+            )
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                // The backend has already stopped the sandbox and its state
+                // exists only in the stage directory: keep it there, say so.
+                let reason = format!(
+                    "pause could not be stored ({}); its artifacts are kept in {}",
+                    e.message,
+                    stage.display()
+                );
+                let _ = self
+                    .meta
+                    .transition(
+                        &rec.id,
+                        SandboxState::Pausing,
+                        SandboxState::Failed,
+                        Patch {
+                            reason: Some(Some(reason.clone())),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                return Err(Error::backend(reason));
+            }
+        };
+        let store_ms = elapsed_ms(ts);
+        let now = now_ms();
+        let old = rec.pause_snapshot.clone();
+        let rec = self
+            .meta
+            .transition(
+                &rec.id,
+                SandboxState::Pausing,
+                SandboxState::Paused,
+                Patch {
+                    reason: Some(None),
+                    running_ms: Some(rec.running_time_ms(now)),
+                    running_since_ms: Some(None),
+                    paused_at_ms: Some(Some(now)),
+                    expires_at_ms: Some(Some(
+                        now + rec.manifest.lifecycle.paused_ttl_secs as i64 * 1000,
+                    )),
+                    pause_snapshot: Some(Some(snap.id.clone())),
+                    pause_kind: Some(Some(kind)),
+                },
+            )
+            .await?;
+        let _ = tokio::fs::remove_dir_all(&stage).await;
+        if let Some(old) = old.filter(|o| *o != snap.id) {
+            if let Err(e) = self.snapshots.delete(&rec.tenant, &old).await {
+                warn!(sandbox = %rec.id, snapshot = %old, error = %e, "old pause snapshot not deleted");
+            }
+        }
+        let timing = OpTiming {
+            backend_ms,
+            store_ms,
+            total_ms: elapsed_ms(t0),
+        };
+        info!(sandbox = %rec.id, why, kind = kind.as_str(), ms = timing.total_ms, bytes = snap.raw_bytes, "paused");
+        self.audit(
+            ctx,
+            "pause",
+            rec.id.as_str(),
+            serde_json::json!({"why": why, "kind": kind, "snapshot": snap.id, "raw_bytes": snap.raw_bytes, "stored_bytes": snap.stored_bytes}),
+        )
+        .await;
+        Ok((rec, timing))
+    }
+
+    /// A backend pause failed: find out whether the sandbox still runs.
+    async fn pause_failed(&self, rec: &SandboxRecord, spec: &SandboxSpec, e: Error) -> Error {
+        let backend = match self.backend(rec.backend) {
+            Ok(b) => b.clone(),
+            Err(e2) => return e2,
+        };
+        let still = backend.recover(spec).await;
+        let (to, reason) = match still {
+            Ok(Recovered::Running) => (
+                SandboxState::Running,
+                format!("pause failed, sandbox kept running: {}", e.message),
+            ),
+            _ => (
+                SandboxState::Failed,
+                format!(
+                    "pause failed and the sandbox stopped: {}{}",
+                    e.message,
+                    rec.pause_snapshot
+                        .as_ref()
+                        .map(|s| format!("; previous snapshot {s} is still restorable"))
+                        .unwrap_or_default()
+                ),
+            ),
+        };
+        let _ = self
+            .meta
+            .transition(
+                &rec.id,
+                SandboxState::Pausing,
+                to,
+                Patch {
+                    reason: Some(Some(reason.clone())),
+                    ..Default::default()
+                },
+            )
+            .await;
+        Error::backend(reason)
+    }
+
+    pub async fn resume(&self, ctx: &Ctx, id: &SandboxId) -> Result<(SandboxRecord, OpTiming)> {
+        let rec = self.meta.get_for(&ctx.tenant, id).await?;
+        let slot = self.slot(id);
+        let guard = slot.lock.clone().write_owned().await;
+        let rec = self.meta.get(&rec.id).await?;
+        self.do_resume(ctx, rec, guard).await
+    }
+
+    async fn do_resume(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+        _guard: OwnedRwLockWriteGuard<()>,
+    ) -> Result<(SandboxRecord, OpTiming)> {
+        let t0 = std::time::Instant::now();
+        rec.state.check_transition(SandboxState::Resuming)?;
+        let backend = self.backend(rec.backend)?.clone();
+        let spec = self.spec(&rec);
+        let rec = self
+            .meta
+            .transition(
+                &rec.id,
+                SandboxState::Paused,
+                SandboxState::Resuming,
+                Patch::default(),
+            )
+            .await?;
+        let restore_dir = spec.dir.join("resume-stage");
+        let _ = tokio::fs::remove_dir_all(&restore_dir).await;
+        let ts = std::time::Instant::now();
+        let fetched = match &rec.pause_snapshot {
+            Some(snap) => self
+                .snapshots
+                .restore(&rec.tenant, snap, &restore_dir)
+                .await
+                .map(|_| ()),
+            None => tokio::fs::create_dir_all(&restore_dir)
+                .await
+                .map_err(Error::from),
+        };
+        let store_ms = elapsed_ms(ts);
+        let tb = std::time::Instant::now();
+        let result = match fetched {
+            Ok(()) => backend.resume(&spec, &restore_dir).await,
+            Err(e) => Err(e),
+        };
+        let backend_ms = elapsed_ms(tb);
+        let _ = tokio::fs::remove_dir_all(&restore_dir).await;
+        match result {
+            Ok(()) => {
+                self.touch(&rec.id);
+                let rec = self
+                    .meta
+                    .transition(
+                        &rec.id,
+                        SandboxState::Resuming,
+                        SandboxState::Running,
+                        Patch {
+                            reason: Some(None),
+                            running_since_ms: Some(Some(now_ms())),
+                            paused_at_ms: Some(None),
+                            expires_at_ms: Some(None),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                let timing = OpTiming {
+                    backend_ms,
+                    store_ms,
+                    total_ms: elapsed_ms(t0),
+                };
+                info!(sandbox = %rec.id, ms = timing.total_ms, "resumed");
+                self.audit(
+                    ctx,
+                    "resume",
+                    rec.id.as_str(),
+                    serde_json::json!({"ms": timing.total_ms}),
+                )
+                .await;
+                Ok((rec, timing))
+            }
+            Err(e) => {
+                // A snapshot that fails verification will never resume: say so
+                // and stop. Anything else leaves the sandbox paused (its
+                // snapshot untouched) so the next request can try again.
+                let _ = backend.destroy(&rec.id, &spec.dir).await;
+                let to = if e.code == ErrorCode::IntegrityError {
+                    SandboxState::Failed
+                } else {
+                    SandboxState::Paused
+                };
+                let _ = self
+                    .meta
+                    .transition(
+                        &rec.id,
+                        SandboxState::Resuming,
+                        to,
+                        Patch {
+                            reason: Some(Some(format!("resume failed: {}", e.message))),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                Err(e.context("resume failed"))
+            }
+        }
+    }
+
+    // ----- destroy -------------------------------------------------------
+
+    pub async fn destroy(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
+        let rec = self.meta.get_for(&ctx.tenant, id).await?;
+        let slot = self.slot(id);
+        let guard = slot.lock.clone().write_owned().await;
+        let rec = self.meta.get(&rec.id).await?;
+        self.do_destroy(ctx, rec, "delete", guard).await
+    }
+
+    async fn do_destroy(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+        action: &str,
+        _guard: OwnedRwLockWriteGuard<()>,
+    ) -> Result<SandboxRecord> {
+        rec.state.check_transition(SandboxState::Destroying)?;
+        let rec = self
+            .meta
+            .transition(
+                &rec.id,
+                rec.state,
+                SandboxState::Destroying,
+                Patch::default(),
+            )
+            .await?;
+        let rec = self.finish_destroy(rec).await?;
+        self.audit(ctx, action, rec.id.as_str(), serde_json::json!({}))
+            .await;
+        Ok(rec)
+    }
+
+    /// Destroying -> Destroyed: idempotent, so reconcile can finish it too.
+    async fn finish_destroy(&self, rec: SandboxRecord) -> Result<SandboxRecord> {
+        let spec = self.spec(&rec);
+        if let Ok(b) = self.backend(rec.backend) {
+            if let Err(e) = b.destroy(&rec.id, &spec.dir).await {
+                let _ = self
+                    .meta
+                    .transition(
+                        &rec.id,
+                        SandboxState::Destroying,
+                        SandboxState::Failed,
+                        Patch {
+                            reason: Some(Some(format!("destroy failed: {}", e.message))),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                return Err(e);
+            }
+        }
+        let _ = tokio::fs::remove_dir_all(&spec.dir).await;
+        if let Some(snap) = &rec.pause_snapshot {
+            if let Err(e) = self.snapshots.delete(&rec.tenant, snap).await {
+                if e.code != ErrorCode::NotFound {
+                    warn!(sandbox = %rec.id, error = %e, "pause snapshot not deleted");
+                }
+            }
+        }
+        let rec = self
+            .meta
+            .transition(
+                &rec.id,
+                SandboxState::Destroying,
+                SandboxState::Destroyed,
+                Patch {
+                    running_ms: Some(rec.running_time_ms(now_ms())),
+                    running_since_ms: Some(None),
+                    expires_at_ms: Some(None),
+                    pause_snapshot: Some(None),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        self.slots.lock().expect("slots lock").remove(&rec.id);
+        Ok(rec)
+    }
+
+    // ----- snapshots, restore, fork ----------------------------------------
+
+    /// Snapshot a sandbox's current state (resuming it first if it is paused).
+    pub async fn snapshot(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        ttl: Option<Duration>,
+    ) -> Result<SnapshotInfo> {
+        // Make sure it runs, then take the slot exclusively.
+        drop(self.running(ctx, id).await?);
+        let slot = self.slot(id);
+        let _guard = slot.lock.clone().write_owned().await;
+        let rec = self.meta.get_for(&ctx.tenant, id).await?;
+        if rec.state != SandboxState::Running {
+            return Err(Error::state(format!("sandbox {id} is {}", rec.state)));
+        }
+        let backend = self.backend(rec.backend)?.clone();
+        let spec = self.spec(&rec);
+        let stage = spec.dir.join("snapshot-stage");
+        let _ = tokio::fs::remove_dir_all(&stage).await;
+        tokio::fs::create_dir_all(&stage).await?;
+        let result = async {
+            let artifacts = backend.snapshot(id, &stage).await?;
+            let ttl = ttl.unwrap_or(self.cfg.snapshot_ttl);
+            self.snapshots
+                .put(
+                    &rec,
+                    SnapshotKind::User,
+                    &stage,
+                    &artifacts,
+                    Some(ttl),
+                    &ctx.actor,
+                )
+                .await
+        }
+        .await;
+        let _ = tokio::fs::remove_dir_all(&stage).await;
+        self.touch(id);
+        let snap = result?;
+        self.audit(
+            ctx,
+            "snapshot",
+            id.as_str(),
+            serde_json::json!({"snapshot": snap.id, "raw_bytes": snap.raw_bytes}),
+        )
+        .await;
+        Ok(snap)
+    }
+
+    /// Start a new sandbox from a snapshot. The manifest in force is the one
+    /// given here, else the one the snapshot was taken under.
+    pub async fn restore(
+        &self,
+        ctx: &Ctx,
+        snapshot: &SnapshotId,
+        manifest: Option<Manifest>,
+    ) -> Result<SandboxRecord> {
+        let info = self.snapshots.get(&ctx.tenant, snapshot).await?;
+        let mut manifest = match manifest {
+            Some(m) => m,
+            None => info.manifest.clone(),
+        };
+        manifest.validate()?;
+        match manifest.backend {
+            Some(b) if b != info.backend => {
+                return Err(Error::invalid(format!(
+                    "snapshot {snapshot} was taken on the {} backend, manifest asks for {b}",
+                    info.backend
+                ))
+                .with_field("backend"))
+            }
+            _ => manifest.backend = Some(info.backend),
+        }
+        let backend = self.backend(info.backend)?.clone();
+        let id = SandboxId::generate();
+        let slot = self.slot(&id);
+        let _guard = slot.lock.clone().write_owned().await;
+        let rec = self
+            .meta
+            .insert_sandbox(&id, &ctx.tenant, &manifest, info.backend, Some(snapshot))
+            .await?;
+        let spec = self.spec(&rec);
+        let result = async {
+            tokio::fs::create_dir_all(&spec.dir).await?;
+            let stage = spec.dir.join("restore-stage");
+            self.snapshots
+                .restore(&ctx.tenant, snapshot, &stage)
+                .await?;
+            let r = backend.restore(&spec, &stage).await;
+            let _ = tokio::fs::remove_dir_all(&stage).await;
+            r
+        }
+        .await;
+        let rec = self
+            .finish_start(ctx, rec, &spec, result, "restore")
+            .await?;
+        self.audit(
+            ctx,
+            "restore",
+            id.as_str(),
+            serde_json::json!({"snapshot": snapshot}),
+        )
+        .await;
+        Ok(rec)
+    }
+
+    /// Fork: take a fresh snapshot of the sandbox's *current* state, then
+    /// restore it `count` times.
+    pub async fn fork(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        count: u32,
+    ) -> Result<(SnapshotInfo, Vec<SandboxRecord>)> {
+        if count == 0 || count > 64 {
+            return Err(Error::invalid("count must be between 1 and 64").with_field("count"));
+        }
+        let snap = self.snapshot(ctx, id, None).await?;
+        let mut children = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            children.push(self.restore(ctx, &snap.id, None).await?);
+        }
+        let ids: Vec<String> = children.iter().map(|c| c.id.to_string()).collect();
+        let detail = serde_json::json!({"snapshot": snap.id, "children": ids});
+        self.audit(ctx, "fork", id.as_str(), detail).await;
+        Ok((snap, children))
+    }
+
+    pub async fn list_snapshots(&self, ctx: &Ctx) -> Result<Vec<SnapshotInfo>> {
+        self.snapshots.list(&ctx.tenant).await
+    }
+
+    pub async fn get_snapshot(&self, ctx: &Ctx, id: &SnapshotId) -> Result<SnapshotInfo> {
+        self.snapshots.get(&ctx.tenant, id).await
+    }
+
+    pub async fn delete_snapshot(&self, ctx: &Ctx, id: &SnapshotId) -> Result<()> {
+        let info = self.snapshots.get(&ctx.tenant, id).await?;
+        if info.kind == SnapshotKind::Pause {
+            // A paused sandbox's own state: deleting it would lose the sandbox.
+            let owner = self
+                .meta
+                .list(Some(&ctx.tenant), None)
+                .await?
+                .into_iter()
+                .find(|r| r.pause_snapshot.as_ref() == Some(id) && !r.state.is_terminal());
+            if let Some(owner) = owner {
+                return Err(Error::state(format!(
+                    "snapshot {id} holds the state of sandbox {}; destroy the sandbox instead",
+                    owner.id
+                )));
+            }
+        }
+        self.snapshots.delete(&ctx.tenant, id).await?;
+        self.audit(
+            ctx,
+            "delete",
+            id.as_str(),
+            serde_json::json!({"object": "snapshot"}),
+        )
+        .await;
+        Ok(())
+    }
+
+    // ----- reconcile and the reaper ------------------------------------------
+
+    /// Resolve what a killed daemon left behind. Called once at start, before serving.
+    pub async fn reconcile(&self) -> Result<ReconcileReport> {
+        let mut report = ReconcileReport::default();
+        let live = self.meta.list_live().await?;
+        for rec in &live {
+            let ctx = Ctx::system(rec.tenant.clone());
+            let spec = self.spec(rec);
+            let backend = match self.backend(rec.backend) {
+                Ok(b) => b.clone(),
+                Err(_) => {
+                    report.skipped += 1;
+                    continue;
+                }
+            };
+            let before = rec.state;
+            let outcome: Result<SandboxState> = async {
+                Ok(match rec.state {
+                    SandboxState::Creating => {
+                        let _ = backend.destroy(&rec.id, &spec.dir).await;
+                        let _ = tokio::fs::remove_dir_all(&spec.dir).await;
+                        self.meta
+                            .transition(
+                                &rec.id,
+                                SandboxState::Creating,
+                                SandboxState::Failed,
+                                Patch {
+                                    reason: Some(Some(
+                                        "daemon stopped while the sandbox was being created".into(),
+                                    )),
+                                    ..Default::default()
+                                },
+                            )
+                            .await?
+                            .state
+                    }
+                    SandboxState::Running => match backend.recover(&spec).await? {
+                        Recovered::Running => {
+                            self.touch(&rec.id);
+                            SandboxState::Running
+                        }
+                        Recovered::NotRunning => {
+                            self.settle_lost(rec, SandboxState::Running).await?
+                        }
+                    },
+                    SandboxState::Pausing => match backend.recover(&spec).await? {
+                        // The pause never completed: the sandbox goes on running.
+                        Recovered::Running => {
+                            self.touch(&rec.id);
+                            self.meta
+                                .transition(
+                                    &rec.id,
+                                    SandboxState::Pausing,
+                                    SandboxState::Running,
+                                    Patch {
+                                        reason: Some(Some(
+                                            "daemon stopped during a pause; pause abandoned".into(),
+                                        )),
+                                        ..Default::default()
+                                    },
+                                )
+                                .await?
+                                .state
+                        }
+                        Recovered::NotRunning => {
+                            self.settle_lost(rec, SandboxState::Pausing).await?
+                        }
+                    },
+                    SandboxState::Resuming => match backend.recover(&spec).await? {
+                        Recovered::Running => {
+                            self.touch(&rec.id);
+                            self.meta
+                                .transition(
+                                    &rec.id,
+                                    SandboxState::Resuming,
+                                    SandboxState::Running,
+                                    Patch {
+                                        running_since_ms: Some(Some(now_ms())),
+                                        paused_at_ms: Some(None),
+                                        expires_at_ms: Some(None),
+                                        ..Default::default()
+                                    },
+                                )
+                                .await?
+                                .state
+                        }
+                        // Its snapshot is intact: paused again, the next request resumes it.
+                        Recovered::NotRunning => {
+                            self.meta
+                                .transition(
+                                    &rec.id,
+                                    SandboxState::Resuming,
+                                    SandboxState::Paused,
+                                    Patch {
+                                        reason: Some(Some(
+                                            "daemon stopped during a resume; still paused".into(),
+                                        )),
+                                        ..Default::default()
+                                    },
+                                )
+                                .await?
+                                .state
+                        }
+                    },
+                    SandboxState::Paused => {
+                        // Nothing should run; a process-backend sandbox paused
+                        // with memory lost its frozen processes with the daemon.
+                        let r = backend.recover(&spec).await?;
+                        if r == Recovered::Running {
+                            let _ = backend.destroy(&rec.id, &spec.dir).await;
+                        }
+                        SandboxState::Paused
+                    }
+                    SandboxState::Destroying => self.finish_destroy(rec.clone()).await?.state,
+                    SandboxState::Failed => {
+                        let _ = backend.destroy(&rec.id, &spec.dir).await;
+                        SandboxState::Failed
+                    }
+                    SandboxState::Destroyed => SandboxState::Destroyed,
+                })
+            }
+            .await;
+            match outcome {
+                Ok(after) => {
+                    if after != before {
+                        report.changed.push((rec.id.clone(), before, after));
+                        self.audit(
+                            &ctx,
+                            "reconcile",
+                            rec.id.as_str(),
+                            serde_json::json!({"from": before, "to": after}),
+                        )
+                        .await;
+                    }
+                }
+                Err(e) => {
+                    warn!(sandbox = %rec.id, error = %e, "reconcile failed");
+                    report.errors.push((rec.id.clone(), e.message));
+                }
+            }
+        }
+        let known: Vec<SandboxId> = self
+            .meta
+            .list_live()
+            .await?
+            .into_iter()
+            .filter(|r| r.state != SandboxState::Failed)
+            .map(|r| r.id)
+            .collect();
+        for b in self.backends.values() {
+            if let Err(e) = b.cleanup_orphans(&known).await {
+                warn!(backend = %b.kind(), error = %e, "orphan cleanup failed");
+            }
+        }
+        Ok(report)
+    }
+
+    /// A sandbox whose compute is gone after a restart. If its writable layer
+    /// survives on disk (process backend) it becomes a filesystem-only pause;
+    /// otherwise it failed (with its last pause snapshot, if any, named).
+    async fn settle_lost(&self, rec: &SandboxRecord, from: SandboxState) -> Result<SandboxState> {
+        let now = now_ms();
+        let to_state = if rec.backend == BackendKind::Process {
+            let rec2 = self
+                .meta
+                .transition(
+                    &rec.id,
+                    from,
+                    SandboxState::Paused,
+                    Patch {
+                        reason: Some(Some(
+                            "daemon restarted: processes were lost, files kept".into(),
+                        )),
+                        running_ms: Some(rec.running_time_ms(now)),
+                        running_since_ms: Some(None),
+                        paused_at_ms: Some(Some(now)),
+                        expires_at_ms: Some(Some(
+                            now + rec.manifest.lifecycle.paused_ttl_secs as i64 * 1000,
+                        )),
+                        // Resume rebuilds from the writable layer on disk.
+                        pause_snapshot: Some(None),
+                        pause_kind: Some(Some(PauseKind::Filesystem)),
+                    },
+                )
+                .await?;
+            if let Some(old) = &rec.pause_snapshot {
+                let _ = self.snapshots.delete(&rec.tenant, old).await;
+            }
+            rec2.state
+        } else {
+            self.meta
+                .transition(
+                    &rec.id,
+                    from,
+                    SandboxState::Failed,
+                    Patch {
+                        reason: Some(Some(format!(
+                            "its VM was gone after a daemon restart{}",
+                            rec.pause_snapshot
+                                .as_ref()
+                                .map(|s| format!("; last pause snapshot {s} can be restored"))
+                                .unwrap_or_default()
+                        ))),
+                        ..Default::default()
+                    },
+                )
+                .await?
+                .state
+        };
+        Ok(to_state)
+    }
+
+    /// One pass of the idle/TTL/lifetime policies. Returns what it did.
+    pub async fn reap_once(&self) -> Result<Vec<(SandboxId, &'static str)>> {
+        let now = now_ms();
+        let mut done = Vec::new();
+        for rec in self.meta.list_live().await? {
+            let ctx = Ctx::system(rec.tenant.clone());
+            let slot = self.slot(&rec.id);
+            match rec.state {
+                SandboxState::Running => {
+                    let policy = &rec.manifest.lifecycle;
+                    let over_lifetime = policy.max_lifetime_secs > 0
+                        && rec.running_time_ms(now) >= policy.max_lifetime_secs as i64 * 1000;
+                    let idle_ms = now - slot.last_active_ms.load(Ordering::Relaxed);
+                    let idle = policy.on_idle != OnIdle::Nothing
+                        && idle_ms >= policy.idle_timeout_secs as i64 * 1000;
+                    if !over_lifetime && !idle {
+                        continue;
+                    }
+                    // Never under a request in flight.
+                    let Ok(guard) = slot.lock.clone().try_write_owned() else {
+                        continue;
+                    };
+                    let rec = self.meta.get(&rec.id).await?;
+                    if rec.state != SandboxState::Running {
+                        continue;
+                    }
+                    let r = if over_lifetime {
+                        self.do_destroy(&ctx, rec.clone(), "expire", guard)
+                            .await
+                            .map(|_| "lifetime_expired")
+                    } else {
+                        match policy.on_idle {
+                            OnIdle::Pause => self
+                                .do_pause(&ctx, rec.clone(), true, "idle", guard)
+                                .await
+                                .map(|_| "idle_paused"),
+                            OnIdle::PauseFilesystem => self
+                                .do_pause(&ctx, rec.clone(), false, "idle", guard)
+                                .await
+                                .map(|_| "idle_paused_filesystem"),
+                            OnIdle::Destroy => self
+                                .do_destroy(&ctx, rec.clone(), "expire", guard)
+                                .await
+                                .map(|_| "idle_destroyed"),
+                            OnIdle::Nothing => continue,
+                        }
+                    };
+                    match r {
+                        Ok(what) => done.push((rec.id.clone(), what)),
+                        Err(e) => warn!(sandbox = %rec.id, error = %e, "idle policy failed"),
+                    }
+                }
+                SandboxState::Paused if rec.expires_at_ms.is_some_and(|t| t <= now) => {
+                    let Ok(guard) = slot.lock.clone().try_write_owned() else {
+                        continue;
+                    };
+                    let rec = self.meta.get(&rec.id).await?;
+                    if rec.state != SandboxState::Paused {
+                        continue;
+                    }
+                    match self.do_destroy(&ctx, rec.clone(), "expire", guard).await {
+                        Ok(_) => done.push((rec.id.clone(), "ttl_expired")),
+                        Err(e) => warn!(sandbox = %rec.id, error = %e, "TTL destroy failed"),
+                    }
+                }
+                _ => {}
+            }
+        }
+        if now - self.last_gc_ms.load(Ordering::Relaxed) >= self.cfg.gc_interval.as_millis() as i64
+        {
+            self.last_gc_ms.store(now, Ordering::Relaxed);
+            if let Err(e) = self.snapshots.gc().await {
+                warn!(error = %e, "snapshot store GC failed");
+            }
+        }
+        Ok(done)
+    }
+
+    /// Run the reaper until the returned handle is aborted.
+    pub fn spawn_reaper(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.cfg.reaper_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = me.reap_once().await {
+                    warn!(error = %e, "reaper pass failed");
+                }
+            }
+        })
+    }
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct ReconcileReport {
+    pub changed: Vec<(SandboxId, SandboxState, SandboxState)>,
+    pub errors: Vec<(SandboxId, String)>,
+    pub skipped: usize,
+}
+
+/// Names of the artifacts in a directory as the store wants them.
+pub(crate) fn artifact_list(artifacts: &[Artifact]) -> Vec<(String, String)> {
+    artifacts
+        .iter()
+        .map(|a| {
+            let kind = serde_json::to_value(a.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "meta".into());
+            (a.name.clone(), kind)
+        })
+        .collect()
+}

@@ -1,0 +1,194 @@
+//! The manager's view of the snapshot store: stasis-store records plus what
+//! the manager keeps in each record's `meta` (the snapshot's kind and the
+//! manifest it was taken under, so a restore needs nothing but the store).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use stasis_backend::Artifact;
+use stasis_core::{now_ms, BackendKind, Error, Manifest, Result, SandboxId, SnapshotId, TenantId};
+use stasis_meta::SandboxRecord;
+use stasis_store::{GcReport, NewSnapshot, Progress, SnapshotRecord, Store, StoreStats};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SnapshotKind {
+    /// Written by a pause; owned by its sandbox and deleted with it.
+    Pause,
+    /// Taken on request (snapshot, fork); lives until deleted or expired.
+    User,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ManagerMeta {
+    kind: SnapshotKind,
+    manifest: Manifest,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ArtifactInfo {
+    pub name: String,
+    pub kind: String,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+}
+
+/// A snapshot as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    pub id: SnapshotId,
+    pub kind: SnapshotKind,
+    pub backend: BackendKind,
+    pub source_sandbox: Option<SandboxId>,
+    pub manifest: Manifest,
+    pub manifest_digest: String,
+    pub created_by: String,
+    pub created_at_ms: i64,
+    pub expires_at_ms: Option<i64>,
+    pub parent: Option<SnapshotId>,
+    pub raw_bytes: u64,
+    pub stored_bytes: u64,
+    /// Bytes this snapshot added to the store (the rest was deduplicated).
+    pub new_stored_bytes: u64,
+    /// Fraction of its chunks that were already stored.
+    pub dedup_ratio: f64,
+    pub artifacts: Vec<ArtifactInfo>,
+}
+
+impl SnapshotInfo {
+    fn from_record(r: SnapshotRecord) -> Result<Self> {
+        let m: ManagerMeta = serde_json::from_value(r.meta.clone()).map_err(|e| {
+            Error::internal(format!("snapshot {} has no manager metadata: {e}", r.id))
+        })?;
+        Ok(SnapshotInfo {
+            dedup_ratio: r.dedup_ratio(),
+            id: r.id,
+            kind: m.kind,
+            backend: r.backend,
+            source_sandbox: r.source_sandbox,
+            manifest: m.manifest,
+            manifest_digest: r.manifest_digest,
+            created_by: r.created_by,
+            created_at_ms: r.created_at_ms,
+            expires_at_ms: r.expires_at_ms,
+            parent: r.parent,
+            raw_bytes: r.raw_bytes,
+            stored_bytes: r.stored_bytes,
+            new_stored_bytes: r.new_stored_bytes,
+            artifacts: r
+                .artifacts
+                .into_iter()
+                .map(|a| ArtifactInfo {
+                    name: a.name,
+                    kind: a.kind,
+                    raw_bytes: a.raw_size,
+                    stored_bytes: a.stored_size,
+                })
+                .collect(),
+        })
+    }
+}
+
+#[derive(Clone)]
+pub struct Snapshots {
+    store: Arc<Store>,
+}
+
+impl Snapshots {
+    pub fn new(store: Store) -> Self {
+        Snapshots {
+            store: Arc::new(store),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Store the artifacts in `dir` as a snapshot of `rec`.
+    pub async fn put(
+        &self,
+        rec: &SandboxRecord,
+        kind: SnapshotKind,
+        dir: &Path,
+        artifacts: &[Artifact],
+        ttl: Option<Duration>,
+        actor: &str,
+    ) -> Result<SnapshotInfo> {
+        let now = now_ms();
+        let meta = NewSnapshot {
+            id: SnapshotId::generate(),
+            tenant: rec.tenant.clone(),
+            source_sandbox: Some(rec.id.clone()),
+            backend: rec.backend,
+            manifest_digest: rec.manifest_digest.clone(),
+            created_by: actor.to_string(),
+            created_at_ms: now,
+            parent: rec
+                .pause_snapshot
+                .clone()
+                .or_else(|| rec.source_snapshot.clone()),
+            expires_at_ms: ttl.map(|t| now + t.as_millis() as i64),
+            meta: serde_json::to_value(ManagerMeta {
+                kind,
+                manifest: rec.manifest.clone(),
+            })?,
+        };
+        let list = crate::manager::artifact_list(artifacts);
+        let r = self.store.put_snapshot(meta, dir, &list, None).await?;
+        SnapshotInfo::from_record(r)
+    }
+
+    pub async fn restore(
+        &self,
+        tenant: &TenantId,
+        id: &SnapshotId,
+        dest: &Path,
+    ) -> Result<SnapshotInfo> {
+        self.restore_with_progress(tenant, id, dest, None).await
+    }
+
+    pub async fn restore_with_progress(
+        &self,
+        tenant: &TenantId,
+        id: &SnapshotId,
+        dest: &Path,
+        progress: Option<&dyn Progress>,
+    ) -> Result<SnapshotInfo> {
+        let r = self
+            .store
+            .restore_snapshot(tenant, id, dest, progress)
+            .await?;
+        SnapshotInfo::from_record(r)
+    }
+
+    pub async fn get(&self, tenant: &TenantId, id: &SnapshotId) -> Result<SnapshotInfo> {
+        SnapshotInfo::from_record(self.store.get_snapshot(tenant, id).await?)
+    }
+
+    pub async fn list(&self, tenant: &TenantId) -> Result<Vec<SnapshotInfo>> {
+        let mut out: Vec<SnapshotInfo> = self
+            .store
+            .list_snapshots(tenant)
+            .await?
+            .into_iter()
+            .filter_map(|r| SnapshotInfo::from_record(r).ok())
+            .collect();
+        out.sort_by_key(|s| s.created_at_ms);
+        Ok(out)
+    }
+
+    pub async fn delete(&self, tenant: &TenantId, id: &SnapshotId) -> Result<()> {
+        self.store.delete_snapshot(tenant, id).await
+    }
+
+    pub async fn gc(&self) -> Result<GcReport> {
+        self.store.gc(now_ms()).await
+    }
+
+    pub async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
+        self.store.stats(tenant).await
+    }
+}
