@@ -182,7 +182,9 @@ fn run_init(path: &str) -> i32 {
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWIPC
-        | CloneFlags::CLONE_NEWUTS;
+        | CloneFlags::CLONE_NEWUTS
+        // (cgroup namespace: the sandbox sees its own cgroup as "/", not host paths)
+        | CloneFlags::CLONE_NEWCGROUP;
     if let Err(e) = unshare(flags) {
         report(&format!("error unshare namespaces: {e}"));
         return 1;
@@ -804,7 +806,8 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWPID
-        | CloneFlags::CLONE_NEWNS;
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWCGROUP;
     // setns(pidfd, flags) enters all namespaces at once (Linux 5.8+).
     setns(&pidfd, all).map_err(|e| format!("setns into sandbox: {e}"))?;
     drop(pidfd);

@@ -109,3 +109,14 @@ async fn works_on_a_current_thread_runtime() {
     assert!(e.cgroup_dirs().is_empty());
     e.cleanup_parent();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_host_cgroup_paths_inside() {
+    let e = env("cgns");
+    let spec = e.create().await;
+    let r = run(&e, &spec, sh("cat /proc/self/cgroup /proc/1/cgroup")).await;
+    assert!(!out(&r).contains(&e.parent), "{}", out(&r));
+    assert!(!out(&r).contains(spec.id.as_str()), "{}", out(&r));
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+    e.cleanup_parent();
+}
