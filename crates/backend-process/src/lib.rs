@@ -1,4 +1,4 @@
-//! stasis process backend: Linux namespaces (mount, pid, net, ipc, uts), an
+//! stasis process backend: Linux namespaces (mount, pid, net, ipc, uts, cgroup), an
 //! empty network namespace, cgroup limits (v2 when the host has it, else v1),
 //! seccomp + dropped capabilities, and an overlayfs writable layer over a
 //! read-only root filesystem.
