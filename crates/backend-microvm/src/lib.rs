@@ -288,6 +288,10 @@ pub struct OpTimings {
     pub start_ms: u64,
     /// Incoming migration load (resume/restore), part of `start_ms`.
     pub incoming_ms: u64,
+    /// Resume/restore: checks + disk placement before QEMU starts.
+    pub prepare_ms: u64,
+    /// Resume/restore: SetIdentity/SetTime after the agent answered.
+    pub finish_ms: u64,
     /// Outgoing migration (pause/snapshot).
     pub migrate_ms: u64,
     pub disk_ms: u64,
@@ -467,7 +471,12 @@ impl MicrovmBackend {
             kernel: image.vmlinux(),
             initrd: image.initrd(),
             append: kernel_append(accel),
-            incoming: incoming.clone(),
+            // QEMU 7.2 has no `migration.x-ignore-shared` property: a RAM-file
+            // restore defers the incoming migration to set the capability first.
+            incoming: match (&incoming, &ram) {
+                (Some(_), RamBacking::PrivateFile(_)) => Some("defer".into()),
+                _ => incoming.clone(),
+            },
             ram: ram.clone(),
         };
         let _ = std::fs::remove_file(dir.join(qemu::CONSOLE_LOG));
@@ -488,6 +497,28 @@ impl MicrovmBackend {
         };
         let mut qmp = qmp;
         let mut incoming_ms = 0;
+        if let (Some(uri), RamBacking::PrivateFile(_)) = (&incoming, &ram) {
+            let r = async {
+                qmp.execute(
+                    "migrate-set-capabilities",
+                    Some(serde_json::json!({"capabilities": [
+                        {"capability": "x-ignore-shared", "state": true}
+                    ]})),
+                )
+                .await?;
+                qmp.execute("migrate-incoming", Some(serde_json::json!({ "uri": uri })))
+                    .await
+            }
+            .await;
+            if let Err(e) = r {
+                let err = fail(
+                    format!("deferred incoming migration: {}", e.message),
+                    &mut proc,
+                );
+                proc.kill().await;
+                return Err(err);
+            }
+        }
         if incoming.is_some() {
             let t = Instant::now();
             let r = wait_incoming(&mut qmp, &mut proc, self.config.migration_timeout).await;
@@ -553,6 +584,12 @@ impl MicrovmBackend {
             },
         );
         Ok(vm)
+    }
+
+    fn note_finish(&self, id: &SandboxId, since: Instant) {
+        if let Some(t) = self.timings.lock().unwrap().get_mut(id) {
+            t.finish_ms = since.elapsed().as_millis() as u64;
+        }
     }
 
     fn write_record(&self, vm: &Vm) -> Result<()> {
@@ -667,6 +704,17 @@ impl MicrovmBackend {
         qmp.execute("stop", None).await?;
         let ram_file = matches!(vm.ram, RamBacking::SharedFile(_));
         let r: Result<()> = async {
+            if vm.ram != RamBacking::Anonymous {
+                // The stream skips RAM exactly when it is saved as a file; a
+                // fork's private mapping (share=off) is streamed normally.
+                qmp.execute(
+                    "migrate-set-capabilities",
+                    Some(serde_json::json!({"capabilities": [
+                        {"capability": "x-ignore-shared", "state": ram_file}
+                    ]})),
+                )
+                .await?;
+            }
             qmp.execute(
                 "migrate-set-parameters",
                 Some(serde_json::json!({"max-bandwidth": 64u64 << 30, "downtime-limit": 100000})),
@@ -895,6 +943,7 @@ impl MicrovmBackend {
         artifacts: &Path,
     ) -> Result<(Arc<Vm>, bool)> {
         self.remember_parent(&spec.dir);
+        let t0 = Instant::now();
         let meta = self.read_meta(artifacts)?;
         let image = Image::resolve(&self.config.images_dir, spec.manifest.image.as_deref())?;
         let has_state = artifacts.join(MEMORY_STATE).is_file();
@@ -935,6 +984,7 @@ impl MicrovmBackend {
         }
         std::fs::create_dir_all(&spec.dir)?;
         self.import_disk(artifacts, &spec.dir).await?;
+        let prepare_ms = t0.elapsed().as_millis() as u64;
         let accel = match &meta {
             Some(m) if with_memory => m.accelerator,
             _ => self.accelerator().await,
@@ -958,7 +1008,12 @@ impl MicrovmBackend {
                 .await
         };
         match r {
-            Ok(vm) => Ok((vm, with_memory)),
+            Ok(vm) => {
+                if let Some(t) = self.timings.lock().unwrap().get_mut(&spec.id) {
+                    t.prepare_ms = prepare_ms;
+                }
+                Ok((vm, with_memory))
+            }
             Err(e) => {
                 cleanup_dir_files(&spec.dir);
                 Err(e)
@@ -1687,11 +1742,13 @@ impl Backend for MicrovmBackend {
             .start_from_artifacts(spec, artifacts)
             .await
             .map_err(|e| e.context("resume"))?;
+        let tf = Instant::now();
         let r = if with_memory {
             self.set_time(&vm).await
         } else {
             self.after_cold_boot(&vm).await
         };
+        self.note_finish(&spec.id, tf);
         if let Err(e) = r {
             vm.proc.lock().await.kill().await;
             cleanup_dir_files(&spec.dir);
@@ -1746,6 +1803,7 @@ impl Backend for MicrovmBackend {
             .start_from_artifacts(spec, artifacts)
             .await
             .map_err(|e| e.context("restore"))?;
+        let tf = Instant::now();
         let r = async {
             if with_memory {
                 use rand::RngCore;
@@ -1774,6 +1832,7 @@ impl Backend for MicrovmBackend {
             }
         }
         .await;
+        self.note_finish(&spec.id, tf);
         if let Err(e) = r {
             vm.proc.lock().await.kill().await;
             cleanup_dir_files(&spec.dir);

@@ -104,8 +104,6 @@ impl Launch {
                     p.display()
                 );
                 push(&["-object", &obj]);
-                // Both sides of a migration must agree on x-ignore-shared.
-                push(&["-global", "migration.x-ignore-shared=on"]);
             }
         }
         push(&["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]);
@@ -317,7 +315,6 @@ mod tests {
             s.contains("memory-backend-file,id=mem,size=256M,mem-path=/snap/memory.ram,share=off"),
             "{s}"
         );
-        assert!(s.contains("migration.x-ignore-shared=on"), "{s}");
         // -incoming's URI is one argument.
         let i = a.iter().position(|x| x == "-incoming").unwrap();
         assert_eq!(a[i + 1], "exec:cat '/a/memory.state'");
