@@ -598,14 +598,44 @@ async fn put_file(
     headers: HeaderMap,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
-    ApiBytes(body): ApiBytes,
+    body: Body,
 ) -> ApiResult<StatusCode> {
     let ctx = ctx(&headers)?;
     let mode = parse_mode(q.mode.as_deref())?;
+    let limit = st.manager.config().max_file_bytes;
+    let data = read_limited(body, limit).await?;
     st.manager
-        .write_file(&ctx, &sandbox_id(&id)?, &q.path, &body, mode)
+        .write_file(&ctx, &sandbox_id(&id)?, &q.path, &data, mode)
         .await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// Read a request body of at most `limit` bytes. An oversized body is still
+/// drained (up to a hard cap) so the client receives the 413 instead of a
+/// connection reset in the middle of its upload.
+async fn read_limited(body: Body, limit: u64) -> ApiResult<Vec<u8>> {
+    use futures::StreamExt;
+    let drain_cap = limit.saturating_mul(4).max(64 * 1024 * 1024);
+    let mut stream = body.into_data_stream();
+    let mut data = Vec::new();
+    let mut seen = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| Error::invalid(format!("reading the request body: {e}")))?;
+        seen += chunk.len() as u64;
+        if seen <= limit {
+            data.extend_from_slice(&chunk);
+        } else if seen > drain_cap {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(Error::new(
+            ErrorCode::PayloadTooLarge,
+            format!("file exceeds the limit of {limit} bytes"),
+        )
+        .into());
+    }
+    Ok(data)
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(PathQuery),
@@ -966,7 +996,12 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/sandboxes/{id}/exec", post(exec))
         .route("/v1/sandboxes/{id}/exec/stream", post(exec_stream))
-        .route("/v1/sandboxes/{id}/files", get(get_file).put(put_file))
+        .route(
+            "/v1/sandboxes/{id}/files",
+            get(get_file)
+                .put(put_file)
+                .layer(DefaultBodyLimit::disable()),
+        )
         .route("/v1/sandboxes/{id}/files/list", get(list_files))
         .route(
             "/v1/sandboxes/{id}/sessions",

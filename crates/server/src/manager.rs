@@ -1181,6 +1181,21 @@ impl Manager {
     /// otherwise it failed (with its last pause snapshot, if any, named).
     async fn settle_lost(&self, rec: &SandboxRecord, from: SandboxState) -> Result<SandboxState> {
         let now = now_ms();
+        // Running -> Paused goes through Pausing like any pause, so the state
+        // machine needs no crash-only shortcut.
+        let from = if from == SandboxState::Running && rec.backend == BackendKind::Process {
+            self.meta
+                .transition(
+                    &rec.id,
+                    SandboxState::Running,
+                    SandboxState::Pausing,
+                    Patch::default(),
+                )
+                .await?;
+            SandboxState::Pausing
+        } else {
+            from
+        };
         let to_state = if rec.backend == BackendKind::Process {
             let rec2 = self
                 .meta

@@ -1,0 +1,383 @@
+//! Test harness: the real `stasis` binary as a daemon on a temp data dir,
+//! driven over HTTP; can be SIGKILLed and restarted on the same data dir.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_stasis");
+
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub dir: PathBuf,
+    pub url: String,
+    pub cgroup_parent: String,
+    extra: Vec<String>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}-{}", std::process::id(), rand_suffix())
+}
+
+fn rand_suffix() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(Instant::now().elapsed().as_nanos());
+    h.finish() % 1_000_000
+}
+
+impl Daemon {
+    pub async fn start(extra: &[&str]) -> Daemon {
+        let tmp = tempfile::Builder::new()
+            .prefix("stasis-it-")
+            .tempdir()
+            .unwrap();
+        let dir = tmp.path().to_path_buf();
+        let mut d = Daemon {
+            child: None,
+            dir,
+            url: String::new(),
+            cgroup_parent: unique("stasis-it"),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            _tmp: Some(tmp),
+        };
+        d.spawn().await;
+        d
+    }
+
+    pub fn images_dir() -> Option<PathBuf> {
+        std::env::var_os("STASIS_IMAGE_DIR").map(|d| {
+            let p = PathBuf::from(d);
+            // STASIS_IMAGE_DIR names one image ("default"); the daemon wants its parent.
+            p.parent().map(Path::to_path_buf).unwrap_or(p)
+        })
+    }
+
+    async fn spawn(&mut self) {
+        let ready = self.dir.join("ready");
+        let _ = std::fs::remove_file(&ready);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("daemon.log"))
+            .unwrap();
+        let mut cmd = Command::new(BIN);
+        cmd.arg("serve")
+            .arg("--data-dir")
+            .arg(&self.dir)
+            .args([
+                "--listen",
+                "127.0.0.1:0",
+                "--insecure-dev-key",
+                "--accel",
+                "tcg",
+            ])
+            .arg("--ready-file")
+            .arg(&ready)
+            .args(["--cgroup-parent", &self.cgroup_parent]);
+        if let Some(images) = Self::images_dir() {
+            cmd.arg("--images").arg(images);
+        }
+        cmd.args(&self.extra)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        let mut child = cmd.spawn().expect("spawn stasis serve");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(addr) = std::fs::read_to_string(&ready) {
+                self.url = format!("http://{}", addr.trim());
+                break;
+            }
+            if let Some(st) = child.try_wait().unwrap() {
+                panic!("daemon exited {st}: {}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "daemon did not start: {}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.child = Some(child);
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL the daemon (no cleanup of any kind runs).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub async fn restart(&mut self) {
+        self.kill9();
+        self.spawn().await;
+    }
+
+    pub fn http(&self) -> Http {
+        Http {
+            base: self.url.clone(),
+            c: reqwest::Client::new(),
+        }
+    }
+
+    /// Run the CLI against this daemon.
+    pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .args(["--url", &self.url])
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run stasis")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            // SIGTERM, then reap.
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        // Leftover sandboxes of this test: destroy through a fresh daemon would
+        // be slow; kill whatever sits in this test's cgroups instead.
+        cleanup_cgroups(&self.cgroup_parent);
+    }
+}
+
+/// Kill and remove every cgroup under `parent` in every hierarchy.
+pub fn cleanup_cgroups(parent: &str) {
+    for root in cgroup_roots() {
+        let p = root.join(parent);
+        if !p.exists() {
+            continue;
+        }
+        for _ in 0..50 {
+            let mut any = false;
+            for entry in walk(&p) {
+                if let Ok(procs) = std::fs::read_to_string(entry.join("cgroup.procs")) {
+                    for pid in procs.split_whitespace() {
+                        any = true;
+                        unsafe { libc::kill(pid.parse().unwrap_or(0), libc::SIGKILL) };
+                    }
+                }
+                let _ = std::fs::write(entry.join("freezer.state"), "THAWED");
+                let _ = std::fs::write(entry.join("cgroup.freeze"), "0");
+            }
+            if !any {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut dirs = walk(&p);
+        dirs.reverse();
+        for d in dirs {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+pub fn cgroup_roots() -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for c in [
+        "memory",
+        "pids",
+        "cpu",
+        "cpuacct",
+        "freezer",
+        "cpu,cpuacct",
+        "unified",
+    ] {
+        let p = PathBuf::from("/sys/fs/cgroup").join(c);
+        if p.is_dir() {
+            v.push(p);
+        }
+    }
+    if PathBuf::from("/sys/fs/cgroup/cgroup.controllers").exists() {
+        v.push(PathBuf::from("/sys/fs/cgroup"));
+    }
+    v
+}
+
+fn walk(p: &Path) -> Vec<PathBuf> {
+    let mut out = vec![p.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        if let Ok(rd) = std::fs::read_dir(&out[i]) {
+            for e in rd.flatten() {
+                if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                    out.push(e.path());
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Every pid in the daemon's cgroups (any hierarchy).
+pub fn pids_in_cgroups(parent: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for root in cgroup_roots() {
+        let p = root.join(parent);
+        for d in walk(&p) {
+            if let Ok(s) = std::fs::read_to_string(d.join("cgroup.procs")) {
+                pids.extend(s.split_whitespace().filter_map(|x| x.parse::<u32>().ok()));
+            }
+        }
+    }
+    pids.sort();
+    pids.dedup();
+    pids
+}
+
+pub struct Http {
+    pub base: String,
+    pub c: reqwest::Client,
+}
+
+pub struct Resp {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Http {
+    pub async fn call(&self, method: &str, path: &str, body: Option<Value>) -> Resp {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let mut rb = self.c.request(m, format!("{}{}", self.base, path));
+        if let Some(b) = body {
+            rb = rb.json(&b);
+        }
+        let r = rb.send().await.expect("request");
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Resp { status, body }
+    }
+
+    pub async fn raw(&self, method: &str, path: &str, body: Vec<u8>) -> Resp {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let r = self
+            .c
+            .request(m, format!("{}{}", self.base, path))
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap_or_default();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Resp { status, body }
+    }
+
+    pub async fn ok(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let r = self.call(method, path, body).await;
+        assert!(
+            (200..300).contains(&r.status),
+            "{method} {path} -> {}: {}",
+            r.status,
+            r.body
+        );
+        r.body
+    }
+
+    pub async fn create(&self, manifest: Value) -> String {
+        let v = self
+            .ok(
+                "POST",
+                "/v1/sandboxes",
+                Some(json!({ "manifest": manifest })),
+            )
+            .await;
+        v["id"].as_str().unwrap().to_string()
+    }
+
+    pub async fn exec(&self, id: &str, argv: &[&str]) -> Value {
+        self.ok(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"argv": argv, "timeout_ms": 60000})),
+        )
+        .await
+    }
+
+    pub async fn sh(&self, id: &str, script: &str) -> String {
+        let v = self.exec(id, &["sh", "-c", script]).await;
+        assert_eq!(v["exit_code"], 0, "{script}: {v}");
+        v["stdout"].as_str().unwrap().to_string()
+    }
+
+    pub async fn state(&self, id: &str) -> Value {
+        self.ok("GET", &format!("/v1/sandboxes/{id}"), None).await
+    }
+
+    pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let v = self.state(id).await;
+            if v["state"] == state {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{id} never became {state}: {v}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Start a session, send `input`, read until `needle`; returns (session, next offset).
+    pub async fn session_until(
+        &self,
+        id: &str,
+        session: &str,
+        mut offset: u64,
+        needle: &str,
+    ) -> (String, u64) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let mut text = String::new();
+        loop {
+            let v = self
+                .ok(
+                    "GET",
+                    &format!(
+                        "/v1/sandboxes/{id}/sessions/{session}/output?offset={offset}&wait_ms=1000"
+                    ),
+                    None,
+                )
+                .await;
+            text.push_str(v["data"].as_str().unwrap_or(""));
+            offset = v["next_offset"].as_u64().unwrap();
+            if text.contains(needle) {
+                return (text, offset);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "never saw {needle:?}; got {text:?}"
+            );
+        }
+    }
+
+    pub async fn send(&self, id: &str, session: &str, data: &str) {
+        self.ok(
+            "POST",
+            &format!("/v1/sandboxes/{id}/sessions/{session}/input"),
+            Some(json!({"data": data})),
+        )
+        .await;
+    }
+}
