@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Install everything stasis needs on a fresh Debian machine, idempotently:
+# Debian packages, (with --tests) the local S3-compatible test server, and
+# the microVM guest image. Safe to run again: it only does what is missing.
+#
+#   scripts/setup.sh [--tests] [--no-guest]
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TESTS=0
+GUEST=1
+for a in "$@"; do
+    case "$a" in
+        --tests) TESTS=1 ;;
+        --no-guest) GUEST=0 ;;
+        *) echo "setup: unknown option $a" >&2; exit 2 ;;
+    esac
+done
+
+START=$SECONDS
+log() { printf '[setup %4ss] %s\n' "$((SECONDS - START))" "$*" >&2; }
+
+SUDO=()
+if [[ $(id -u) -ne 0 ]]; then
+    command -v sudo >/dev/null || { echo "setup: run as root (or install sudo)" >&2; exit 1; }
+    SUDO=(sudo)
+fi
+
+# Host tools: QEMU and qemu-img (microVM backend), the guest image build
+# (debootstrap, busybox, mkfs.ext4, cpio, xz, kmod), iproute2/util-linux/procps
+# (process backend and its tests), python3 (the default process sandbox's interpreter).
+APT_PACKAGES=(qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs cpio
+    xz-utils zstd kmod iproute2 util-linux procps python3 ca-certificates)
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
+done
+if ((${#missing[@]})); then
+    log "installing Debian packages: ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    "${SUDO[@]}" apt-get update -q
+    "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    log "Debian packages present"
+fi
+
+if ((TESTS)); then
+    # A real S3-compatible server for the store's S3 tests, on loopback.
+    if ! command -v moto_server >/dev/null 2>&1; then
+        log "installing moto[server] (S3-compatible test server) from PyPI"
+        python3 -m pip install -q 'moto[server]'
+        command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+    else
+        log "moto_server present"
+    fi
+fi
+
+if ((GUEST)); then
+    log "building the microVM guest image (cached; only what changed is rebuilt)"
+    "$REPO/scripts/build-guest-image.sh"
+fi
+log "done"
