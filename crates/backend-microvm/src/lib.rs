@@ -69,6 +69,8 @@ pub const MEMORY_STATE: &str = "memory.state";
 pub const MEMORY_RAM: &str = "memory.ram";
 pub const DISK_ARTIFACT: &str = "disk.qcow2";
 pub const META: &str = "meta.json";
+/// meta.json format: 2 = guest RAM is the memory backend object "mem".
+pub const META_FORMAT: u32 = 2;
 /// Per-sandbox record of how its QEMU was started (for `recover`).
 const VM_RECORD: &str = "vm.json";
 
@@ -120,9 +122,10 @@ pub struct MicrovmConfig {
     /// touches QEMUs whose cwd is below it. When `None`, the parents of the
     /// sandbox dirs this backend has seen are used.
     pub base_dir: Option<PathBuf>,
-    /// Run guests with file-backed shared RAM so a snapshot saves RAM as a
-    /// plain file (`memory.ram`) and restores map it copy-on-write
-    /// (`share=off`): forks share unchanged guest pages in the page cache.
+    /// Run guests with shared memfd RAM so a snapshot saves RAM as a plain
+    /// sparse file (`memory.ram`, via the `x-ignore-shared` migration
+    /// capability) and restores map it copy-on-write (`memory-backend-file,
+    /// share=off`): forks share unchanged guest pages in the page cache.
     pub shared_ram: bool,
 }
 
@@ -138,7 +141,7 @@ impl MicrovmConfig {
             migration_timeout: Duration::from_secs(120),
             probe_timeout: Duration::from_secs(20),
             base_dir: None,
-            shared_ram: false,
+            shared_ram: true,
         }
     }
 }
@@ -264,6 +267,9 @@ pub struct SnapshotMeta {
     pub memory_state_blake3: Option<String>,
     #[serde(default)]
     pub memory_state_bytes: u64,
+    /// blake3 of memory.ram (when `ram_file`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_ram_blake3: Option<String>,
     pub workdir: String,
     pub created_ms: i64,
 }
@@ -280,6 +286,9 @@ struct VmRecord {
     workdir: String,
     shared_ram: bool,
 }
+
+/// Identity of a file version: device, inode, size, mtime, ctime.
+type FileKey = (u64, u64, u64, i64, i64);
 
 /// Timings of the last lifecycle operations, for benches and logs.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -321,6 +330,7 @@ pub struct MicrovmBackend {
     qemu_version: String,
     seen_parents: Mutex<HashSet<PathBuf>>,
     timings: Mutex<HashMap<SandboxId, OpTimings>>,
+    verified: Mutex<HashMap<FileKey, String>>,
 }
 
 enum StartKind<'a> {
@@ -342,6 +352,7 @@ impl MicrovmBackend {
             qemu_version,
             seen_parents: Mutex::default(),
             timings: Mutex::default(),
+            verified: Mutex::default(),
         }
     }
 
@@ -440,7 +451,7 @@ impl MicrovmBackend {
         let (incoming, ram, expect_boot) = match &kind {
             StartKind::Cold => {
                 let ram = if self.config.shared_ram {
-                    RamBacking::SharedFile(dir.join(qemu::RAM_FILE))
+                    RamBacking::SharedMemfd
                 } else {
                     RamBacking::Anonymous
                 };
@@ -601,7 +612,7 @@ impl MicrovmBackend {
             accelerator: vm.accel,
             boot_id: vm.boot_id.clone(),
             workdir: vm.workdir.clone(),
-            shared_ram: matches!(vm.ram, RamBacking::SharedFile(_)),
+            shared_ram: vm.ram == RamBacking::SharedMemfd,
         };
         std::fs::write(vm.dir.join(VM_RECORD), serde_json::to_vec_pretty(&rec)?)?;
         Ok(())
@@ -702,7 +713,7 @@ impl MicrovmBackend {
         let state = out.join(MEMORY_STATE);
         let mut qmp = vm.qmp.lock().await;
         qmp.execute("stop", None).await?;
-        let ram_file = matches!(vm.ram, RamBacking::SharedFile(_));
+        let ram_file = vm.ram == RamBacking::SharedMemfd;
         let r: Result<()> = async {
             if vm.ram != RamBacking::Anonymous {
                 // The stream skips RAM exactly when it is saved as a file; a
@@ -748,10 +759,11 @@ impl MicrovmBackend {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
             if ram_file {
-                // The VM is stopped: its RAM file is consistent. Copy it out.
-                let src = vm.dir.join(qemu::RAM_FILE);
+                // The VM is stopped: its RAM is consistent. Copy the memfd out
+                // (only its allocated pages: the copy is sparse).
+                let src = memfd_path(vm.pid)?;
                 let dst = out.join(MEMORY_RAM);
-                tokio::task::spawn_blocking(move || copy_sparse(&src, &dst))
+                tokio::task::spawn_blocking(move || copy_data_extents(&src, &dst))
                     .await
                     .map_err(|e| Error::internal(e.to_string()))??;
             }
@@ -795,7 +807,7 @@ impl MicrovmBackend {
     ) -> Result<Vec<Artifact>> {
         let mut arts = Vec::new();
         let mut meta = SnapshotMeta {
-            format: 1,
+            format: META_FORMAT,
             image: vm.image.name.clone(),
             image_digest: vm.image.digest.clone(),
             memory_mb: vm.memory_mb,
@@ -806,6 +818,7 @@ impl MicrovmBackend {
             ram_file,
             memory_state_blake3: None,
             memory_state_bytes: 0,
+            memory_ram_blake3: None,
             workdir: vm.workdir.clone(),
             created_ms: stasis_core::now_ms(),
         };
@@ -820,6 +833,7 @@ impl MicrovmBackend {
                 size,
             });
             if ram_file {
+                meta.memory_ram_blake3 = Some(hash_file(&out.join(MEMORY_RAM))?.0);
                 arts.push(Artifact {
                     name: MEMORY_RAM.into(),
                     kind: ArtifactKind::Memory,
@@ -925,6 +939,53 @@ impl MicrovmBackend {
         r
     }
 
+    /// Check a memory artifact against meta.json's blake3 (and size). Files
+    /// already verified (same inode, size, mtime, ctime) are not hashed
+    /// again: N forks from one materialized snapshot hash it once.
+    async fn verify(&self, path: &Path, want: &str, size: Option<u64>) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
+        let name = path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let md = std::fs::metadata(path).map_err(|e| Error::integrity(format!("{name}: {e}")))?;
+        let key = (
+            md.dev(),
+            md.ino(),
+            md.size(),
+            md.mtime_nsec() ^ md.mtime() << 30,
+            md.ctime_nsec() ^ md.ctime() << 30,
+        );
+        if self
+            .verified
+            .lock()
+            .unwrap()
+            .get(&key)
+            .is_some_and(|h| h == want)
+        {
+            return Ok(());
+        }
+        let p = path.to_path_buf();
+        let (got, n) = tokio::task::spawn_blocking(move || hash_file(&p))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))??;
+        if got != want || size.is_some_and(|s| s != n) {
+            return Err(Error::integrity(format!(
+                "{name} is corrupt or truncated ({n} bytes, blake3 {}; meta.json says {} bytes, blake3 {}): refusing to restore",
+                &got[..12],
+                size.map(|s| s.to_string()).unwrap_or_else(|| "?".into()),
+                &want[..12.min(want.len())]
+            )));
+        }
+        let mut v = self.verified.lock().unwrap();
+        if v.len() > 1024 {
+            v.clear();
+        }
+        v.insert(key, got);
+        Ok(())
+    }
+
     fn read_meta(&self, artifacts: &Path) -> Result<Option<SnapshotMeta>> {
         match std::fs::read(artifacts.join(META)) {
             Ok(b) => serde_json::from_slice(&b)
@@ -954,6 +1015,12 @@ impl MicrovmBackend {
         }
         let with_memory = has_state && meta.as_ref().is_some_and(|m| m.memory);
         if let Some(m) = &meta {
+            if m.format != META_FORMAT {
+                return Err(Error::unsupported(format!(
+                    "snapshot format {} is not loadable by this backend (format {META_FORMAT})",
+                    m.format
+                )));
+            }
             if m.image_digest != image.digest {
                 return Err(Error::backend(format!(
                     "snapshot was taken on image {:?} (digest {}), but {:?} is now {}: refusing",
@@ -965,20 +1032,16 @@ impl MicrovmBackend {
             }
             if with_memory {
                 let want = m.memory_state_blake3.clone().unwrap_or_default();
-                let state = artifacts.join(MEMORY_STATE);
-                let (got, size) = tokio::task::spawn_blocking(move || hash_file(&state))
-                    .await
-                    .map_err(|e| Error::internal(e.to_string()))??;
-                if got != want || size != m.memory_state_bytes {
-                    return Err(Error::integrity(format!(
-                        "memory.state is corrupt or truncated ({size} bytes, blake3 {}; meta.json says {} bytes, blake3 {}): refusing to restore",
-                        &got[..12],
-                        m.memory_state_bytes,
-                        &want[..12.min(want.len())]
-                    )));
-                }
-                if m.ram_file && !artifacts.join(MEMORY_RAM).is_file() {
-                    return Err(Error::integrity("memory.ram missing"));
+                self.verify(
+                    &artifacts.join(MEMORY_STATE),
+                    &want,
+                    Some(m.memory_state_bytes),
+                )
+                .await?;
+                if m.ram_file {
+                    let want = m.memory_ram_blake3.clone().unwrap_or_default();
+                    self.verify(&artifacts.join(MEMORY_RAM), &want, None)
+                        .await?;
                 }
             }
         }
@@ -1107,12 +1170,7 @@ fn expect_ok(r: Reply) -> Result<()> {
 }
 
 fn cleanup_dir_files(dir: &Path) {
-    for f in [
-        qemu::AGENT_SOCK,
-        qemu::QMP_SOCK,
-        qemu::PID_FILE,
-        qemu::RAM_FILE,
-    ] {
+    for f in [qemu::AGENT_SOCK, qemu::QMP_SOCK, qemu::PID_FILE] {
         let _ = std::fs::remove_file(dir.join(f));
     }
 }
@@ -1151,28 +1209,49 @@ fn hash_file(path: &Path) -> Result<(String, u64)> {
     Ok((h.finalize().to_hex().to_string(), n))
 }
 
-/// Copy a (possibly sparse) file keeping holes where the source has them.
-fn copy_sparse(src: &Path, dst: &Path) -> Result<()> {
-    use std::io::{Read, Seek, SeekFrom, Write};
-    let mut i = std::fs::File::open(src)?;
-    let len = i.metadata()?.len();
-    let mut o = std::fs::File::create(dst)?;
-    o.set_len(len)?;
-    let mut buf = vec![0u8; 1 << 20];
-    let mut pos = 0u64;
-    while pos < len {
-        let n = i.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        let chunk = &buf[..n];
-        for (k, page) in chunk.chunks(4096).enumerate() {
-            if page.iter().any(|b| *b != 0) {
-                o.seek(SeekFrom::Start(pos + (k * 4096) as u64))?;
-                o.write_all(page)?;
+/// The guest RAM memfd of a QEMU, as a path that can be opened.
+fn memfd_path(pid: i32) -> Result<PathBuf> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
+    for e in fds.flatten() {
+        if let Ok(target) = std::fs::read_link(e.path()) {
+            if target
+                .to_string_lossy()
+                .starts_with("/memfd:memory-backend-memfd")
+            {
+                return Ok(e.path());
             }
         }
-        pos += n as u64;
+    }
+    Err(Error::backend(format!("QEMU {pid} has no guest RAM memfd")))
+}
+
+/// Copy only the allocated extents of `src` (SEEK_DATA/SEEK_HOLE) into a new
+/// sparse `dst` of the same length.
+fn copy_data_extents(src: &Path, dst: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let i = std::fs::File::open(src)?;
+    let len = i.metadata()?.len();
+    let o = std::fs::File::create(dst)?;
+    o.set_len(len)?;
+    let fd = i.as_raw_fd();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos: i64 = 0;
+    while (pos as u64) < len {
+        let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+        if data < 0 {
+            break; // ENXIO: no more data
+        }
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let end = if hole < 0 { len as i64 } else { hole };
+        let mut at = data;
+        while at < end {
+            let n = ((end - at) as usize).min(buf.len());
+            i.read_exact_at(&mut buf[..n], at as u64)?;
+            o.write_all_at(&buf[..n], at as u64)?;
+            at += n as i64;
+        }
+        pos = end;
     }
     Ok(())
 }
@@ -1906,7 +1985,7 @@ impl Backend for MicrovmBackend {
                 workdir: rec.workdir,
                 env: spec.manifest.env.clone(),
                 ram: if rec.shared_ram {
-                    RamBacking::SharedFile(spec.dir.join(qemu::RAM_FILE))
+                    RamBacking::SharedMemfd
                 } else {
                     RamBacking::Anonymous
                 },
@@ -2013,16 +2092,25 @@ mod tests {
     }
 
     #[test]
-    fn sparse_copy_keeps_content() {
+    fn extent_copy_keeps_content_and_holes() {
+        use std::os::unix::fs::FileExt;
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("a");
-        let mut data = vec![0u8; 3 * 4096 + 100];
-        data[5000] = 7;
-        data[3 * 4096 + 50] = 9;
-        std::fs::write(&src, &data).unwrap();
+        let f = std::fs::File::create(&src).unwrap();
+        let len = 8u64 << 20;
+        f.set_len(len).unwrap();
+        f.write_all_at(&[7u8; 5000], 4096).unwrap();
+        f.write_all_at(&[9u8; 10], 6 << 20).unwrap();
+        drop(f);
         let dst = dir.path().join("b");
-        copy_sparse(&src, &dst).unwrap();
-        assert_eq!(std::fs::read(&dst).unwrap(), data);
+        copy_data_extents(&src, &dst).unwrap();
+        assert_eq!(std::fs::read(&dst).unwrap(), std::fs::read(&src).unwrap());
+        use std::os::unix::fs::MetadataExt;
+        let blocks = std::fs::metadata(&dst).unwrap().blocks();
+        assert!(
+            blocks * 512 < len / 2,
+            "copy is not sparse: {blocks} blocks"
+        );
     }
 
     #[tokio::test]

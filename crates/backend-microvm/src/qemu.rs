@@ -17,7 +17,6 @@ pub const QEMU_LOG: &str = "qemu.log";
 pub const AGENT_SOCK: &str = "agent.sock";
 pub const QMP_SOCK: &str = "qmp.sock";
 pub const PID_FILE: &str = "qemu.pid";
-pub const RAM_FILE: &str = "ram.bin";
 /// Prefix of QEMU's `-name`, which identifies our processes in /proc.
 pub const NAME_PREFIX: &str = "stasis-";
 
@@ -50,9 +49,10 @@ impl Accel {
 pub enum RamBacking {
     /// Anonymous memory (QEMU's default).
     Anonymous,
-    /// `memory-backend-file,share=on` on a file in the sandbox dir: a snapshot
-    /// with `x-ignore-shared` copies this file instead of streaming RAM.
-    SharedFile(PathBuf),
+    /// `memory-backend-memfd,share=on`: shared memory with no file to clean up
+    /// and no writeback. A snapshot with `x-ignore-shared` leaves RAM out of
+    /// the stream and copies the memfd (through /proc/<pid>/fd) instead.
+    SharedMemfd,
     /// `memory-backend-file,share=off`: a private copy-on-write mapping of a
     /// saved RAM file, shared in the page cache between forks.
     PrivateFile(PathBuf),
@@ -82,24 +82,29 @@ impl Launch {
         let mut a: Vec<String> = Vec::new();
         let mut push = |xs: &[&str]| a.extend(xs.iter().map(|s| s.to_string()));
         let name = format!("{NAME_PREFIX}{}", self.name);
-        let machine = match self.ram {
-            RamBacking::Anonymous => "microvm,x-option-roms=off,isa-serial=on,rtc=on".to_string(),
-            _ => "microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem".to_string(),
-        };
-        push(&["-name", &name, "-M", &machine]);
+        // Guest RAM is always the memory backend object "mem", whatever backs
+        // it, so the RAM block has the same name in every migration stream
+        // and any saved state loads into any RAM backing.
+        let machine = "microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem";
+        push(&["-name", &name, "-M", machine]);
         push(&["-accel", self.accel.as_str(), "-cpu", self.accel.cpu()]);
         let mem = format!("{}", self.memory_mb);
         push(&["-m", &mem, "-smp", "1"]);
         match &self.ram {
-            RamBacking::Anonymous => {}
-            RamBacking::SharedFile(p) | RamBacking::PrivateFile(p) => {
-                let share = if matches!(self.ram, RamBacking::SharedFile(_)) {
-                    "on"
-                } else {
-                    "off"
-                };
+            RamBacking::Anonymous => {
+                let obj = format!("memory-backend-ram,id=mem,size={}M", self.memory_mb);
+                push(&["-object", &obj]);
+            }
+            RamBacking::SharedMemfd => {
                 let obj = format!(
-                    "memory-backend-file,id=mem,size={}M,mem-path={},share={share}",
+                    "memory-backend-memfd,id=mem,size={}M,share=on",
+                    self.memory_mb
+                );
+                push(&["-object", &obj]);
+            }
+            RamBacking::PrivateFile(p) => {
+                let obj = format!(
+                    "memory-backend-file,id=mem,size={}M,mem-path={},share=off",
                     self.memory_mb,
                     p.display()
                 );
@@ -290,8 +295,8 @@ mod tests {
     #[test]
     fn builds_the_agreed_command_line() {
         let a = launch().args().join(" ");
-        let want = "-name stasis-sb-1 -M microvm,x-option-roms=off,isa-serial=on,rtc=on \
-            -accel tcg -cpu max -m 256 -smp 1 -nodefaults -no-user-config -nographic -no-reboot \
+        let want = "-name stasis-sb-1 -M microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem \
+            -accel tcg -cpu max -m 256 -smp 1 -object memory-backend-ram,id=mem,size=256M -nodefaults -no-user-config -nographic -no-reboot \
             -kernel /img/vmlinux -initrd /img/initrd.img \
             -append console=ttyS0 reboot=t panic=-1 quiet -serial file:console.log \
             -drive id=root,file=disk.qcow2,format=qcow2,if=none -device virtio-blk-device,drive=root \
@@ -310,6 +315,14 @@ mod tests {
         let a = l.args();
         let s = a.join(" ");
         assert!(s.contains("-accel kvm -cpu host,-arch-capabilities"), "{s}");
+        let mut m = launch();
+        m.ram = RamBacking::SharedMemfd;
+        let ms = m.args().join(" ");
+        assert!(
+            ms.contains("-object memory-backend-memfd,id=mem,size=256M,share=on"),
+            "{ms}"
+        );
+        assert!(ms.contains("memory-backend=mem"), "{ms}");
         assert!(s.contains("memory-backend=mem"), "{s}");
         assert!(
             s.contains("memory-backend-file,id=mem,size=256M,mem-path=/snap/memory.ram,share=off"),

@@ -75,7 +75,9 @@ async fn fork_n_memory() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(16);
-    let shared = std::env::var("STASIS_SHARED_RAM").is_ok();
+    let shared = std::env::var("STASIS_SHARED_RAM")
+        .map(|v| v != "0")
+        .unwrap_or(true);
     let mut c = MicrovmConfig::new(img.parent().unwrap());
     c.accel = AccelChoice::Tcg;
     c.shared_ram = shared;
@@ -138,6 +140,27 @@ async fn fork_n_memory() {
         total.rss as f64 / one.rss as f64,
         total.pss as f64 / one.rss as f64
     );
+    // Where a fork's private memory is: the largest anonymous/private mappings.
+    let pid = b.qemu_pid(&kids[0].id).unwrap();
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let mut maps: Vec<(u64, String)> = Vec::new();
+    let mut cur = String::new();
+    for l in smaps.lines() {
+        if l.contains('-') && !l.contains(':')
+            || l.split_whitespace().count() >= 5
+                && l.chars().next().is_some_and(|c| c.is_ascii_hexdigit())
+                && !l.ends_with("kB")
+        {
+            cur = l.to_string();
+        } else if let Some(v) = l.strip_prefix("Private_Dirty:") {
+            let kb: u64 = v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            maps.push((kb, cur.clone()));
+        }
+    }
+    maps.sort_by_key(|m| std::cmp::Reverse(m.0));
+    for (kb, m) in maps.iter().take(6) {
+        eprintln!("fork private_dirty {kb} kB: {m}");
+    }
     for k in &kids {
         b.destroy(&k.id, &k.dir).await.unwrap();
         let _ = util::pid_alive(0);

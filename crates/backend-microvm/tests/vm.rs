@@ -31,6 +31,9 @@ fn backend(img: &Path, agent_timeout: Duration) -> MicrovmBackend {
     c.accel = AccelChoice::Tcg;
     c.agent_timeout = agent_timeout;
     c.boot_timeout = Duration::from_secs(120);
+    if let Ok(v) = std::env::var("STASIS_SHARED_RAM") {
+        c.shared_ram = v != "0";
+    }
     MicrovmBackend::new(c)
 }
 
@@ -423,6 +426,22 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     assert_eq!(e.code, ErrorCode::BackendError, "{e}");
     assert!(e.message.contains("memory state refused"), "{e}");
     assert!(qemus_of(&d.id).is_empty());
+    // A corrupt RAM file (pauses of memfd-RAM guests save RAM as memory.ram).
+    if p1.join("memory.ram").exists() {
+        let bad2 = root.path().join("bad2");
+        copy_dir(&p1, &bad2);
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(bad2.join("memory.ram"))
+            .unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(b"garbage", 1 << 20).unwrap();
+        let e = b.restore(&d, &bad2).await.unwrap_err();
+        eprintln!("corrupt ram: {e}");
+        assert_eq!(e.code, ErrorCode::IntegrityError, "{e}");
+        assert!(e.message.contains("memory.ram"), "{e}");
+        assert!(qemus_of(&d.id).is_empty());
+    }
     // The good snapshot is untouched and still restores.
     let d2 = spec(root.path(), &img);
     b.restore(&d2, &snap)
