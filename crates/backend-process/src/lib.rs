@@ -1227,6 +1227,20 @@ impl Backend for ProcessBackend {
         self.start_init(&sb).await
     }
 
+    async fn resume_needs_artifacts(&self, id: &SandboxId) -> bool {
+        let Ok(sb) = self.get(id) else { return true };
+        let mut run = sb.run.lock().await;
+        match &mut *run {
+            Run::Running {
+                waiter,
+                init_fd,
+                frozen: true,
+                ..
+            } => !alive(waiter, init_fd),
+            _ => true,
+        }
+    }
+
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
         let sb = self.get(id)?;
         let run = sb.run.lock().await;

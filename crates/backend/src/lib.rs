@@ -162,6 +162,13 @@ pub trait Backend: Send + Sync + 'static {
     /// the server has placed in `artifacts` (the same names `pause` returned).
     async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()>;
 
+    /// Whether `resume` will read the pause artifacts. False when the paused
+    /// sandbox's state is still held live on this host (e.g. a frozen cgroup),
+    /// so the server can skip fetching them from the snapshot store.
+    async fn resume_needs_artifacts(&self, _id: &SandboxId) -> bool {
+        true
+    }
+
     /// Write a snapshot of a running sandbox into `out` without stopping it for
     /// longer than needed.
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>>;

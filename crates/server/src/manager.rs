@@ -695,7 +695,8 @@ impl Manager {
         let restore_dir = spec.dir.join("resume-stage");
         let _ = tokio::fs::remove_dir_all(&restore_dir).await;
         let ts = std::time::Instant::now();
-        let fetched = match &rec.pause_snapshot {
+        let needs = backend.resume_needs_artifacts(&rec.id).await;
+        let fetched = match rec.pause_snapshot.as_ref().filter(|_| needs) {
             Some(snap) => self
                 .snapshots
                 .restore(&rec.tenant, snap, &restore_dir)
