@@ -21,19 +21,33 @@
 //!   SIGKILL; `recover` reattaches through `qmp.sock`/`agent.sock`.
 //!
 //! ## Accelerator (KVM findings on the development hosts, 2026-12-02)
-//! The hosts are themselves Firecracker guests (nested virtualization, AMD
-//! EPYC). `/dev/kvm` opens and VMs/vCPUs are created, but:
+//! The hosts are Firecracker guests themselves, and their `/dev/kvm` is not
+//! hardware virtualization: the loaded modules are `kvm` + **`kvm_pvm`**
+//! (PVM, "pagetable-based virtual machine": KVM without VMX/SVM, guests run
+//! in user mode under shadow paging; `/proc/cpuinfo` has no `svm`/`vmx`).
+//! PVM is fast only for guest kernels built for it (PVM guest support is not
+//! in Debian's 6.1 kernel). With the unmodified Debian kernel:
 //! * `-cpu host` aborts ("failed to set MSR 0x10a"); `-cpu host,-arch-capabilities`
-//!   starts.
-//! * The guest then crawls: it sits in the kernel's early BSS clear / page
-//!   table setup, every first touch of a guest page costs ~2.5 ms (EPT faults
-//!   handled through two hypervisor levels). PVH entry with the uncompressed
-//!   vmlinux (what we use anyway) does not change that; neither do explicit
-//!   CPU models (`-cpu EPYC`, `qemu64`), `-mem-prealloc` or hugetlbfs RAM.
-//!   See `probe_accelerator`: the agent does not answer within the probe
-//!   window, so `auto` resolves to TCG here. On a bare-metal host KVM boots
-//!   in well under a second and `auto` picks it.
-//! * TCG (`-accel tcg -cpu max`) boots to a working agent in a few seconds.
+//!   starts. Explicit models (`-cpu EPYC`) warn that the host lacks even
+//!   `pni`/`ssse3`/`pclmulqdq`: KVM's supported CPUID is minimal.
+//! * The guest crawls in early boot (`jump_label_init`'s sort, BSS clear):
+//!   QMP `query-stats` shows ~1.3 million `mmu_pte_write`/s (writes to
+//!   write-protected shadowed page tables) and ~1300 emulated instructions/s
+//!   against ~160 exits/s: every touch of a page-table page is trapped and
+//!   emulated. No console output in 25 s, agent never answers. PVH entry
+//!   with the uncompressed vmlinux (which we use anyway), `nokaslr`,
+//!   explicit CPU models do not change this; the DESIGN notes add that
+//!   `-mem-prealloc` and hugetlbfs RAM did not either.
+//! * Conclusion: KVM is unusable here without a PVM-enabled guest kernel;
+//!   `probe_accelerator` boots the image under KVM for `probe_timeout` (20 s)
+//!   and falls back to TCG, naming `kvm_pvm` in its reason. On a host with
+//!   real VMX/SVM the same probe picks KVM.
+//! * TCG (`-accel tcg -cpu max`) boots to an answering agent in 6-9 s on the
+//!   loaded 2-core host. Two kernel parameters are needed for TCG on a
+//!   loaded host (see `kernel_append`): `tsc_early_khz` (else PIT
+//!   calibration fails and boot stalls for minutes) and `tsc=reliable`
+//!   (else the clocksource watchdog switches to jiffies and the guest clock
+//!   runs ~10% slow).
 //!
 //! A memory state is only loadable by the same accelerator/CPU model, so
 //! `meta.json` records the accelerator and resume/restore use the recorded one.
@@ -406,6 +420,7 @@ impl MicrovmBackend {
             "qemu_version": self.qemu_version,
             "qemu_img": which(&self.config.qemu_img).is_some(),
             "kvm_device": Path::new("/dev/kvm").exists(),
+            "kvm_module": if kvm_is_pvm() { "kvm_pvm" } else if Path::new("/sys/module/kvm_amd").exists() { "kvm_amd" } else if Path::new("/sys/module/kvm_intel").exists() { "kvm_intel" } else { "none" },
             "accelerator": r,
             "images_dir": self.config.images_dir,
             "default_image": match img {
@@ -1361,6 +1376,11 @@ async fn connect_agent(
     }
 }
 
+/// The host's KVM is PVM (software virtualization with shadow paging).
+pub fn kvm_is_pvm() -> bool {
+    Path::new("/sys/module/kvm_pvm").exists()
+}
+
 /// Boot the default image under KVM and see whether the agent answers within
 /// `config.probe_timeout`. Honors `config.accel` (kvm/tcg skip the probe).
 pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
@@ -1453,9 +1473,14 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             reason: "guest agent answered under KVM".into(),
         },
         Err(e) => tcg(format!(
-            "KVM boot probe failed after {} ms: {}",
+            "KVM boot probe failed after {} ms: {}{}",
             t0.elapsed().as_millis(),
-            e.message
+            e.message,
+            if kvm_is_pvm() {
+                " (host /dev/kvm is kvm_pvm: shadow paging without VMX/SVM; unmodified guest kernels crawl)"
+            } else {
+                ""
+            }
         )),
     }
 }

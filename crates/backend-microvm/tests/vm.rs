@@ -528,3 +528,36 @@ fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }
+
+/// The KVM boot probe against the real image (ignored: it waits up to
+/// `STASIS_PROBE_SECS`, default 20 s, on hosts where KVM crawls).
+#[tokio::test]
+#[ignore]
+async fn kvm_probe_reports() {
+    let Some(img) = image_dir() else { return };
+    let mut c = MicrovmConfig::new(img.parent().unwrap());
+    c.probe_timeout = Duration::from_secs(
+        std::env::var("STASIS_PROBE_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20),
+    );
+    let t = Instant::now();
+    let r = stasis_backend_microvm::probe_accelerator(&c).await;
+    eprintln!("FIGURE probe {} ms: {r:?}", t.elapsed().as_millis());
+    let b = MicrovmBackend::new(c);
+    eprintln!("doctor: {}", b.doctor().await);
+    assert!(qemu_probe_leftovers().is_empty());
+}
+
+fn qemu_probe_leftovers() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+        .filter(|pid| {
+            stasis_backend_microvm::util::pid_alive(*pid)
+                && qemu::sandbox_of(*pid).as_deref() == Some("kvm-probe")
+        })
+        .collect()
+}
