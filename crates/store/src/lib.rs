@@ -617,6 +617,12 @@ impl Store {
         }
         for a in &rec.artifacts {
             validate_artifact_name(&a.name).map_err(|e| Error::integrity(e.message))?;
+            if a.chunks.iter().any(|c| c.len == 0 || c.len > 16 << 20) {
+                return Err(Error::integrity(format!(
+                    "{what}: artifact {} has an impossible chunk size",
+                    a.name
+                )));
+            }
             let sum: u64 = a.chunks.iter().map(|c| c.len as u64).sum();
             if sum != a.raw_size {
                 return Err(Error::integrity(format!(
