@@ -612,6 +612,33 @@ impl MicrovmBackend {
         Ok(vm)
     }
 
+    /// A pause/snapshot failed before QEMU was told to quit: remove partial
+    /// artifacts and say whether the sandbox still runs. A dead QEMU marks
+    /// the sandbox failed (earlier snapshots, elsewhere, are untouched).
+    async fn op_failed(&self, vm: &Vm, out: &Path, e: Error, op: &str) -> Error {
+        for f in [MEMORY_STATE, MEMORY_RAM, DISK_ARTIFACT, META] {
+            let _ = std::fs::remove_file(out.join(f));
+        }
+        let alive = vm.proc.lock().await.alive();
+        if alive && vm.failed.lock().unwrap().is_none() {
+            let msg = if e.message.contains("still runs") {
+                e.message
+            } else {
+                format!("{}; the sandbox still runs", e.message)
+            };
+            return Error::new(e.code, format!("{op}: {msg}"));
+        }
+        let why = format!("QEMU exited during {op}");
+        if vm.failed.lock().unwrap().is_none() {
+            *vm.failed.lock().unwrap() = Some(why.clone());
+        }
+        cleanup_dir_files(&vm.dir);
+        Error::backend(format!(
+            "{op}: {}; {why}: the sandbox is lost (earlier snapshots are untouched)",
+            e.message
+        ))
+    }
+
     fn note_finish(&self, id: &SandboxId, since: Instant) {
         if let Some(t) = self.timings.lock().unwrap().get_mut(id) {
             t.finish_ms = since.elapsed().as_millis() as u64;
@@ -1801,16 +1828,20 @@ impl Backend for MicrovmBackend {
         let vm = self.vm(id)?;
         std::fs::create_dir_all(out)?;
         let t = Instant::now();
-        let r = self.call(&vm, Request::Sync, None, Duration::ZERO).await;
-        expect_ok(r?).map_err(|e| e.context("pause: sync"))?;
-        let mut ram_file = false;
-        if keep_memory {
-            let (_, rf) = self
-                .save_memory(&vm, out)
-                .await
-                .map_err(|e| e.context("pause"))?;
-            ram_file = rf;
+        let saved: Result<bool> = async {
+            let r = self.call(&vm, Request::Sync, None, Duration::ZERO).await;
+            expect_ok(r?).map_err(|e| e.context("sync"))?;
+            if keep_memory {
+                Ok(self.save_memory(&vm, out).await?.1)
+            } else {
+                Ok(false)
+            }
         }
+        .await;
+        let ram_file = match saved {
+            Ok(rf) => rf,
+            Err(e) => return Err(self.op_failed(&vm, out, e, "pause").await),
+        };
         // From here the VM goes away; the artifacts are complete once the disk
         // has been moved out.
         self.vms.lock().unwrap().remove(id);
@@ -1864,12 +1895,16 @@ impl Backend for MicrovmBackend {
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
         let vm = self.vm(id)?;
         std::fs::create_dir_all(out)?;
-        let r = self.call(&vm, Request::Sync, None, Duration::ZERO).await;
-        expect_ok(r?).map_err(|e| e.context("snapshot: sync"))?;
-        let (_, ram_file) = self
-            .save_memory(&vm, out)
-            .await
-            .map_err(|e| e.context("snapshot"))?;
+        let saved: Result<bool> = async {
+            let r = self.call(&vm, Request::Sync, None, Duration::ZERO).await;
+            expect_ok(r?).map_err(|e| e.context("sync"))?;
+            Ok(self.save_memory(&vm, out).await?.1)
+        }
+        .await;
+        let ram_file = match saved {
+            Ok(rf) => rf,
+            Err(e) => return Err(self.op_failed(&vm, out, e, "snapshot").await),
+        };
         // The VM is stopped and its block devices flushed/inactivated by the
         // completed migration: copy the disk now, then continue.
         let td = Instant::now();
