@@ -829,14 +829,22 @@ impl Store {
         self.open_record(&keys, tenant, id, &b)
     }
 
-    /// All of `tenant`'s snapshots, oldest first. An unreadable record is an error.
+    /// All of `tenant`'s snapshots, oldest first. A record that fails verification
+    /// is left out and logged (`get_snapshot` on it gives the integrity error, and
+    /// GC will not sweep the tenant while it exists); an unusable tenant key is an error.
     pub async fn list_snapshots(&self, tenant: &TenantId) -> Result<Vec<SnapshotRecord>> {
         let ids = self.list_record_ids(tenant).await?;
+        if ids.is_empty() || self.tenant_keys(tenant, false).await?.is_none() {
+            return Ok(Vec::new());
+        }
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             match self.get_snapshot(tenant, &id).await {
                 Ok(r) => out.push(r),
                 Err(e) if e.code == ErrorCode::NotFound => {} // deleted meanwhile
+                Err(e) if e.code == ErrorCode::IntegrityError => {
+                    tracing::error!(tenant = %tenant, snapshot = %id, "snapshot record failed verification: {e}");
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -379,6 +379,22 @@ async fn tamper_flip_truncate_swap_replay_record() {
     let e = store.get_snapshot(&ta, &ra.id).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::IntegrityError);
     expect_refused(&store, &ra, tmp.path(), "record-edit", None).await;
+    assert!(
+        store.list_snapshots(&ta).await.unwrap().is_empty(),
+        "tampered record listed"
+    );
+    // ... and GC will not sweep a tenant with an unreadable record.
+    let rep = store
+        .gc_with(
+            stasis_core::now_ms(),
+            &GcOptions {
+                grace_ms: 0,
+                ..GcOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(rep.tenants_skipped, vec!["t-a".to_string()]);
     // 7. another snapshot's record (same tenant) under this id -> refused.
     let src2 = tmp.path().join("src2");
     let arts2 = write_artifacts(&src2, 9);
