@@ -300,6 +300,69 @@ impl Client {
         .await
     }
 
+    /// Stream a GET response into `dest` (via a temp file), with a progress bar.
+    pub async fn download(
+        &self,
+        path: &str,
+        dest: &std::path::Path,
+        progress: bool,
+    ) -> Result<u64> {
+        use futures::StreamExt;
+        use std::io::Write;
+        let resp = self.send(self.req(reqwest::Method::GET, path)).await?;
+        let bar = progress_bar(progress, resp.content_length(), "download");
+        let tmp = dest.with_extension("partial");
+        let mut f = std::fs::File::create(&tmp)
+            .map_err(|e| Error::invalid(format!("{}: {e}", tmp.display())))?;
+        let mut stream = resp.bytes_stream();
+        let mut n = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                let _ = std::fs::remove_file(&tmp);
+                Error::internal(format!("download broke: {e}"))
+            })?;
+            f.write_all(&chunk)?;
+            n += chunk.len() as u64;
+            bar.inc(chunk.len() as u64);
+        }
+        f.sync_all()?;
+        std::fs::rename(&tmp, dest)?;
+        bar.finish();
+        Ok(n)
+    }
+
+    /// POST a local file as the body, with a progress bar; returns the JSON answer.
+    pub async fn upload(
+        &self,
+        path: &str,
+        file: &std::path::Path,
+        progress: bool,
+    ) -> Result<Value> {
+        use futures::StreamExt;
+        let f = tokio::fs::File::open(file)
+            .await
+            .map_err(|e| Error::invalid(format!("{}: {e}", file.display())))?;
+        let len = f.metadata().await?.len();
+        let bar = progress_bar(progress, Some(len), "upload");
+        let bar2 = bar.clone();
+        let stream = tokio_util::io::ReaderStream::with_capacity(f, 1 << 20).inspect(move |c| {
+            if let Ok(c) = c {
+                bar2.inc(c.len() as u64);
+            }
+        });
+        let body = reqwest::Body::wrap_stream(stream);
+        let v = self
+            .json(
+                self.req(reqwest::Method::POST, path)
+                    .header("content-type", "application/octet-stream")
+                    .header("content-length", len)
+                    .body(body),
+            )
+            .await;
+        bar.finish();
+        v
+    }
+
     /// Poll until the sandbox reaches `state` (or `timeout`).
     pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Result<Value> {
         let deadline = std::time::Instant::now() + timeout;
@@ -317,4 +380,22 @@ impl Client {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+fn progress_bar(show: bool, len: Option<u64>, what: &str) -> indicatif::ProgressBar {
+    if !show {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = match len {
+        Some(n) => indicatif::ProgressBar::new(n),
+        None => indicatif::ProgressBar::new_spinner(),
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(&format!(
+            "{what} {{bar:40}} {{bytes}}/{{total_bytes}} {{bytes_per_sec}} eta {{eta}}"
+        ))
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+    bar
 }

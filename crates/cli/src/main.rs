@@ -142,6 +142,9 @@ pub struct ServeArgs {
     /// Write the bound address here once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
+    /// Seconds an unreferenced snapshot chunk is kept before GC may delete it.
+    #[arg(long, default_value_t = 900)]
+    gc_grace_secs: u64,
     /// Cgroup parent of the process backend.
     #[arg(long, default_value = "stasis")]
     cgroup_parent: String,
@@ -244,8 +247,21 @@ enum SessionCmd {
 #[derive(Subcommand)]
 enum SnapshotsCmd {
     Ls,
-    Get { id: String },
-    Rm { id: String },
+    Get {
+        id: String,
+    },
+    Rm {
+        id: String,
+    },
+    /// Download a snapshot as one encrypted file (to move it between deployments).
+    Export {
+        id: String,
+        file: PathBuf,
+    },
+    /// Upload an exported snapshot file; it is verified before it is accepted.
+    Import {
+        file: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -373,6 +389,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
     cfg.ready_file = a.ready_file.clone();
     cfg.cgroup_parent = a.cgroup_parent.clone();
+    cfg.gc_grace = Duration::from_secs(a.gc_grace_secs);
     Ok(cfg)
 }
 
@@ -692,6 +709,26 @@ async fn run(cli: Cli) -> Result<()> {
             SnapshotsCmd::Get { id } => {
                 let v = c.get(&format!("/v1/snapshots/{id}")).await?;
                 print_value(true, &v, |_| String::new());
+            }
+            SnapshotsCmd::Export { id, file } => {
+                let n = c
+                    .download(&format!("/v1/snapshots/{id}/export"), &file, !json)
+                    .await?;
+                print_value(
+                    json,
+                    &json!({"snapshot": id, "file": file, "bytes": n}),
+                    |_| format!("exported {id} to {} ({n} bytes)", file.display()),
+                );
+            }
+            SnapshotsCmd::Import { file } => {
+                let v = c.upload("/v1/snapshots/import", &file, !json).await?;
+                print_value(json, &v, |v| {
+                    format!(
+                        "imported {} ({} bytes raw)",
+                        v["id"].as_str().unwrap_or(""),
+                        v["raw_bytes"]
+                    )
+                });
             }
             SnapshotsCmd::Rm { id } => {
                 c.delete(&format!("/v1/snapshots/{id}")).await?;

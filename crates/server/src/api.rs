@@ -896,6 +896,73 @@ async fn restore_snapshot(
     Ok((StatusCode::CREATED, axum::Json(Sandbox::from_record(rec))))
 }
 
+#[utoipa::path(get, path = "/v1/snapshots/{id}/export",
+    responses((status = 200, content_type = "application/octet-stream", description = "the snapshot as one encrypted, self-verifying file"), (status = 404, body = ErrorBody)))]
+async fn export_snapshot(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let ctx = ctx(&headers)?;
+    let path = st.manager.export_snapshot(&ctx, &snapshot_id(&id)?).await?;
+    let file = tokio::fs::File::open(&path).await.map_err(Error::from)?;
+    let len = file.metadata().await.map_err(Error::from)?.len();
+    // Unlinked now, read through the open handle: nothing is left behind
+    // whether or not the client reads to the end.
+    let _ = tokio::fs::remove_file(&path).await;
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
+    Response::builder()
+        .header("content-type", "application/octet-stream")
+        .header("content-length", len)
+        .body(Body::from_stream(stream))
+        .map_err(|e| ApiError(Error::internal(e.to_string())))
+}
+
+#[utoipa::path(post, path = "/v1/snapshots/import", request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 201, description = "imported snapshot"), (status = 422, body = ErrorBody)))]
+async fn import_snapshot(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> ApiResult<(StatusCode, axum::Json<crate::SnapshotInfo>)> {
+    use futures::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    let ctx = ctx(&headers)?;
+    let path = st.manager.transfer_path("import").await?;
+    let result = async {
+        let mut f = tokio::fs::File::create(&path).await?;
+        let mut stream = body.into_data_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| Error::invalid(format!("reading the upload: {e}")))?;
+            f.write_all(&chunk).await?;
+        }
+        f.flush().await?;
+        drop(f);
+        st.manager.import_snapshot(&ctx, &path).await
+    }
+    .await;
+    let _ = tokio::fs::remove_file(&path).await;
+    Ok((StatusCode::CREATED, axum::Json(result?)))
+}
+
+#[utoipa::path(post, path = "/v1/store/gc", responses((status = 200, description = "garbage collection report: expired snapshots, chunks freed")))]
+async fn store_gc(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<axum::Json<stasis_store::GcReport>> {
+    ctx(&headers)?;
+    Ok(axum::Json(st.manager.snapshots().gc().await?))
+}
+
+#[utoipa::path(get, path = "/v1/store/stats", responses((status = 200, description = "the tenant's snapshot bytes, raw and stored")))]
+async fn store_stats(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<axum::Json<stasis_store::StoreStats>> {
+    let ctx = ctx(&headers)?;
+    Ok(axum::Json(st.manager.snapshots().stats(&ctx.tenant).await?))
+}
+
 #[utoipa::path(get, path = "/v1/audit", params(AuditQuery), responses((status = 200, description = "audit entries, oldest first")))]
 async fn audit_list(
     State(st): State<AppState>,
@@ -1030,6 +1097,13 @@ pub fn router(state: AppState) -> Router {
             get(get_snapshot).delete(delete_snapshot),
         )
         .route("/v1/snapshots/{id}/restore", post(restore_snapshot))
+        .route("/v1/snapshots/{id}/export", get(export_snapshot))
+        .route(
+            "/v1/snapshots/import",
+            post(import_snapshot).layer(DefaultBodyLimit::disable()),
+        )
+        .route("/v1/store/gc", post(store_gc))
+        .route("/v1/store/stats", get(store_stats))
         .route("/v1/audit", get(audit_list))
         .route("/v1/audit/verify", get(audit_verify))
         .fallback(fallback)

@@ -48,6 +48,8 @@ pub struct DaemonConfig {
     /// Written with the bound address once the daemon serves.
     pub ready_file: Option<PathBuf>,
     pub reaper_interval: Duration,
+    /// Unreferenced store chunks younger than this survive GC.
+    pub gc_grace: Duration,
 }
 
 impl DaemonConfig {
@@ -65,6 +67,7 @@ impl DaemonConfig {
             cgroup_parent: "stasis".into(),
             ready_file: None,
             reaper_interval: Duration::from_millis(250),
+            gc_grace: Duration::from_secs(15 * 60),
         }
     }
 }
@@ -130,7 +133,12 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
     mc.default_backend = cfg.default_backend;
     mc.max_file_bytes = cfg.max_file_bytes;
     mc.reaper_interval = cfg.reaper_interval;
-    let manager = Manager::new(mc, meta, Snapshots::new(store), backends);
+    let manager = Manager::new(
+        mc,
+        meta,
+        Snapshots::new(store).with_gc_grace(cfg.gc_grace),
+        backends,
+    );
     let report = manager.reconcile().await?;
     for (id, from, to) in &report.changed {
         info!(sandbox = %id, %from, %to, "reconciled");

@@ -96,6 +96,14 @@ pub struct Manager {
     last_gc_ms: AtomicI64,
 }
 
+/// A unique, path-safe token (reuses the id generator's randomness).
+fn uuid_like() -> String {
+    SnapshotId::generate()
+        .as_str()
+        .trim_start_matches("snap-")
+        .to_string()
+}
+
 fn elapsed_ms(start: std::time::Instant) -> u64 {
     start.elapsed().as_millis() as u64
 }
@@ -1017,6 +1025,51 @@ impl Manager {
         )
         .await;
         Ok(())
+    }
+
+    /// Write snapshot `id` as one self-contained encrypted file under the
+    /// data dir and return its path; the caller streams it and removes it.
+    pub async fn export_snapshot(&self, ctx: &Ctx, id: &SnapshotId) -> Result<PathBuf> {
+        let dir = self.cfg.data_dir.join("transfers");
+        tokio::fs::create_dir_all(&dir).await?;
+        let out = dir.join(format!("export-{}-{}", id, uuid_like()));
+        self.snapshots
+            .store()
+            .export_snapshot(&ctx.tenant, id, &out, None)
+            .await?;
+        self.audit(
+            ctx,
+            "download",
+            id.as_str(),
+            serde_json::json!({"object": "snapshot", "as": "export"}),
+        )
+        .await;
+        Ok(out)
+    }
+
+    /// Import an export file (already on local disk) into the caller's tenant.
+    pub async fn import_snapshot(&self, ctx: &Ctx, file: &std::path::Path) -> Result<SnapshotInfo> {
+        let rec = self
+            .snapshots
+            .store()
+            .import_snapshot(&ctx.tenant, file, None)
+            .await?;
+        let info = self.snapshots.get(&ctx.tenant, &rec.id).await?;
+        self.audit(
+            ctx,
+            "import",
+            rec.id.as_str(),
+            serde_json::json!({"raw_bytes": info.raw_bytes}),
+        )
+        .await;
+        Ok(info)
+    }
+
+    /// A fresh path for an upload being received.
+    pub async fn transfer_path(&self, what: &str) -> Result<PathBuf> {
+        let dir = self.cfg.data_dir.join("transfers");
+        tokio::fs::create_dir_all(&dir).await?;
+        Ok(dir.join(format!("{what}-{}", uuid_like())))
     }
 
     // ----- reconcile and the reaper ------------------------------------------

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use stasis_backend::Artifact;
 use stasis_core::{now_ms, BackendKind, Error, Manifest, Result, SandboxId, SnapshotId, TenantId};
 use stasis_meta::SandboxRecord;
-use stasis_store::{GcReport, NewSnapshot, Progress, SnapshotRecord, Store, StoreStats};
+use stasis_store::{GcOptions, GcReport, NewSnapshot, Progress, SnapshotRecord, Store, StoreStats};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -94,13 +94,21 @@ impl SnapshotInfo {
 #[derive(Clone)]
 pub struct Snapshots {
     store: Arc<Store>,
+    gc: GcOptions,
 }
 
 impl Snapshots {
     pub fn new(store: Store) -> Self {
         Snapshots {
             store: Arc::new(store),
+            gc: GcOptions::default(),
         }
+    }
+
+    /// Unreferenced chunks younger than `grace` survive a GC (default 15 min).
+    pub fn with_gc_grace(mut self, grace: Duration) -> Self {
+        self.gc.grace_ms = grace.as_millis() as i64;
+        self
     }
 
     pub fn store(&self) -> &Store {
@@ -185,7 +193,7 @@ impl Snapshots {
     }
 
     pub async fn gc(&self) -> Result<GcReport> {
-        self.store.gc(now_ms()).await
+        self.store.gc_with(now_ms(), &self.gc).await
     }
 
     pub async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {

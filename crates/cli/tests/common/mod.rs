@@ -381,3 +381,55 @@ impl Http {
         .await;
     }
 }
+
+// ----- additions for resume_correctness.rs (additive) -----------------------
+
+impl Daemon {
+    /// The last `n` lines of the daemon log (for failure reports).
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+}
+
+/// SIGKILL every QEMU whose working directory is under `dir` (microVM
+/// sandboxes of a test daemon: QEMU runs in its own session with the sandbox
+/// dir as cwd and survives the daemon).
+pub fn kill_qemus_under(dir: &Path) {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if !comm.contains("qemu") {
+            continue;
+        }
+        if let Ok(cwd) = std::fs::read_link(format!("/proc/{pid}/cwd")) {
+            let cwd = PathBuf::from(cwd.to_string_lossy().trim_end_matches(" (deleted)"));
+            if cwd.starts_with(&dir) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+}
+
+impl Http {
+    /// A request whose response body is returned as raw bytes.
+    pub async fn bytes(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+        let r = self
+            .c
+            .request(m, format!("{}{}", self.base, path))
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.bytes().await.unwrap_or_default().to_vec())
+    }
+}
