@@ -940,7 +940,16 @@ impl Store {
         if let Some(p) = progress {
             p.set_total(rec.raw_bytes);
         }
-        let res = self.restore_into(&rec, &keys, tenant, &tmp, progress).await;
+        let mut res = self.restore_into(&rec, &keys, tenant, &tmp, progress).await;
+        if matches!(&res, Err(e) if e.code == ErrorCode::IntegrityError && e.message.contains("is missing"))
+        {
+            // Deleted (or expired and collected) while we were reading it: say so.
+            if let Ok(None) = self.get_bytes(&record_path(tenant, id)).await {
+                res = Err(Error::not_found(format!(
+                    "snapshot {id} (deleted during restore)"
+                )));
+            }
+        }
         let res = match res {
             Ok(()) => {
                 // An empty existing dest is replaced atomically by rename(2).
