@@ -621,7 +621,7 @@ impl MicrovmBackend {
         }
         let alive = vm.proc.lock().await.alive();
         if alive && vm.failed.lock().unwrap().is_none() {
-            let msg = if e.message.contains("still runs") {
+            let msg = if e.message.contains("still runs") || e.message.contains("not answering") {
                 e.message
             } else {
                 format!("{}; the sandbox still runs", e.message)

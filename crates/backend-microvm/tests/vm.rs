@@ -37,7 +37,7 @@ fn backend(img: &Path, agent_timeout: Duration) -> MicrovmBackend {
     MicrovmBackend::new(c)
 }
 
-fn spec(root: &Path, img: &Path) -> SandboxSpec {
+fn spec(root: &Path, img: &Path, reaper: &Reaper) -> SandboxSpec {
     let id = SandboxId::generate();
     let dir = root.join(id.as_str());
     std::fs::create_dir_all(&dir).unwrap();
@@ -45,7 +45,7 @@ fn spec(root: &Path, img: &Path) -> SandboxSpec {
         image: Some(img.display().to_string()),
         ..Default::default()
     };
-    SANDBOXES.lock().unwrap().push(id.clone());
+    reaper.0.lock().unwrap().push(id.clone());
     SandboxSpec { id, manifest, dir }
 }
 
@@ -149,12 +149,16 @@ async fn guest_skew_ms(b: &MicrovmBackend, id: &SandboxId) -> i64 {
     (skew / 1_000_000) as i64
 }
 
-/// Kills the QEMUs of every sandbox the test made when it ends (even by panic).
-static SANDBOXES: std::sync::Mutex<Vec<SandboxId>> = std::sync::Mutex::new(Vec::new());
-struct Reaper;
+/// Kills the QEMUs of every sandbox a test made when it ends (even by panic).
+struct Reaper(std::sync::Mutex<Vec<SandboxId>>);
+impl Reaper {
+    fn new() -> Self {
+        Reaper(std::sync::Mutex::new(Vec::new()))
+    }
+}
 impl Drop for Reaper {
     fn drop(&mut self) {
-        for id in SANDBOXES.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        for id in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             for pid in qemus_of(id) {
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
@@ -165,7 +169,7 @@ impl Drop for Reaper {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_pause_resume_fork_and_bad_input() {
     let Some(img) = image_dir() else { return };
-    let _reaper = Reaper;
+    let reaper = Reaper::new();
     let python = std::env::var("STASIS_TEST_NO_PYTHON").is_err();
     let guard = tempfile::tempdir().unwrap();
     let root_dir = guard.path().to_path_buf();
@@ -179,7 +183,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     let b = backend(&img, Duration::from_secs(30));
 
     // ---- cold create
-    let a = spec(root.path(), &img);
+    let a = spec(root.path(), &img, &reaper);
     let t = Instant::now();
     b.create(&a).await.expect("create");
     let hello = sh(&b, &a.id, "echo hello").await;
@@ -332,8 +336,8 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     eprintln!("FIGURE snapshot: {} ms", t.elapsed().as_millis());
     sh(&b, &a.id, "echo source-after > /workspace/source.txt").await;
 
-    let c1 = spec(root.path(), &img);
-    let c2 = spec(root.path(), &img);
+    let c1 = spec(root.path(), &img, &reaper);
+    let c2 = spec(root.path(), &img, &reaper);
     let t = Instant::now();
     b.restore(&c1, &snap).await.expect("restore 1");
     b.restore(&c2, &snap).await.expect("restore 2");
@@ -405,7 +409,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
         *x ^= 0x5a;
     }
     std::fs::write(&state, &data).unwrap();
-    let d = spec(root.path(), &img);
+    let d = spec(root.path(), &img, &reaper);
     let e = b.restore(&d, &bad).await.unwrap_err();
     eprintln!("corrupt state: {e}");
     assert_eq!(e.code, ErrorCode::IntegrityError, "{e}");
@@ -443,7 +447,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
         assert!(qemus_of(&d.id).is_empty());
     }
     // The good snapshot is untouched and still restores.
-    let d2 = spec(root.path(), &img);
+    let d2 = spec(root.path(), &img, &reaper);
     b.restore(&d2, &snap)
         .await
         .expect("good snapshot restores after bad ones");
@@ -451,7 +455,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
 
     // ---- a guest that does not answer: sandbox failed, QEMU killed
     let short = backend(&img, Duration::from_secs(2));
-    let f = spec(root.path(), &img);
+    let f = spec(root.path(), &img, &reaper);
     short
         .resume(&f, &p2)
         .await
@@ -569,7 +573,7 @@ fn qemu_probe_leftovers() -> Vec<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_resume_correctness_cycles() {
     let Some(img) = image_dir() else { return };
-    let _reaper = Reaper;
+    let reaper = Reaper::new();
     let cycles: usize = std::env::var("STASIS_TEST_CYCLES")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -577,7 +581,7 @@ async fn microvm_resume_correctness_cycles() {
     let guard = tempfile::tempdir().unwrap();
     let root = Root(guard.path().to_path_buf());
     let b = backend(&img, Duration::from_secs(30));
-    let a = spec(root.path(), &img);
+    let a = spec(root.path(), &img, &reaper);
     b.create(&a).await.expect("create");
 
     // Streamed exec output arrives through the channel, not in the result.
@@ -688,7 +692,7 @@ async fn microvm_resume_correctness_cycles() {
     assert!(guest_skew_ms(&b, &a.id).await.abs() < 1000);
 
     // A restore of the last pause into a new sandbox has every byte.
-    let r = spec(root.path(), &img);
+    let r = spec(root.path(), &img, &reaper);
     b.restore(&r, last.as_ref().unwrap())
         .await
         .expect("restore last pause");
