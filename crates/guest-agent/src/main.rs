@@ -9,6 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 fn main() {
+    // Before any thread exists, so that all of them inherit the mask.
+    port::block_sigio();
     let mut args = std::env::args().skip(1);
     let mut fixed_port: Option<String> = None;
     let mut name = stasis_agent_proto::PORT_NAME.to_string();

@@ -3,11 +3,20 @@
 //! Semantics of a virtio-serial port in the guest (drivers/char/virtio_console.c):
 //! while no host is connected to the chardev, `read` returns 0 (EOF) and
 //! `write` blocks; when a host connects, reads deliver its bytes again. So a
-//! single open descriptor serves every connection: on EOF the agent drops any
-//! half-received frame, marks the connection generation as ended (replies to
-//! requests of an ended connection are discarded, not sent to the next host),
-//! and polls until bytes arrive again. A read *error* (port gone) closes the
-//! descriptor and the caller re-opens the port.
+//! single open descriptor serves every connection; a read *error* (port gone)
+//! closes it and the caller re-opens the port.
+//!
+//! What an EOF means is ambiguous: the driver handles "host connected" control
+//! messages on a workqueue, separately from data, so the first bytes of a new
+//! connection can be read *before* the guest learns that the host is back, and
+//! the next read then returns 0 although the host is connected. Hence:
+//! - nothing is dropped on EOF. Replies are always written (a reply to a request
+//!   of an earlier connection reaches the next host, which skips ids it does not
+//!   know — hosts must never reuse request ids across connections);
+//! - a half-received frame is kept across EOF but marked suspect; if the bytes
+//!   that follow show a complete, well-formed frame further on, the stale prefix
+//!   is skipped (resynchronisation on the `{"id":` that starts every frame).
+//!   Garbage (bad length, not JSON) is skipped the same way at any time.
 
 use crate::reaper::lock;
 use crate::Agent;
@@ -15,12 +24,53 @@ use stasis_agent_proto::{decode_body, encode, Body, Frame, Reply, MAX_FRAME};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// While the host is away, how often to look for it again.
-const DISCONNECTED_POLL: Duration = Duration::from_millis(20);
+/// While the host is away the agent sleeps until the port signals SIGIO (the
+/// driver sends it when the host side opens, and when data arrives); this is
+/// only the longest it sleeps without one.
+const DISCONNECTED_WAIT: Duration = Duration::from_millis(250);
+
+/// Block SIGIO in the calling thread and every thread it starts afterwards,
+/// so the port's SIGIO stays pending for `sigtimedwait`. Call first thing in
+/// main. (Spawned commands get an empty signal mask from std.)
+pub fn block_sigio() {
+    // SAFETY: plain signal-mask manipulation on a local sigset.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGIO);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Ask for SIGIO on `fd` (O_ASYNC, owner = this process).
+fn enable_sigio(fd: i32) {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        libc::fcntl(fd, libc::F_SETOWN, libc::getpid());
+        let fl = libc::fcntl(fd, libc::F_GETFL);
+        if fl >= 0 {
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_ASYNC);
+        }
+    }
+}
+
+/// Sleep until SIGIO is pending (consumed) or `timeout` passes.
+fn wait_sigio(timeout: Duration) {
+    // SAFETY: local sigset and timespec; sigtimedwait only reads them.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGIO);
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+    }
+}
 
 /// Find the character device of the virtio-serial port called `name`
 /// (`/sys/class/virtio-ports/vportNpM/name`), creating the /dev node from its
@@ -48,20 +98,14 @@ pub fn find_port(name: &str) -> Option<PathBuf> {
     None
 }
 
-/// The host side of one open port: the writer lock and the connection generation.
+/// The host side of one open port: the writer lock.
 pub struct Conn {
     file: Mutex<File>,
-    gen: AtomicU64,
 }
 
 impl Conn {
-    pub fn generation(&self) -> u64 {
-        self.gen.load(Ordering::SeqCst)
-    }
-
-    /// Send a frame belonging to connection `gen`; dropped if that connection
-    /// has ended (the host that asked is gone and the next one does not know the id).
-    pub fn send(&self, gen: u64, frame: &Frame) {
+    /// Write one frame (whole, under the writer lock).
+    pub fn send(&self, frame: &Frame) {
         let bytes = match encode(frame) {
             Ok(b) => b,
             Err(e) => {
@@ -80,9 +124,6 @@ impl Conn {
             }
         };
         let mut f = lock(&self.file);
-        if self.generation() != gen {
-            return;
-        }
         if let Err(e) = f.write_all(&bytes).and_then(|_| f.flush()) {
             eprintln!("stasis-agent: write to host failed: {e}");
         }
@@ -98,74 +139,148 @@ pub enum OnEof {
     Return,
 }
 
+/// Every frame the host sends starts with this (serde writes `id` first).
+const FRAME_START: &[u8] = b"{\"id\":";
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum Parse {
+    /// A frame whose body is `buf[4..4 + len]`.
+    Frame(usize),
+    /// Garbage or a stale prefix: drop this many bytes.
+    Skip(usize),
+    /// Wait for more bytes.
+    NeedMore,
+}
+
+fn header_len(buf: &[u8], at: usize) -> Option<usize> {
+    let b = buf.get(at..at + 4)?;
+    Some(u32::from_be_bytes(b.try_into().ok()?) as usize)
+}
+
+/// A complete, well-formed frame at `at` (length prefix + JSON object)?
+fn complete_frame_at(buf: &[u8], at: usize) -> Option<usize> {
+    let len = header_len(buf, at)?;
+    if len > MAX_FRAME || buf.len() < at + 4 + len {
+        return None;
+    }
+    serde_json::from_slice::<serde_json::Value>(&buf[at + 4..at + 4 + len])
+        .ok()
+        .filter(|v| v.get("id").is_some())
+        .map(|_| len)
+}
+
+/// Start of the next plausible frame after `from` (a `{"id":` with room for a
+/// length prefix before it), else how much can be dropped safely.
+fn next_candidate(buf: &[u8], from: usize) -> usize {
+    let start = from + 4;
+    buf.get(start..)
+        .and_then(|rest| {
+            rest.windows(FRAME_START.len())
+                .position(|w| w == FRAME_START)
+        })
+        .map(|i| start + i - 4)
+        .unwrap_or_else(|| buf.len().saturating_sub(FRAME_START.len() + 3).max(from))
+}
+
+/// Decide what the front of `buf` is. `suspect`: an EOF came while a frame was
+/// incomplete, so its prefix may be stale.
+pub fn parse(buf: &[u8], suspect: bool) -> Parse {
+    let Some(len) = header_len(buf, 0) else {
+        return Parse::NeedMore;
+    };
+    let body = &buf[4..];
+    let plausible = (2..=MAX_FRAME).contains(&len)
+        && body
+            .iter()
+            .find(|b| !b.is_ascii_whitespace())
+            .is_none_or(|&b| b == b'{');
+    if !plausible {
+        return Parse::Skip(next_candidate(buf, 1).max(1));
+    }
+    if body.len() >= len {
+        // Complete: well-formed JSON is a frame (unknown ops get an error
+        // reply); anything else is garbage.
+        if serde_json::from_slice::<serde_json::Value>(&body[..len]).is_ok() {
+            return Parse::Frame(len);
+        }
+        return Parse::Skip(next_candidate(buf, 1).max(1));
+    }
+    if suspect {
+        // Incomplete, after an EOF: if a complete frame follows, this prefix
+        // belongs to a connection that is gone.
+        let mut at = next_candidate(buf, 1);
+        while at + 4 + FRAME_START.len() <= buf.len() {
+            if complete_frame_at(buf, at).is_some() {
+                return Parse::Skip(at);
+            }
+            at = next_candidate(buf, at + 1);
+        }
+    }
+    Parse::NeedMore
+}
+
 /// Serve frames from `file` until it fails (returns the error) or, with
 /// `OnEof::Return`, until EOF.
 pub fn serve(agent: Arc<Agent>, file: File, on_eof: OnEof) -> io::Result<()> {
     let mut reader = file.try_clone()?;
+    if on_eof == OnEof::WaitForHost {
+        enable_sigio(std::os::fd::AsRawFd::as_raw_fd(&reader));
+    }
     let conn = Arc::new(Conn {
         file: Mutex::new(file),
-        gen: AtomicU64::new(0),
     });
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     let mut chunk = vec![0u8; 64 * 1024];
     let mut connected = false;
+    let mut suspect = false;
     loop {
         let n = match reader.read(&mut chunk) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => {
-                conn.gen.fetch_add(1, Ordering::SeqCst);
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         };
         if n == 0 {
-            if connected || !buf.is_empty() {
-                if !buf.is_empty() {
-                    eprintln!(
-                        "stasis-agent: host disconnected mid-frame; dropped {} bytes",
-                        buf.len()
-                    );
-                }
-                buf.clear();
+            if connected {
                 connected = false;
-                conn.gen.fetch_add(1, Ordering::SeqCst);
+                eprintln!("stasis-agent: host disconnected");
             }
+            suspect |= !buf.is_empty();
             match on_eof {
                 OnEof::Return => return Ok(()),
                 OnEof::WaitForHost => {
-                    std::thread::sleep(DISCONNECTED_POLL);
+                    wait_sigio(DISCONNECTED_WAIT);
                     continue;
                 }
             }
         }
-        connected = true;
+        if !connected {
+            connected = true;
+            eprintln!("stasis-agent: host connected");
+        }
         buf.extend_from_slice(&chunk[..n]);
-        // Take every complete frame out of the buffer.
         let mut start = 0;
-        while buf.len() - start >= 4 {
-            let len = u32::from_be_bytes(buf[start..start + 4].try_into().unwrap()) as usize;
-            if len > MAX_FRAME {
-                eprintln!(
-                    "stasis-agent: frame of {len} bytes exceeds the limit; resetting the stream"
-                );
-                start = buf.len();
-                break;
+        loop {
+            match parse(&buf[start..], suspect) {
+                Parse::Frame(len) => {
+                    let body = &mut buf[start + 4..start + 4 + len];
+                    dispatch(&agent, &conn, body);
+                    // The body may hold secrets (exec env): do not leave it in memory.
+                    body.fill(0);
+                    start += 4 + len;
+                    suspect = false;
+                }
+                Parse::Skip(k) => {
+                    eprintln!("stasis-agent: skipped {k} bytes of stale or malformed input");
+                    start += k;
+                }
+                Parse::NeedMore => break,
             }
-            if buf.len() - start < 4 + len {
-                break;
-            }
-            let body = &mut buf[start + 4..start + 4 + len];
-            dispatch(&agent, &conn, body);
-            // The body may hold secrets (exec env): do not leave it in memory.
-            body.fill(0);
-            start += 4 + len;
         }
         buf.drain(..start);
     }
 }
 
 fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8]) {
-    let gen = conn.generation();
     let frame = match decode_body(body) {
         Ok(f) => f,
         Err(e) => {
@@ -178,13 +293,10 @@ fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8]) {
                     code: "invalid_argument".into(),
                     message: format!("undecodable request: {e}"),
                 };
-                conn.send(
-                    gen,
-                    &Frame {
-                        id,
-                        body: Body::Reply(reply),
-                    },
-                );
+                conn.send(&Frame {
+                    id,
+                    body: Body::Reply(reply),
+                });
             } else {
                 eprintln!("stasis-agent: dropping undecodable frame: {e}");
             }
@@ -200,33 +312,92 @@ fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8]) {
         .name(format!("req-{id}"))
         .spawn(move || {
             let mut emit = |ev| {
-                c.send(
-                    gen,
-                    &Frame {
-                        id,
-                        body: Body::Event(ev),
-                    },
-                )
+                c.send(&Frame {
+                    id,
+                    body: Body::Event(ev),
+                })
             };
             let reply = a.handle(req, &mut emit);
-            c.send(
-                gen,
-                &Frame {
-                    id,
-                    body: Body::Reply(reply),
-                },
-            );
+            c.send(&Frame {
+                id,
+                body: Body::Reply(reply),
+            });
         });
     if let Err(e) = spawned {
-        conn.send(
-            gen,
-            &Frame {
-                id,
-                body: Body::Reply(Reply::Error {
-                    code: "busy".into(),
-                    message: format!("agent cannot start a thread: {e}"),
-                }),
-            },
+        conn.send(&Frame {
+            id,
+            body: Body::Reply(Reply::Error {
+                code: "busy".into(),
+                message: format!("agent cannot start a thread: {e}"),
+            }),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stasis_agent_proto::Request;
+
+    fn frame(id: u64) -> Vec<u8> {
+        encode(&Frame {
+            id,
+            body: Body::Request(Request::Hello),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn whole_and_partial_frames() {
+        let f = frame(1);
+        assert_eq!(parse(&f, false), Parse::Frame(f.len() - 4));
+        assert_eq!(parse(&f[..3], false), Parse::NeedMore);
+        assert_eq!(parse(&f[..f.len() - 1], false), Parse::NeedMore);
+        assert_eq!(parse(&f[..f.len() - 1], true), Parse::NeedMore);
+    }
+
+    #[test]
+    fn stale_prefix_skipped_after_eof() {
+        // A frame cut by a disconnect, then a whole frame of the next host.
+        let old = encode(&Frame {
+            id: 7,
+            body: Body::Request(Request::WriteFile {
+                path: "/x".into(),
+                data: vec![7; 1000],
+                append: false,
+                mode: None,
+            }),
+        })
+        .unwrap();
+        let new = frame(8);
+        let mut buf = old[..old.len() / 2].to_vec();
+        buf.extend_from_slice(&new);
+        // Without an EOF in between the prefix is trusted (more may come)...
+        assert_eq!(parse(&buf, false), Parse::NeedMore);
+        // ...after one, the complete frame further on wins.
+        assert_eq!(parse(&buf, true), Parse::Skip(old.len() / 2));
+        assert_eq!(
+            parse(&buf[old.len() / 2..], false),
+            Parse::Frame(new.len() - 4)
         );
+    }
+
+    #[test]
+    fn garbage_skipped() {
+        let new = frame(9);
+        let mut buf = b"\xff\xff\xff\xffjunk".to_vec();
+        buf.extend_from_slice(&new);
+        let Parse::Skip(k) = parse(&buf, false) else {
+            panic!()
+        };
+        assert_eq!(parse(&buf[k..], false), Parse::Frame(new.len() - 4));
+        // A plausible length whose bytes are not JSON.
+        let mut buf = 10u32.to_be_bytes().to_vec();
+        buf.extend_from_slice(b"{notjson!!");
+        buf.extend_from_slice(&new);
+        let Parse::Skip(k) = parse(&buf, false) else {
+            panic!()
+        };
+        assert_eq!(parse(&buf[k..], false), Parse::Frame(new.len() - 4));
     }
 }

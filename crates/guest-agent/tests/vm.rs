@@ -53,10 +53,13 @@ fn start_qemu(image: &Path, dir: &Path, incoming: Option<&str>) -> Vm {
     for s in ["agent.sock", "qmp.sock"] {
         let _ = std::fs::remove_file(dir.join(s));
     }
-    let append = format!(
-        "console=ttyS0 reboot=t panic=-1 quiet tsc=reliable tsc_early_khz={}",
-        host_tsc_khz()
-    );
+    // The image's recommended command line, plus the host's TSC rate.
+    let base = std::fs::read(image.join("image.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["kernel_cmdline"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "console=ttyS0 reboot=t panic=-1 quiet tsc=reliable".into());
+    let append = format!("{base} tsc_early_khz={}", host_tsc_khz());
     let mut cmd = Command::new("qemu-system-x86_64");
     cmd.current_dir(dir).args([
         "-M",
@@ -291,6 +294,22 @@ fn boot_exec_session_pause_resume() {
         );
         expect_file.push_str(&line);
         assert_eq!(c.reply(Request::Sync), Reply::Ok);
+        if cycle == 2 {
+            // Pause with a request in flight: its reply is produced after the
+            // resume and must not confuse the next connection.
+            stasis_agent_proto::write_frame(
+                &mut c.stream,
+                &stasis_agent_proto::Frame {
+                    id: 424242,
+                    body: stasis_agent_proto::Body::Request(Request::SessionRead {
+                        session: counter.clone(),
+                        offset: u64::MAX,
+                        wait_ms: 3000,
+                    }),
+                },
+            )
+            .unwrap();
+        }
         drop(c);
 
         let (took, size) = pause(vm);
