@@ -141,6 +141,9 @@ pub struct MicrovmConfig {
     /// capability) and restores map it copy-on-write (`memory-backend-file,
     /// share=off`): forks share unchanged guest pages in the page cache.
     pub shared_ram: bool,
+    /// TCG translation buffer per guest, MiB (None: QEMU's 1 GiB default).
+    /// Bounds the per-sandbox code cache, the main private memory of a fork.
+    pub tcg_tb_mb: Option<u32>,
 }
 
 impl MicrovmConfig {
@@ -156,6 +159,7 @@ impl MicrovmConfig {
             probe_timeout: Duration::from_secs(20),
             base_dir: None,
             shared_ram: true,
+            tcg_tb_mb: Some(128),
         }
     }
 }
@@ -504,6 +508,7 @@ impl MicrovmBackend {
                 _ => incoming.clone(),
             },
             ram: ram.clone(),
+            tcg_tb_mb: self.config.tcg_tb_mb,
         };
         let _ = std::fs::remove_file(dir.join(qemu::CONSOLE_LOG));
         let mut proc = qemu::QemuProc::spawn(&launch, &dir)?;
@@ -1482,6 +1487,7 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             append: qemu::DEFAULT_APPEND.into(),
             incoming: None,
             ram: RamBacking::Anonymous,
+            tcg_tb_mb: None,
         };
         let mut proc = qemu::QemuProc::spawn(&launch, &tmp)?;
         let r = connect_agent(&tmp.join(qemu::AGENT_SOCK), &mut proc, config.probe_timeout).await;

@@ -71,6 +71,10 @@ pub struct Launch {
     /// `-incoming` URI; the VM then stays stopped (`-S`) until `cont`.
     pub incoming: Option<String>,
     pub ram: RamBacking,
+    /// TCG translation buffer size in MiB (`-accel tcg,tb-size=`); bounds
+    /// QEMU's per-guest code cache (QEMU 7.2 defaults to 1 GiB, touched as
+    /// the guest runs new code).
+    pub tcg_tb_mb: Option<u32>,
 }
 
 pub const DEFAULT_APPEND: &str = "console=ttyS0 reboot=t panic=-1 quiet";
@@ -87,7 +91,11 @@ impl Launch {
         // and any saved state loads into any RAM backing.
         let machine = "microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem";
         push(&["-name", &name, "-M", machine]);
-        push(&["-accel", self.accel.as_str(), "-cpu", self.accel.cpu()]);
+        let accel = match (self.accel, self.tcg_tb_mb) {
+            (Accel::Tcg, Some(mb)) => format!("tcg,tb-size={mb}"),
+            (a, _) => a.as_str().to_string(),
+        };
+        push(&["-accel", &accel, "-cpu", self.accel.cpu()]);
         let mem = format!("{}", self.memory_mb);
         push(&["-m", &mem, "-smp", "1"]);
         match &self.ram {
@@ -289,6 +297,7 @@ mod tests {
             append: DEFAULT_APPEND.into(),
             incoming: None,
             ram: RamBacking::Anonymous,
+            tcg_tb_mb: None,
         }
     }
 
@@ -315,6 +324,12 @@ mod tests {
         let a = l.args();
         let s = a.join(" ");
         assert!(s.contains("-accel kvm -cpu host,-arch-capabilities"), "{s}");
+        let mut t = launch();
+        t.tcg_tb_mb = Some(128);
+        assert!(t
+            .args()
+            .join(" ")
+            .contains("-accel tcg,tb-size=128 -cpu max"));
         let mut m = launch();
         m.ram = RamBacking::SharedMemfd;
         let ms = m.args().join(" ");

@@ -81,6 +81,12 @@ async fn fork_n_memory() {
     let mut c = MicrovmConfig::new(img.parent().unwrap());
     c.accel = AccelChoice::Tcg;
     c.shared_ram = shared;
+    if let Some(mb) = std::env::var("STASIS_TB_MB")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        c.tcg_tb_mb = Some(mb);
+    }
     c.boot_timeout = Duration::from_secs(180);
     let b = MicrovmBackend::new(c);
     let root = tempfile::tempdir().unwrap();
