@@ -740,3 +740,88 @@ async fn microvm_resume_correctness_cycles() {
     b.destroy(&a.id, &a.dir).await.unwrap();
     assert!(qemus_of(&a.id).is_empty());
 }
+
+/// Helper for `microvm_survives_daemon_sigkill`: run in a child process (this
+/// test binary again), it plays a daemon that creates a sandbox and hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn helper_daemon_creates_and_hangs() {
+    let (Ok(dir), Ok(id)) = (
+        std::env::var("STASIS_HELPER_DIR"),
+        std::env::var("STASIS_HELPER_ID"),
+    ) else {
+        return;
+    };
+    let img = PathBuf::from(std::env::var("STASIS_IMAGE_DIR").unwrap());
+    let b = backend(&img, Duration::from_secs(30));
+    let spec = SandboxSpec {
+        id: SandboxId::parse(&id).unwrap(),
+        manifest: Manifest {
+            image: Some(img.display().to_string()),
+            ..Default::default()
+        },
+        dir: PathBuf::from(dir),
+    };
+    b.create(&spec).await.unwrap();
+    sh(&b, &spec.id, "echo alive > /workspace/helper.txt").await;
+    use std::io::Write;
+    println!("HELPER READY");
+    std::io::stdout().flush().unwrap();
+    tokio::time::sleep(Duration::from_secs(600)).await;
+}
+
+/// A daemon killed with SIGKILL leaves its QEMU running (own session, no
+/// kill-on-drop); a new daemon's `recover` reattaches to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microvm_survives_daemon_sigkill() {
+    let Some(img) = image_dir() else { return };
+    let reaper = Reaper::new();
+    let guard = tempfile::tempdir().unwrap();
+    let s = spec(guard.path(), &img, &reaper);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "helper_daemon_creates_and_hangs",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("STASIS_HELPER_DIR", &s.dir)
+        .env("STASIS_HELPER_ID", s.id.as_str())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("HELPER READY") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    if rx.recv_timeout(Duration::from_secs(180)).is_err() {
+        let _ = child.kill();
+        panic!("helper daemon did not create its sandbox");
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    assert_eq!(qemus_of(&s.id).len(), 1, "QEMU died with its daemon");
+    let b = backend(&img, Duration::from_secs(30));
+    assert_eq!(
+        b.recover(&s).await.unwrap(),
+        stasis_backend::Recovered::Running
+    );
+    assert_eq!(sh(&b, &s.id, "cat /workspace/helper.txt").await, "alive\n");
+    // and it still pauses and resumes under the new daemon
+    let p = guard.path().join("p");
+    std::fs::create_dir(&p).unwrap();
+    b.pause(&s.id, &p, true).await.unwrap();
+    b.resume(&s, &p).await.unwrap();
+    assert_eq!(sh(&b, &s.id, "cat /workspace/helper.txt").await, "alive\n");
+    b.destroy(&s.id, &s.dir).await.unwrap();
+    assert!(qemus_of(&s.id).is_empty());
+}
