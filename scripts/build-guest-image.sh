@@ -78,7 +78,7 @@ need gzip gzip
 need perl perl-base
 need sha256sum coreutils
 need b3sum b3sum
-need cargo "rustup/cargo"
+[ -n "${STASIS_AGENT_BIN:-}" ] || need cargo "rustup/cargo"
 is_static() { { ldd "$1" 2>&1 || true; } | grep -qE 'statically linked|not a dynamic executable'; }
 [ -x /bin/busybox ] && is_static /bin/busybox ||
     missing+=("static /bin/busybox (apt: busybox-static)")
@@ -336,6 +336,9 @@ stage_rootfs() {
     if [ ! -e "$tree/.complete" ]; then
         local t0=$SECONDS
         log "rootfs: debootstrap --variant=$VARIANT --include=$PACKAGES $SUITE from $MIRROR (a few minutes)"
+        # A failed debootstrap can leave proc/sys mounted inside its target.
+        awk -v t="$tree.tmp/" 'index($2, t) == 1 { print $2 }' /proc/mounts | sort -r |
+            while read -r mnt; do umount -l "$mnt" || true; done
         rm -rf "$tree.tmp"
         mkdir -p "$tree.tmp"
         local dlog=$CACHE/debootstrap-$key.log

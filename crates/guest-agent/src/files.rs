@@ -54,7 +54,8 @@ pub fn read(path: &str, offset: u64, limit: u64) -> Result<(Vec<u8>, u64), Agent
     let size = md.len();
     let limit = limit.min(READ_CHUNK_LIMIT);
     let mut data = Vec::new();
-    if limit > 0 && (offset < size || !md.is_file()) {
+    // Read even when the size says there is nothing: /proc and /sys files report 0.
+    if limit > 0 {
         f.seek(SeekFrom::Start(offset))
             .map_err(|e| AgentError::io(p, e))?;
         f.take(limit)

@@ -183,6 +183,14 @@ fn files() {
         r => panic!("{r:?}"),
     }
     match c.reply(Request::ReadFile {
+        path: "/proc/self/status".into(),
+        offset: 0,
+        limit: 1 << 20,
+    }) {
+        Reply::File { data, .. } => assert!(String::from_utf8_lossy(&data).contains("Pid:")),
+        r => panic!("{r:?}"),
+    }
+    match c.reply(Request::ReadFile {
         path: format!("{dir}/missing"),
         offset: 0,
         limit: 10,
