@@ -1950,31 +1950,35 @@ impl Backend for MicrovmBackend {
             .map_err(|e| e.context("restore"))?;
         let tf = Instant::now();
         let r = async {
-            if with_memory {
-                use rand::RngCore;
-                let mut entropy = vec![0u8; 64];
-                rand::thread_rng().fill_bytes(&mut entropy);
-                let mut mid = [0u8; 16];
-                rand::thread_rng().fill_bytes(&mut mid);
-                let machine_id: String = mid.iter().map(|b| format!("{b:02x}")).collect();
-                let hostname: String = spec.id.as_str().chars().take(63).collect();
-                let r = self
-                    .call(
-                        &vm,
-                        Request::SetIdentity {
-                            hostname,
-                            machine_id,
-                            entropy,
-                        },
-                        None,
-                        Duration::ZERO,
-                    )
-                    .await?;
-                expect_ok(r)?;
-                self.set_time(&vm).await
-            } else {
-                self.after_cold_boot(&vm).await
+            // A restored guest must not share identity with its siblings: new
+            // hostname (the sandbox id), machine-id and kernel entropy.
+            use rand::RngCore;
+            let mut entropy = vec![0u8; 64];
+            rand::thread_rng().fill_bytes(&mut entropy);
+            let mut mid = [0u8; 16];
+            rand::thread_rng().fill_bytes(&mut mid);
+            let machine_id: String = mid.iter().map(|b| format!("{b:02x}")).collect();
+            let hostname: String = spec.id.as_str().chars().take(63).collect();
+            if !with_memory {
+                self.after_cold_boot(&vm).await?;
             }
+            let r = self
+                .call(
+                    &vm,
+                    Request::SetIdentity {
+                        hostname,
+                        machine_id,
+                        entropy,
+                    },
+                    None,
+                    Duration::ZERO,
+                )
+                .await?;
+            expect_ok(r)?;
+            if with_memory {
+                self.set_time(&vm).await?;
+            }
+            Ok::<(), Error>(())
         }
         .await;
         self.note_finish(&spec.id, tf);
