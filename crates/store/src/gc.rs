@@ -365,6 +365,38 @@ impl Store {
                 Err(e) => return Err(os_err(e)),
             }
         }
+        // Local dir only: staging files (`<name>#<n>`) of writes killed mid-way.
+        // Safe for the same reason as the sweep: no put of this tenant is running.
+        if let Some(root) = self.local_root() {
+            let cutoff = std::time::SystemTime::now()
+                - std::time::Duration::from_millis(opts.grace_ms.max(0) as u64);
+            let troot = root.join("tenants").join(t.as_str());
+            let mut dirs = vec![troot.join("chunks"), troot.join("snapshots")];
+            while let Some(d) = dirs.pop() {
+                let Ok(rd) = std::fs::read_dir(&d) else {
+                    continue;
+                };
+                for e in rd.flatten() {
+                    let Ok(ft) = e.file_type() else { continue };
+                    if ft.is_dir() {
+                        dirs.push(e.path());
+                        continue;
+                    }
+                    let staging = e.file_name().to_string_lossy().contains('#');
+                    let old = e
+                        .metadata()
+                        .and_then(|m| m.modified())
+                        .map(|m| m <= cutoff)
+                        .unwrap_or(false);
+                    if staging && old {
+                        step("sweep-staging");
+                        if std::fs::remove_file(e.path()).is_ok() {
+                            rep.staging_files_removed += 1;
+                        }
+                    }
+                }
+            }
+        }
         Ok(())
     }
 }

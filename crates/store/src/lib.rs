@@ -82,6 +82,9 @@ struct Inner {
     os: Arc<dyn ObjectStore>,
     master: MasterKey,
     label: String,
+    /// Root directory when the store is a local dir (for sweeping the staging
+    /// files `LocalFileSystem` leaves behind when killed mid-write; invisible to listing).
+    local_root: Option<PathBuf>,
     cfg: StoreConfig,
     keys: Mutex<HashMap<String, Arc<TenantKeys>>>,
 }
@@ -164,6 +167,14 @@ pub fn object_store_from_url(url: &str) -> Result<Arc<dyn ObjectStore>> {
             .map_err(|e| Error::invalid(format!("store dir {p}: {e}")))?;
         Ok(Arc::new(fs))
     }
+}
+
+fn local_root_of(url: &str) -> Option<PathBuf> {
+    if url.starts_with("s3://") {
+        return None;
+    }
+    let p = url.strip_prefix("file://").unwrap_or(url);
+    p.starts_with('/').then(|| PathBuf::from(p))
 }
 
 pub(crate) fn tenant_prefix(t: &TenantId) -> String {
@@ -425,6 +436,7 @@ impl Store {
                 os,
                 master: master_key,
                 label: label.to_string(),
+                local_root: local_root_of(label),
                 cfg,
                 keys: Mutex::new(HashMap::new()),
             }),
@@ -439,6 +451,10 @@ impl Store {
 
     pub(crate) fn os(&self) -> &Arc<dyn ObjectStore> {
         &self.inner.os
+    }
+
+    pub(crate) fn local_root(&self) -> Option<&Path> {
+        self.inner.local_root.as_deref()
     }
 
     pub(crate) fn master(&self) -> &MasterKey {

@@ -185,5 +185,7 @@ pub struct GcReport {
     /// Tenants whose sweep was skipped (a put was in progress, or a record was unreadable).
     pub tenants_skipped: Vec<String>,
     pub stale_markers_removed: u64,
+    /// Local dir only: partial files of writes killed mid-way.
+    pub staging_files_removed: u64,
     pub errors: Vec<String>,
 }
