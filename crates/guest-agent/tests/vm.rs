@@ -371,6 +371,26 @@ fn boot_exec_session_pause_resume() {
             .unwrap()
             .as_secs();
         assert!(guest.abs_diff(host) <= 2, "guest {guest} host {host}");
+        if cycle == 2 {
+            // A restored copy is made unique.
+            let mid = "0123456789abcdef0123456789abcdef";
+            assert_eq!(
+                c.reply(Request::SetIdentity {
+                    hostname: "fork-2".into(),
+                    machine_id: mid.into(),
+                    entropy: vec![0x5a; 64],
+                }),
+                Reply::Ok
+            );
+            let r = c.exec(
+                &["sh", "-c", "hostname; cat /etc/machine-id /etc/hostname"],
+                10_000,
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&r.stdout),
+                format!("fork-2\n{mid}\nfork-2\n")
+            );
+        }
         // Sessions are listed with the same ids.
         match c.reply(Request::SessionList) {
             Reply::Sessions { sessions } => {
