@@ -184,6 +184,10 @@ pub struct Image {
     /// Identifies the image build: a saved memory state only makes sense on
     /// the same kernel/initrd/rootfs.
     pub digest: String,
+    /// image.json's `kernel_cmdline` (the image builder's recommendation).
+    pub cmdline: Option<String>,
+    /// image.json's `kernel_cmdline_tcg`, with `{host_tsc_khz}` to fill in.
+    pub cmdline_tcg: Option<String>,
 }
 
 impl Image {
@@ -232,10 +236,21 @@ impl Image {
                 h.finalize().to_hex().to_string()
             }
         };
+        let json: Option<serde_json::Value> = std::fs::read(dir.join("image.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let field = |k: &str| {
+            json.as_ref()
+                .and_then(|j| j.get(k))
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        };
         Ok(Image {
             name: name.to_string(),
             dir,
             digest,
+            cmdline: field("kernel_cmdline"),
+            cmdline_tcg: field("kernel_cmdline_tcg"),
         })
     }
     pub fn vmlinux(&self) -> PathBuf {
@@ -500,7 +515,7 @@ impl MicrovmBackend {
             memory_mb,
             kernel: image.vmlinux(),
             initrd: image.initrd(),
-            append: kernel_append(accel),
+            append: kernel_append(accel, &image),
             // QEMU 7.2 has no `migration.x-ignore-shared` property: a RAM-file
             // restore defers the incoming migration to set the capability first.
             incoming: match (&incoming, &ram) {
@@ -1180,11 +1195,23 @@ impl MicrovmBackend {
 /// the TSC against jiffies, whose ticks lag when the vCPU thread is starved)
 /// marks the TSC unstable and falls back to `refined-jiffies`, and the guest
 /// clock then runs ~10% slow; `tsc=reliable` keeps the TSC.
-pub fn kernel_append(accel: Accel) -> String {
-    let mut a = qemu::DEFAULT_APPEND.to_string();
+pub fn kernel_append(accel: Accel, image: &Image) -> String {
+    let mut a = image
+        .cmdline
+        .clone()
+        .unwrap_or_else(|| qemu::DEFAULT_APPEND.to_string());
     if accel == Accel::Tcg {
         if let Some(khz) = host_tsc_khz() {
-            a.push_str(&format!(" tsc_early_khz={khz} tsc=reliable"));
+            let extra = image
+                .cmdline_tcg
+                .clone()
+                .unwrap_or_else(|| "tsc_early_khz={host_tsc_khz}".into())
+                .replace("{host_tsc_khz}", &khz.to_string());
+            a.push(' ');
+            a.push_str(&extra);
+        }
+        if !a.split_whitespace().any(|w| w == "tsc=reliable") {
+            a.push_str(" tsc=reliable");
         }
     }
     a
@@ -1484,7 +1511,7 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             memory_mb: 256,
             kernel: image.vmlinux(),
             initrd: image.initrd(),
-            append: qemu::DEFAULT_APPEND.into(),
+            append: kernel_append(Accel::Kvm, &image),
             incoming: None,
             ram: RamBacking::Anonymous,
             tcg_tb_mb: None,
@@ -2049,6 +2076,8 @@ impl Backend for MicrovmBackend {
                     name: rec.image,
                     dir: rec.image_dir,
                     digest: rec.image_digest,
+                    cmdline: None,
+                    cmdline_tcg: None,
                 },
                 memory_mb: rec.memory_mb,
                 accel: rec.accelerator,
@@ -2153,6 +2182,31 @@ mod tests {
         let d1 = image_json_digest(j("t1", "r1").as_bytes()).unwrap();
         assert_eq!(d1, image_json_digest(j("t2", "r1").as_bytes()).unwrap());
         assert_ne!(d1, image_json_digest(j("t1", "r2").as_bytes()).unwrap());
+    }
+
+    #[test]
+    fn kernel_command_line_follows_image_json() {
+        let mut img = Image {
+            name: "x".into(),
+            dir: "/x".into(),
+            digest: "d".into(),
+            cmdline: None,
+            cmdline_tcg: None,
+        };
+        assert_eq!(kernel_append(Accel::Kvm, &img), qemu::DEFAULT_APPEND);
+        let tcg = kernel_append(Accel::Tcg, &img);
+        assert!(
+            tcg.starts_with(qemu::DEFAULT_APPEND) && tcg.contains("tsc=reliable"),
+            "{tcg}"
+        );
+        img.cmdline = Some("console=ttyS0 quiet tsc=reliable cryptomgr.notests".into());
+        img.cmdline_tcg = Some("tsc_early_khz={host_tsc_khz}".into());
+        let tcg = kernel_append(Accel::Tcg, &img);
+        assert_eq!(tcg.matches("tsc=reliable").count(), 1, "{tcg}");
+        assert!(tcg.contains("cryptomgr.notests"), "{tcg}");
+        if let Some(khz) = host_tsc_khz() {
+            assert!(tcg.ends_with(&format!("tsc_early_khz={khz}")), "{tcg}");
+        }
     }
 
     #[test]
