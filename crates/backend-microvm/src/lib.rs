@@ -1480,7 +1480,11 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
         Ok(i) => i,
         Err(e) => return tcg(format!("no image to probe KVM with: {}", e.message)),
     };
-    let tmp = std::env::temp_dir().join(format!("stasis-kvm-probe-{}", std::process::id()));
+    let tmp = std::env::temp_dir().join(format!(
+        "stasis-kvm-probe-{}-{:08x}",
+        std::process::id(),
+        rand::random::<u32>()
+    ));
     let _ = std::fs::remove_dir_all(&tmp);
     if let Err(e) = std::fs::create_dir_all(&tmp) {
         return tcg(format!("probe dir: {e}"));
