@@ -293,10 +293,18 @@ fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8]) {
                     code: "invalid_argument".into(),
                     message: format!("undecodable request: {e}"),
                 };
-                conn.send(&Frame {
+                // Not on the reader thread: a write may block until the host reads.
+                let c = conn.clone();
+                let frame = Frame {
                     id,
                     body: Body::Reply(reply),
-                });
+                };
+                if std::thread::Builder::new()
+                    .spawn(move || c.send(&frame))
+                    .is_err()
+                {
+                    eprintln!("stasis-agent: cannot answer undecodable request {id}");
+                }
             } else {
                 eprintln!("stasis-agent: dropping undecodable frame: {e}");
             }
@@ -324,6 +332,7 @@ fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8]) {
             });
         });
     if let Err(e) = spawned {
+        // No thread to spare: the reader answers itself (may block on the host).
         conn.send(&Frame {
             id,
             body: Body::Reply(Reply::Error {
