@@ -15,7 +15,10 @@ use stasis_core::{Error, ErrorCode, Result};
 
 struct Pending {
     reply: oneshot::Sender<Result<Reply>>,
-    events: Option<mpsc::Sender<ExecChunk>>,
+    /// Output events go into an unbounded queue drained by a forwarder task,
+    /// so a slow consumer never stalls the reader (and with it every other
+    /// request on this sandbox, including a pause's `sync`).
+    events: Option<mpsc::UnboundedSender<ExecChunk>>,
 }
 
 type PendingMap = Arc<Mutex<HashMap<u64, Pending>>>;
@@ -59,7 +62,7 @@ impl AgentConn {
                             .get(&frame.id)
                             .and_then(|p| p.events.clone());
                         if let Some(tx) = tx {
-                            let _ = tx.send(ExecChunk { stream, data }).await;
+                            let _ = tx.send(ExecChunk { stream, data });
                         }
                     }
                     Body::Reply(reply) => {
@@ -108,6 +111,20 @@ impl AgentConn {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let op = request_name(&req);
         let (tx, rx) = oneshot::channel();
+        let (events, forwarder) = match events {
+            Some(out) => {
+                let (utx, mut urx) = mpsc::unbounded_channel::<ExecChunk>();
+                let h = tokio::spawn(async move {
+                    while let Some(c) = urx.recv().await {
+                        if out.send(c).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+                (Some(utx), Some(h))
+            }
+            None => (None, None),
+        };
         self.pending
             .lock()
             .unwrap()
@@ -134,7 +151,20 @@ impl AgentConn {
                 )));
             }
         }
-        let reply = match tokio::time::timeout(timeout, rx).await {
+        let reply = tokio::time::timeout(timeout, rx).await;
+        // The reply removed the pending entry (dropping the queue's sender):
+        // deliver every queued chunk before returning.
+        if let Some(h) = forwarder {
+            if reply.is_err() {
+                self.pending.lock().unwrap().remove(&id);
+            }
+            // A consumer that never reads must not hang the request forever.
+            let abort = h.abort_handle();
+            if tokio::time::timeout(timeout, h).await.is_err() {
+                abort.abort();
+            }
+        }
+        let reply = match reply {
             Ok(Ok(r)) => r?,
             Ok(Err(_)) => return Err(Error::backend("agent channel closed")),
             Err(_) => {
@@ -339,6 +369,34 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::Timeout);
         assert!(e.message.contains("did not answer sync"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn slow_output_consumer_does_not_stall_other_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sock");
+        let l = tokio::net::UnixListener::bind(&path).unwrap();
+        tokio::spawn(fake_agent(l));
+        let a = AgentConn::connect(&path, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let (tx, mut rx) = mpsc::channel(1);
+        let a2 = a.clone();
+        let exec = tokio::spawn(async move {
+            a2.request(exec("fast"), Some(tx), Duration::from_secs(5))
+                .await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Nobody reads `rx` yet: the other request still gets through.
+        let t = std::time::Instant::now();
+        assert_eq!(a.hello(Duration::from_secs(2)).await.unwrap(), "b1");
+        assert!(t.elapsed() < Duration::from_secs(1));
+        let mut got = Vec::new();
+        while let Some(c) = rx.recv().await {
+            got.extend(c.data);
+        }
+        assert_eq!(got, b"fastafastb");
+        assert!(matches!(exec.await.unwrap().unwrap(), Reply::Exec { .. }));
     }
 
     #[tokio::test]
