@@ -30,7 +30,7 @@ fi
 # (debootstrap, busybox, mkfs.ext4, cpio, xz, kmod), iproute2/util-linux/procps
 # (process backend and its tests), python3 (the default process sandbox's interpreter).
 APT_PACKAGES=(qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs cpio
-    xz-utils zstd kmod iproute2 util-linux procps python3 ca-certificates)
+    xz-utils zstd kmod b3sum iproute2 util-linux procps python3 ca-certificates)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")

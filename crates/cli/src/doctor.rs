@@ -32,7 +32,7 @@ pub async fn run(c: &Client, json_out: bool, probe_kvm: bool) -> Result<()> {
     let accel = if probe_kvm {
         serde_json::to_value(probe_accelerator(&mcfg).await).unwrap_or_default()
     } else {
-        json!({"probed": false, "note": "run with --probe-kvm to time a real KVM guest boot"})
+        json!({"probed": false, "note": "skipped (--skip-kvm-probe)"})
     };
     let kvm_dev = std::fs::OpenOptions::new()
         .read(true)
@@ -56,7 +56,7 @@ pub async fn run(c: &Client, json_out: bool, probe_kvm: bool) -> Result<()> {
             "accelerator_probe": accel,
             "vhost_vsock": std::path::Path::new("/dev/vhost-vsock").exists(),
         },
-        "criu": command_version("criu", "--version"),
+        "criu": command_version("criu", "--version").as_str().map(|v| json!(v)).unwrap_or(json!("not installed (process checkpointing unavailable; `criu check` fails on these hosts anyway)")),
         "daemon": daemon,
     });
     if json_out {

@@ -98,9 +98,9 @@ enum Cmd {
     Audit(AuditCmd),
     /// What this machine supports (run locally; adds the daemon's view when reachable).
     Doctor {
-        /// Also time a real KVM guest boot (slow on nested hosts).
+        /// Skip the timed KVM guest boot (up to 20 s on nested hosts).
         #[arg(long)]
-        probe_kvm: bool,
+        skip_kvm_probe: bool,
     },
     /// Run the end-to-end demo on a temporary daemon.
     Demo(demo::DemoArgs),
@@ -814,7 +814,7 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         },
-        Cmd::Doctor { probe_kvm } => doctor::run(&c, json, probe_kvm).await?,
+        Cmd::Doctor { skip_kvm_probe } => doctor::run(&c, json, !skip_kvm_probe).await?,
         Cmd::Demo(a) => demo::run(a, json).await?,
         Cmd::Bench(b) => bench::run(b, json).await?,
     }
