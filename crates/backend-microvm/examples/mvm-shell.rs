@@ -36,6 +36,34 @@ async fn main() {
             tokio::time::sleep(Duration::from_secs_f64(s.parse().unwrap())).await;
             continue;
         }
+        if cmd == "@snap" {
+            n += 1;
+            let out = root.path().join(format!("snap{n}"));
+            std::fs::create_dir_all(&out).unwrap();
+            let t = Instant::now();
+            let arts = b.snapshot(&id, &out).await.expect("snapshot");
+            println!(
+                "# snapshot {} in {} ms: {arts:?}",
+                out.display(),
+                t.elapsed().as_millis()
+            );
+            continue;
+        }
+        if let Some(s) = cmd.strip_prefix("@keep ") {
+            // copy the artifact dirs somewhere before the temp dir goes away
+            let to = PathBuf::from(s);
+            std::fs::create_dir_all(&to).unwrap();
+            for e in std::fs::read_dir(root.path()).unwrap().flatten() {
+                if e.file_name().to_string_lossy().starts_with("snap") {
+                    let d = to.join(e.file_name());
+                    std::fs::create_dir_all(&d).unwrap();
+                    for f in std::fs::read_dir(e.path()).unwrap().flatten() {
+                        std::fs::copy(f.path(), d.join(f.file_name())).unwrap();
+                    }
+                }
+            }
+            continue;
+        }
         if cmd == "@pause" {
             n += 1;
             let out = root.path().join(format!("pause{n}"));
