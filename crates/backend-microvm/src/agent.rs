@@ -86,7 +86,10 @@ impl AgentConn {
         Ok(Arc::new(AgentConn {
             writer: tokio::sync::Mutex::new(w),
             pending,
-            next_id: AtomicU64::new(1),
+            // Random start per connection: a reply to a request cut off by a
+            // pause can arrive on the next connection and must not match a
+            // new request's id.
+            next_id: AtomicU64::new((rand::random::<u64>() >> 16) | 1),
             closed,
             reader,
         }))
