@@ -17,6 +17,7 @@ use stasis_core::{
 };
 
 mod audit;
+pub mod runs;
 pub use audit::{AuditEntry, AuditVerification, NewAuditEntry};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
