@@ -498,6 +498,36 @@ impl Manager {
         self.backend(rec.backend)?.usage(id).await
     }
 
+    /// Take a sandbox's slot exclusively (after checking the caller may see
+    /// it) and read its record under the lock.
+    async fn exclusive(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+    ) -> Result<(OwnedRwLockWriteGuard<()>, SandboxRecord)> {
+        self.meta.get_for(&ctx.tenant, id).await?;
+        let guard = self.slot(id).lock.clone().write_owned().await;
+        Ok((guard, self.meta.get(id).await?))
+    }
+
+    /// Persist the first step of a lifecycle operation (`from` -> `to`) and
+    /// return what the operation needs: backend, spec, updated record.
+    async fn begin(
+        &self,
+        rec: &SandboxRecord,
+        from: SandboxState,
+        to: SandboxState,
+    ) -> Result<(Arc<dyn Backend>, SandboxSpec, SandboxRecord)> {
+        rec.state.check_transition(to)?;
+        let backend = self.backend(rec.backend)?.clone();
+        let spec = self.spec(rec);
+        let rec = self
+            .meta
+            .transition(&rec.id, from, to, Patch::default())
+            .await?;
+        Ok((backend, spec, rec))
+    }
+
     // ----- pause / resume ------------------------------------------------
 
     /// Explicit pause. `keep_memory` None follows the sandbox's policy.
@@ -507,10 +537,7 @@ impl Manager {
         id: &SandboxId,
         keep_memory: Option<bool>,
     ) -> Result<(SandboxRecord, OpTiming)> {
-        let rec = self.meta.get_for(&ctx.tenant, id).await?;
-        let slot = self.slot(id);
-        let guard = slot.lock.clone().write_owned().await;
-        let rec = self.meta.get(&rec.id).await?;
+        let (guard, rec) = self.exclusive(ctx, id).await?;
         let keep = keep_memory.unwrap_or(rec.manifest.lifecycle.on_idle != OnIdle::PauseFilesystem);
         self.do_pause(ctx, rec, keep, "explicit", guard).await
     }
@@ -524,17 +551,8 @@ impl Manager {
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<(SandboxRecord, OpTiming)> {
         let t0 = std::time::Instant::now();
-        rec.state.check_transition(SandboxState::Pausing)?;
-        let backend = self.backend(rec.backend)?.clone();
-        let spec = self.spec(&rec);
-        let rec = self
-            .meta
-            .transition(
-                &rec.id,
-                SandboxState::Running,
-                SandboxState::Pausing,
-                Patch::default(),
-            )
+        let (backend, spec, rec) = self
+            .begin(&rec, SandboxState::Running, SandboxState::Pausing)
             .await?;
         let stage = spec.dir.join("pause-stage");
         let _ = tokio::fs::remove_dir_all(&stage).await;
@@ -674,10 +692,7 @@ impl Manager {
     }
 
     pub async fn resume(&self, ctx: &Ctx, id: &SandboxId) -> Result<(SandboxRecord, OpTiming)> {
-        let rec = self.meta.get_for(&ctx.tenant, id).await?;
-        let slot = self.slot(id);
-        let guard = slot.lock.clone().write_owned().await;
-        let rec = self.meta.get(&rec.id).await?;
+        let (guard, rec) = self.exclusive(ctx, id).await?;
         self.do_resume(ctx, rec, guard).await
     }
 
@@ -688,17 +703,8 @@ impl Manager {
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<(SandboxRecord, OpTiming)> {
         let t0 = std::time::Instant::now();
-        rec.state.check_transition(SandboxState::Resuming)?;
-        let backend = self.backend(rec.backend)?.clone();
-        let spec = self.spec(&rec);
-        let rec = self
-            .meta
-            .transition(
-                &rec.id,
-                SandboxState::Paused,
-                SandboxState::Resuming,
-                Patch::default(),
-            )
+        let (backend, spec, rec) = self
+            .begin(&rec, SandboxState::Paused, SandboxState::Resuming)
             .await?;
         let restore_dir = spec.dir.join("resume-stage");
         let _ = tokio::fs::remove_dir_all(&restore_dir).await;
@@ -785,10 +791,7 @@ impl Manager {
     // ----- destroy -------------------------------------------------------
 
     pub async fn destroy(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
-        let rec = self.meta.get_for(&ctx.tenant, id).await?;
-        let slot = self.slot(id);
-        let guard = slot.lock.clone().write_owned().await;
-        let rec = self.meta.get(&rec.id).await?;
+        let (guard, rec) = self.exclusive(ctx, id).await?;
         self.do_destroy(ctx, rec, "delete", guard).await
     }
 
