@@ -2036,9 +2036,16 @@ impl Backend for MicrovmBackend {
 
     async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered> {
         self.remember_parent(&spec.dir);
-        if let Some(vm) = self.vms.lock().unwrap().get(&spec.id).cloned() {
-            if vm.failed.lock().unwrap().is_none() {
+        let known = self.vms.lock().unwrap().get(&spec.id).cloned();
+        if let Some(vm) = known {
+            let alive = vm.proc.lock().await.alive();
+            if alive && vm.failed.lock().unwrap().is_none() {
                 return Ok(Recovered::Running);
+            }
+            if !alive {
+                // QEMU died under us (killed, crashed): forget the VM; the
+                // pid file below finds no process and cleans up.
+                self.vms.lock().unwrap().remove(&spec.id);
             }
         }
         let Some(mut proc) = qemu::QemuProc::adopt(&spec.dir, spec.id.as_str()) else {

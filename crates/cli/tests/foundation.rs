@@ -603,3 +603,35 @@ fn cli_commands_and_readable_errors() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("master key"));
 }
+
+#[tokio::test]
+async fn sandbox_whose_processes_die_is_settled_not_left_running() {
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h.create(process(json!({}))).await;
+    h.sh(&id, "echo survives > f").await;
+    // Kill everything of the sandbox from outside (as an OOM killer or an
+    // operator might).
+    for pid in pids_in_cgroups(&d.cgroup_parent) {
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = h
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"argv": ["true"]})),
+        )
+        .await;
+    // Either the backend noticed on this request (error, then settled) or the
+    // request already found it settled and resumed it.
+    let st = h.state(&id).await;
+    assert_ne!(st["state"], "failed", "{st}");
+    if r.status != 200 {
+        assert_eq!(st["state"], "paused", "{st}");
+        assert_eq!(st["pause_kind"], "filesystem");
+    }
+    // Files are kept and the next request brings the sandbox back.
+    assert_eq!(h.sh(&id, "cat f").await, "survives\n");
+    assert_eq!(h.state(&id).await["state"], "running");
+}

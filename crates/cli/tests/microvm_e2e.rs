@@ -131,3 +131,44 @@ async fn microvm_pause_resume_mid_execution_and_fork() {
     }
     h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
 }
+
+#[tokio::test]
+async fn microvm_whose_qemu_dies_goes_to_failed_with_a_reason() {
+    if !image_available() {
+        return;
+    }
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h
+        .create(json!({"backend": "microvm", "lifecycle": {"on_idle": "nothing"}}))
+        .await;
+    h.sh(&id, "echo hi > /workspace/x").await;
+    // Kill this sandbox's QEMU from outside.
+    let out = std::process::Command::new("pkill")
+        .args(["-9", "-f", &format!("stasis-{id}")])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "no QEMU process named after {id}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = h
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"argv": ["true"], "timeout_ms": 20000})),
+        )
+        .await;
+    assert!(
+        r.status >= 400,
+        "exec on a dead VM answered {}: {}",
+        r.status,
+        r.body
+    );
+    assert!(r.body["error"]["message"].is_string(), "{}", r.body);
+    let st = h.wait_state(&id, "failed", Duration::from_secs(60)).await;
+    assert!(
+        st["reason"].as_str().unwrap_or("").contains("VM is gone"),
+        "{st}"
+    );
+    // It can still be destroyed cleanly.
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+}

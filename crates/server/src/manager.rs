@@ -357,7 +357,7 @@ impl Manager {
         req.env = env;
         let argv0 = req.argv[0].clone();
         let result = self.backend(rec.backend)?.exec(id, req, output).await;
-        self.touch(id);
+        let result = self.done(&rec, result).await;
         let exit_code = result.as_ref().ok().and_then(|r| r.exit_code);
         let detail = serde_json::json!({"argv0": argv0, "exit_code": exit_code});
         self.audit(ctx, "exec", id.as_str(), detail).await;
@@ -387,7 +387,7 @@ impl Manager {
             .backend(rec.backend)?
             .write_file(id, path, data, mode)
             .await;
-        self.touch(id);
+        let r = self.done(&rec, r).await;
         r
     }
 
@@ -397,7 +397,7 @@ impl Manager {
             .backend(rec.backend)?
             .read_file(id, path, self.cfg.max_file_bytes)
             .await;
-        self.touch(id);
+        let r = self.done(&rec, r).await;
         if r.is_ok() {
             self.audit(
                 ctx,
@@ -418,7 +418,7 @@ impl Manager {
     ) -> Result<Vec<FileEntry>> {
         let (_g, rec) = self.running(ctx, id).await?;
         let r = self.backend(rec.backend)?.list_files(id, path).await;
-        self.touch(id);
+        let r = self.done(&rec, r).await;
         r
     }
 
@@ -436,7 +436,7 @@ impl Manager {
         env.append(&mut spec.env);
         spec.env = env;
         let r = self.backend(rec.backend)?.session_start(id, spec).await;
-        self.touch(id);
+        let r = self.done(&rec, r).await;
         if let Ok(info) = &r {
             let argv0 = info.argv.first().cloned().unwrap_or_default();
             let detail = serde_json::json!({"session": info.id, "argv0": argv0});
@@ -457,7 +457,7 @@ impl Manager {
             .backend(rec.backend)?
             .session_write(id, session, data)
             .await;
-        self.touch(id);
+        let r = self.done(&rec, r).await;
         r
     }
 
@@ -475,21 +475,50 @@ impl Manager {
             .backend(rec.backend)?
             .session_read(id, session, offset, wait)
             .await;
-        self.touch(id);
+        let r = self.done(&rec, r).await;
         r
     }
 
     pub async fn session_list(&self, ctx: &Ctx, id: &SandboxId) -> Result<Vec<SessionInfo>> {
         let (_g, rec) = self.running(ctx, id).await?;
         let r = self.backend(rec.backend)?.session_list(id).await;
-        self.touch(id);
+        let r = self.done(&rec, r).await;
         r
     }
 
     pub async fn session_kill(&self, ctx: &Ctx, id: &SandboxId, session: &str) -> Result<()> {
         let (_g, rec) = self.running(ctx, id).await?;
         let r = self.backend(rec.backend)?.session_kill(id, session).await;
-        self.touch(id);
+        let r = self.done(&rec, r).await;
+        r
+    }
+
+    /// After a backend call on a running sandbox: note the activity, and if
+    /// the call failed in a way that may mean the sandbox is gone (backend
+    /// error, agent timeout), find out and settle its state so it is not left
+    /// claiming to run.
+    async fn done<T>(&self, rec: &SandboxRecord, r: Result<T>) -> Result<T> {
+        self.touch(&rec.id);
+        if let Err(e) = &r {
+            // invalid_state from a backend: it no longer holds a sandbox we
+            // believe runs.
+            if matches!(
+                e.code,
+                ErrorCode::BackendError | ErrorCode::Timeout | ErrorCode::InvalidState
+            ) {
+                if let Ok(b) = self.backend(rec.backend) {
+                    if let Ok(Recovered::NotRunning) = b.recover(&self.spec(rec)).await {
+                        warn!(sandbox = %rec.id, error = %e, "sandbox lost during a request");
+                        if let Err(e2) = self
+                            .settle_lost(rec, SandboxState::Running, &e.message)
+                            .await
+                        {
+                            warn!(sandbox = %rec.id, error = %e2, "could not settle a lost sandbox");
+                        }
+                    }
+                }
+            }
+        }
         r
     }
 
@@ -1118,7 +1147,8 @@ impl Manager {
                             SandboxState::Running
                         }
                         Recovered::NotRunning => {
-                            self.settle_lost(rec, SandboxState::Running).await?
+                            self.settle_lost(rec, SandboxState::Running, "daemon restarted")
+                                .await?
                         }
                     },
                     SandboxState::Pausing => match backend.recover(&spec).await? {
@@ -1141,7 +1171,12 @@ impl Manager {
                                 .state
                         }
                         Recovered::NotRunning => {
-                            self.settle_lost(rec, SandboxState::Pausing).await?
+                            self.settle_lost(
+                                rec,
+                                SandboxState::Pausing,
+                                "daemon restarted during a pause",
+                            )
+                            .await?
                         }
                     },
                     SandboxState::Resuming => match backend.recover(&spec).await? {
@@ -1233,10 +1268,16 @@ impl Manager {
         Ok(report)
     }
 
-    /// A sandbox whose compute is gone after a restart. If its writable layer
-    /// survives on disk (process backend) it becomes a filesystem-only pause;
-    /// otherwise it failed (with its last pause snapshot, if any, named).
-    async fn settle_lost(&self, rec: &SandboxRecord, from: SandboxState) -> Result<SandboxState> {
+    /// A sandbox whose compute is gone (`why`: a daemon restart, a dead VM).
+    /// If its writable layer survives on disk (process backend) it becomes a
+    /// filesystem-only pause; otherwise it failed (with its last pause
+    /// snapshot, if any, named).
+    async fn settle_lost(
+        &self,
+        rec: &SandboxRecord,
+        from: SandboxState,
+        why: &str,
+    ) -> Result<SandboxState> {
         let now = now_ms();
         // Running -> Paused goes through Pausing like any pause, so the state
         // machine needs no crash-only shortcut.
@@ -1261,9 +1302,7 @@ impl Manager {
                     from,
                     SandboxState::Paused,
                     Patch {
-                        reason: Some(Some(
-                            "daemon restarted: processes were lost, files kept".into(),
-                        )),
+                        reason: Some(Some(format!("{why}: processes were lost, files kept"))),
                         running_ms: Some(rec.running_time_ms(now)),
                         running_since_ms: Some(None),
                         paused_at_ms: Some(Some(now)),
@@ -1288,7 +1327,7 @@ impl Manager {
                     SandboxState::Failed,
                     Patch {
                         reason: Some(Some(format!(
-                            "its VM was gone after a daemon restart{}",
+                            "{why}: its VM is gone{}",
                             rec.pause_snapshot
                                 .as_ref()
                                 .map(|s| format!("; last pause snapshot {s} can be restored"))
