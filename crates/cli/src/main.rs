@@ -7,6 +7,7 @@ mod bench;
 mod client;
 mod demo;
 mod doctor;
+mod runs;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -96,6 +97,13 @@ enum Cmd {
     /// The audit log.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// Agent runs: ordered steps, idempotent tool calls, approvals, signed state.
+    #[command(subcommand)]
+    Runs(runs::RunsCmd),
+    /// Approve a tool call waiting for approval (it runs, resuming the sandbox).
+    Approve(runs::DecideArgs),
+    /// Reject a tool call waiting for approval (the run continues without it).
+    Reject(runs::DecideArgs),
     /// What this machine supports (run locally; adds the daemon's view when reachable).
     Doctor {
         /// Skip the timed KVM guest boot (up to 20 s on nested hosts).
@@ -814,6 +822,9 @@ async fn run(cli: Cli) -> Result<()> {
                 }
             }
         },
+        Cmd::Runs(r) => runs::run(&c, r, json).await?,
+        Cmd::Approve(a) => runs::decide(&c, a, true, json).await?,
+        Cmd::Reject(a) => runs::decide(&c, a, false, json).await?,
         Cmd::Doctor { skip_kvm_probe } => doctor::run(&c, json, !skip_kvm_probe).await?,
         Cmd::Demo(a) => demo::run(a, json).await?,
         Cmd::Bench(b) => bench::run(b, json).await?,

@@ -79,9 +79,23 @@ pub fn check_idempotency_key(k: &str) -> Result<()> {
 macro_rules! str_enum {
     ($(#[$m:meta])* $name:ident { $($v:ident = $s:literal),+ $(,)? }) => {
         $(#[$m])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-        #[serde(rename_all = "snake_case")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         pub enum $name { $($v),+ }
+
+        // Serialized as `as_str` names, so the wire, the database and the
+        // step data all use one spelling.
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                $name::parse(&s).map_err(|e| serde::de::Error::custom(e.message))
+            }
+        }
 
         impl $name {
             pub fn as_str(self) -> &'static str {

@@ -137,7 +137,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 
 // ----- caller identity ---------------------------------------------------
 
-fn ctx(headers: &HeaderMap) -> ApiResult<Ctx> {
+pub(crate) fn ctx(headers: &HeaderMap) -> ApiResult<Ctx> {
     let actor = match headers.get("x-stasis-actor") {
         Some(v) => {
             let s = v
@@ -1106,6 +1106,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/store/stats", get(store_stats))
         .route("/v1/audit", get(audit_list))
         .route("/v1/audit/verify", get(audit_verify))
+        .merge(crate::runs_api::routes())
         .fallback(fallback)
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)

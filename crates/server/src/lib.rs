@@ -4,6 +4,8 @@
 pub mod api;
 pub mod daemon;
 pub mod manager;
+pub mod runs;
+pub mod runs_api;
 pub mod snapshots;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};

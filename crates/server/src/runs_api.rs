@@ -1,0 +1,182 @@
+//! HTTP API of run state (issue 5). Handlers translate HTTP to
+//! [`crate::runs::Runs`] calls; errors are the API's usual JSON errors.
+//!
+//! - `POST /v1/runs` `{sandbox?}` -> 201 run
+//! - `GET  /v1/runs` -> run summaries; `GET /v1/runs/{id}` -> run with steps, calls, approvals
+//! - `POST /v1/runs/{id}/steps` `{kind: model_step|handover|completed|failed, data?}`
+//! - `POST /v1/runs/{id}/tool-calls` `{idempotency_key, kind: "exec", argv, cwd?, timeout_ms?, env?,
+//!   side_effecting, requires_approval}` -> 200 with the result (or the recorded one on a
+//!   retry), 202 when it waits for approval
+//! - `POST /v1/runs/{id}/approvals/{call}/approve|reject` `{reason}` (actor: `x-stasis-actor`)
+//! - `GET  /v1/runs/{id}/state` -> signed RunState document
+//! - `POST /v1/runs/resume` with a document -> checks and a fresh document
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+
+use stasis_core::Error;
+use stasis_meta::runs::RunSummary;
+use stasis_runstate::{CallState, Run, StateDocument, StepKind};
+
+use crate::api::{ctx, ApiError, ApiJson, AppState};
+use crate::runs::{CallOutcome, ResumeReport, Runs, ToolCallRequest};
+
+type ApiResult<T> = Result<T, ApiError>;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateRun {
+    #[serde(default)]
+    pub sandbox: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepBody {
+    pub kind: String,
+    #[serde(default)]
+    pub data: serde_json::Value,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct DecisionBody {
+    #[serde(default)]
+    pub reason: String,
+}
+
+async fn runs(st: &AppState) -> ApiResult<std::sync::Arc<Runs>> {
+    Ok(Runs::of(&st.manager).await?)
+}
+
+async fn create_run(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(body): ApiJson<CreateRun>,
+) -> ApiResult<(StatusCode, axum::Json<Run>)> {
+    let ctx = ctx(&headers)?;
+    let run = runs(&st).await?.create(&ctx, body.sandbox).await?;
+    Ok((StatusCode::CREATED, axum::Json(run)))
+}
+
+async fn list_runs(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+) -> ApiResult<axum::Json<Vec<RunSummary>>> {
+    let ctx = ctx(&headers)?;
+    Ok(axum::Json(runs(&st).await?.list(&ctx).await?))
+}
+
+async fn get_run(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Run>> {
+    let ctx = ctx(&headers)?;
+    Ok(axum::Json(runs(&st).await?.get(&ctx, &id).await?))
+}
+
+async fn append_step(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<StepBody>,
+) -> ApiResult<axum::Json<Run>> {
+    let ctx = ctx(&headers)?;
+    let kind = StepKind::parse(&body.kind).map_err(|e| e.with_field("kind"))?;
+    Ok(axum::Json(
+        runs(&st).await?.step(&ctx, &id, kind, body.data).await?,
+    ))
+}
+
+fn call_status(o: &CallOutcome) -> StatusCode {
+    if o.call.state == CallState::AwaitingApproval {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    }
+}
+
+async fn request_call(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ToolCallRequest>,
+) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
+    let ctx = ctx(&headers)?;
+    let o = runs(&st).await?.request_call(&ctx, &id, body).await?;
+    Ok((call_status(&o), axum::Json(o)))
+}
+
+async fn decide(
+    st: AppState,
+    headers: HeaderMap,
+    id: String,
+    call: String,
+    body: bytes::Bytes,
+    approve: bool,
+) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
+    let ctx = ctx(&headers)?;
+    let body: DecisionBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
+        DecisionBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError(Error::invalid(e.to_string())))?
+    };
+    let o = runs(&st)
+        .await?
+        .decide(&ctx, &id, &call, approve, &body.reason)
+        .await?;
+    Ok((call_status(&o), axum::Json(o)))
+}
+
+async fn approve(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((id, call)): Path<(String, String)>,
+    body: bytes::Bytes,
+) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
+    decide(st, headers, id, call, body, true).await
+}
+
+async fn reject(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path((id, call)): Path<(String, String)>,
+    body: bytes::Bytes,
+) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
+    decide(st, headers, id, call, body, false).await
+}
+
+async fn run_state(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<StateDocument>> {
+    let ctx = ctx(&headers)?;
+    Ok(axum::Json(runs(&st).await?.state(&ctx, &id).await?))
+}
+
+async fn resume_run(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    ApiJson(doc): ApiJson<serde_json::Value>,
+) -> ApiResult<axum::Json<ResumeReport>> {
+    let ctx = ctx(&headers)?;
+    Ok(axum::Json(runs(&st).await?.resume(&ctx, &doc).await?))
+}
+
+/// The run-state routes, merged into the API router.
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/runs", post(create_run).get(list_runs))
+        .route("/v1/runs/resume", post(resume_run))
+        .route("/v1/runs/{id}", get(get_run))
+        .route("/v1/runs/{id}/steps", post(append_step))
+        .route("/v1/runs/{id}/tool-calls", post(request_call))
+        .route("/v1/runs/{id}/approvals/{call}/approve", post(approve))
+        .route("/v1/runs/{id}/approvals/{call}/reject", post(reject))
+        .route("/v1/runs/{id}/state", get(run_state))
+}
