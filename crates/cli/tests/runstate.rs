@@ -543,3 +543,30 @@ async fn resume_rechecks_the_sandbox() {
     .await;
     assert_eq!(st, 404);
 }
+
+/// The README's example agent loop (examples/agent_loop.sh) runs and its
+/// side effect happens exactly once across the approval and the restart.
+#[tokio::test]
+async fn example_agent_loop_runs() {
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/agent_loop.sh");
+    let out = tokio::process::Command::new("bash")
+        .arg(&script)
+        .env("STASIS_BIN", common::BIN)
+        .env_remove("STASIS_URL")
+        .env_remove("STASIS_ACTOR")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("replayed=true"), "{stdout}");
+    assert!(
+        stdout.contains("OK: approved after a restart, sent exactly once"),
+        "{stdout}"
+    );
+}
