@@ -284,6 +284,10 @@ async fn idempotent_retry_reject_path_and_signed_state() {
     assert!(acts.contains(&("reject".into(), "bob".into())), "{acts:?}");
     let (_, v) = call_as(&d, "t", "GET", "/v1/audit/verify", None).await;
     assert_eq!(v["ok"], true, "{v}");
+    // The run endpoints are in the OpenAPI document.
+    let (_, api) = call_as(&d, "t", "GET", "/openapi.json", None).await;
+    assert!(api["paths"]["/v1/runs/{id}/tool-calls"].is_object());
+    assert!(api["paths"]["/v1/runs/resume"].is_object());
 
     // The CLI sees the same.
     let out = d.cli(&["--json", "runs", "ls"]);
@@ -357,6 +361,13 @@ async fn kill9_between_intent_and_result_is_outcome_unknown_and_not_rerun() {
     let _ = inflight.await;
     d.restart().await;
     let h = d.http();
+    // The restarted daemon settled the call before serving.
+    let (_, v) = call_as(&d, "agent", "GET", &format!("/v1/runs/{run}"), None).await;
+    assert_eq!(
+        v["tool_calls"][0]["state"], "outcome_unknown_needs_review",
+        "{v}"
+    );
+    assert!(d.dir.join("runstate.key").exists());
 
     // The retry reports the unknown outcome and does not run it again.
     for _ in 0..2 {

@@ -1043,7 +1043,9 @@ async fn audit_verify(
 pub struct ApiDoc;
 
 async fn openapi() -> axum::Json<utoipa::openapi::OpenApi> {
-    axum::Json(ApiDoc::openapi())
+    let mut doc = ApiDoc::openapi();
+    doc.merge(crate::runs_api::RunsApiDoc::openapi());
+    axum::Json(doc)
 }
 
 async fn fallback() -> ApiError {

@@ -143,6 +143,9 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
     for (id, from, to) in &report.changed {
         info!(sandbox = %id, %from, %to, "reconciled");
     }
+    // Run state: creates <data-dir>/runstate.key on first start and settles
+    // tool calls a killed daemon left between intent and result.
+    crate::runs::Runs::of(&manager).await?;
     let doctor = json!({
         "data_dir": data_dir,
         "store": redact_url(&store_url),

@@ -52,6 +52,8 @@ async fn runs(st: &AppState) -> ApiResult<std::sync::Arc<Runs>> {
     Ok(Runs::of(&st.manager).await?)
 }
 
+#[utoipa::path(post, path = "/v1/runs", request_body(content = Object, description = "{sandbox?}"),
+    responses((status = 201, description = "the new run"), (status = 404, body = crate::api::ErrorBody)))]
 async fn create_run(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -62,6 +64,7 @@ async fn create_run(
     Ok((StatusCode::CREATED, axum::Json(run)))
 }
 
+#[utoipa::path(get, path = "/v1/runs", responses((status = 200, description = "run summaries of this tenant")))]
 async fn list_runs(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -70,6 +73,7 @@ async fn list_runs(
     Ok(axum::Json(runs(&st).await?.list(&ctx).await?))
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}", responses((status = 200, description = "the run: status, ordered steps, tool calls, approvals"), (status = 404, body = crate::api::ErrorBody)))]
 async fn get_run(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -79,6 +83,8 @@ async fn get_run(
     Ok(axum::Json(runs(&st).await?.get(&ctx, &id).await?))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/steps", request_body(content = Object, description = "{kind: model_step|handover|completed|failed, data?}"),
+    responses((status = 200, description = "the run"), (status = 409, body = crate::api::ErrorBody)))]
 async fn append_step(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -100,6 +106,10 @@ fn call_status(o: &CallOutcome) -> StatusCode {
     }
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/tool-calls",
+    request_body(content = Object, description = "{idempotency_key, kind: \"exec\", argv, cwd?, timeout_ms?, env?, side_effecting, requires_approval}"),
+    responses((status = 200, description = "{run, call, outcome, replayed}: executed now, or the recorded outcome of the key (succeeded, failed, rejected, outcome_unknown)"),
+        (status = 202, description = "held until approved"), (status = 400, body = crate::api::ErrorBody), (status = 409, body = crate::api::ErrorBody)))]
 async fn request_call(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -132,6 +142,8 @@ async fn decide(
     Ok((call_status(&o), axum::Json(o)))
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/approvals/{call}/approve", request_body(content = Object, description = "{reason}"),
+    responses((status = 200, description = "decision recorded and the call executed"), (status = 409, body = crate::api::ErrorBody)))]
 async fn approve(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -141,6 +153,8 @@ async fn approve(
     decide(st, headers, id, call, body, true).await
 }
 
+#[utoipa::path(post, path = "/v1/runs/{id}/approvals/{call}/reject", request_body(content = Object, description = "{reason}"),
+    responses((status = 200, description = "decision recorded; the call never runs"), (status = 409, body = crate::api::ErrorBody)))]
 async fn reject(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -150,6 +164,7 @@ async fn reject(
     decide(st, headers, id, call, body, false).await
 }
 
+#[utoipa::path(get, path = "/v1/runs/{id}/state", responses((status = 200, description = "signed, versioned RunState document")))]
 async fn run_state(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -159,6 +174,8 @@ async fn run_state(
     Ok(axum::Json(runs(&st).await?.state(&ctx, &id).await?))
 }
 
+#[utoipa::path(post, path = "/v1/runs/resume", request_body(content = Object, description = "a RunState document"),
+    responses((status = 200, description = "checks (pending approvals, sandbox) and a fresh document"), (status = 400, body = crate::api::ErrorBody), (status = 422, body = crate::api::ErrorBody)))]
 async fn resume_run(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -167,6 +184,21 @@ async fn resume_run(
     let ctx = ctx(&headers)?;
     Ok(axum::Json(runs(&st).await?.resume(&ctx, &doc).await?))
 }
+
+/// OpenAPI description of the run-state routes (merged into `/openapi.json`).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(
+    create_run,
+    list_runs,
+    get_run,
+    append_step,
+    request_call,
+    approve,
+    reject,
+    run_state,
+    resume_run
+))]
+pub struct RunsApiDoc;
 
 /// The run-state routes, merged into the API router.
 pub fn routes() -> Router<AppState> {
