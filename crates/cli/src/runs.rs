@@ -22,7 +22,12 @@ pub enum RunsCmd {
     /// Print the signed, versioned RunState document (store it; post it back with `runs resume`).
     State { id: String },
     /// Resume from a stored RunState document (file, or - for stdin).
-    Resume { file: String },
+    Resume {
+        file: String,
+        /// Continue the run in this sandbox (e.g. one restored from a snapshot).
+        #[arg(long)]
+        sandbox: Option<String>,
+    },
     /// Append a step: model_step, handover, completed or failed.
     Step {
         id: String,
@@ -152,7 +157,7 @@ pub async fn run(c: &Client, cmd: RunsCmd, json: bool) -> Result<()> {
             // The document is JSON either way.
             println!("{}", serde_json::to_string(&v).unwrap_or_default());
         }
-        RunsCmd::Resume { file } => {
+        RunsCmd::Resume { file, sandbox } => {
             let text = if file == "-" {
                 let mut s = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
@@ -163,7 +168,11 @@ pub async fn run(c: &Client, cmd: RunsCmd, json: bool) -> Result<()> {
             };
             let doc: Value = serde_json::from_str(&text)
                 .map_err(|e| Error::invalid(format!("state document is not JSON: {e}")))?;
-            let v = c.post("/v1/runs/resume", doc).await?;
+            let body = match sandbox {
+                Some(s) => json!({"document": doc, "sandbox": s}),
+                None => doc,
+            };
+            let v = c.post("/v1/runs/resume", body).await?;
             print_value(json, &v, |v| {
                 format!(
                     "{}\nstill pending: {}\ndecided since: {}\nsandbox: {}",

@@ -581,3 +581,112 @@ async fn example_agent_loop_runs() {
         "{stdout}"
     );
 }
+
+/// Rehydration into a sandbox restored from a snapshot: the run moves there
+/// (recorded), pending approvals are re-checked, and the held call runs under
+/// the manifest given at restore (narrowed: the old credential is gone, the
+/// new scope applies), never the one baked into the snapshot.
+#[tokio::test]
+async fn resume_into_restored_sandbox_applies_the_manifest_in_force_now() {
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let a = h
+        .create(
+            json!({"backend": "process", "lifecycle": {"on_idle": "nothing"},
+                       "env": {"API_TOKEN": "old-wide-token", "SCOPE": "wide"}}),
+        )
+        .await;
+    h.sh(&a, "echo data > /workspace/f").await;
+    let snap = h
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{a}/snapshots"),
+            Some(json!({})),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let run = new_run(&d, &a).await;
+    let script = "echo \"scope=$SCOPE token=${API_TOKEN:-none}\"; cat /workspace/f";
+    let (st, v) = call_as(
+        &d,
+        "agent",
+        "POST",
+        &format!("/v1/runs/{run}/tool-calls"),
+        Some(tool("report", script, true)),
+    )
+    .await;
+    assert_eq!(st, 202, "{v}");
+    let call = v["call"]["id"].as_str().unwrap().to_string();
+    let (_, doc) = call_as(&d, "agent", "GET", &format!("/v1/runs/{run}/state"), None).await;
+    assert!(!doc.to_string().contains("old-wide-token"));
+
+    // The original sandbox is lost; a new one is restored with a narrower manifest.
+    h.ok("DELETE", &format!("/v1/sandboxes/{a}"), None).await;
+    let b = h
+        .ok(
+            "POST",
+            &format!("/v1/snapshots/{snap}/restore"),
+            Some(
+                json!({"manifest": {"backend": "process", "lifecycle": {"on_idle": "nothing"},
+                                      "env": {"SCOPE": "narrow"}}}),
+            ),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, v) = call_as(&d, "agent", "POST", "/v1/runs/resume", Some(doc.clone())).await;
+    assert_eq!(st, 409, "resume into a destroyed sandbox: {v}");
+    let (st, v) = call_as(
+        &d,
+        "agent",
+        "POST",
+        "/v1/runs/resume",
+        Some(json!({"document": doc, "sandbox": "sb-doesnotexist"})),
+    )
+    .await;
+    assert_eq!(st, 404, "{v}");
+    let (st, rep) = call_as(
+        &d,
+        "agent",
+        "POST",
+        "/v1/runs/resume",
+        Some(json!({"document": doc, "sandbox": b})),
+    )
+    .await;
+    assert_eq!(st, 200, "{rep}");
+    assert_eq!(rep["sandbox"]["id"], b.as_str());
+    assert_eq!(rep["sandbox"]["rebound_from"], a.as_str());
+    assert_eq!(rep["sandbox"]["manifest_changed"], true);
+    assert_eq!(rep["still_pending"], json!([call]));
+    assert_eq!(rep["run"]["sandbox"], b.as_str());
+    let hand = rep["run"]["steps"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(hand["kind"], "handover");
+    assert_eq!(hand["data"]["sandbox_to"], b.as_str());
+    // The old document still verifies (history is a prefix) and sees the new binding.
+    let (st, rep2) = call_as(&d, "agent", "POST", "/v1/runs/resume", Some(doc)).await;
+    assert_eq!(st, 200, "{rep2}");
+    assert_eq!(rep2["sandbox"]["id"], b.as_str());
+
+    let (st, v) = call_as(
+        &d,
+        "alice",
+        "POST",
+        &format!("/v1/runs/{run}/approvals/{call}/approve"),
+        Some(json!({"reason": "ok"})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    assert_eq!(
+        v["call"]["result"]["stdout"],
+        "scope=narrow token=none\ndata\n"
+    );
+}

@@ -228,6 +228,21 @@ async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
             c.run, c.from_status
         )));
     }
+    if let Some((from, to)) = &c.rebind {
+        let done = sqlx::query("UPDATE runs SET sandbox = ? WHERE id = ? AND sandbox IS ?")
+            .bind(to)
+            .bind(&c.run)
+            .bind(from)
+            .execute(&mut **conn)
+            .await
+            .map_err(db_err)?;
+        if done.rows_affected() != 1 {
+            return Err(Error::state(format!(
+                "run {} was rebound concurrently",
+                c.run
+            )));
+        }
+    }
     if let Some(n) = &c.new_call {
         sqlx::query(
             "INSERT INTO tool_calls (id, run, idempotency_key, spec, fingerprint, state, result,

@@ -352,6 +352,8 @@ pub struct Change {
     pub call_update: Option<CallUpdate>,
     pub new_approval: Option<Approval>,
     pub decision: Option<(String, Decision)>,
+    /// Bind the run to another sandbox: (expected current, new).
+    pub rebind: Option<(Option<String>, String)>,
 }
 
 /// What a request with an idempotency key that already exists gets.
@@ -437,6 +439,7 @@ impl Run {
             call_update: None,
             new_approval: None,
             decision: None,
+            rebind: None,
         }
     }
 
@@ -741,6 +744,34 @@ impl Run {
         Ok(c)
     }
 
+    /// Move the run to another sandbox (e.g. one restored from a snapshot
+    /// after the original was lost). Recorded as a handover step; held calls
+    /// will run in the new sandbox, under its manifest.
+    pub fn rebind(&self, sandbox: &str, actor: &str, at_ms: i64) -> Result<Change> {
+        self.live()?;
+        if let Some(c) = self
+            .tool_calls
+            .iter()
+            .find(|c| c.state == CallState::IntentRecorded)
+        {
+            return Err(Error::state(format!(
+                "tool call {} is still executing",
+                c.id
+            )));
+        }
+        let mut c = self.change(at_ms);
+        let s = self.step(
+            &c,
+            StepKind::Handover,
+            actor,
+            None,
+            serde_json::json!({"sandbox_from": self.sandbox, "sandbox_to": sandbox}),
+        );
+        c.steps.push(s);
+        c.rebind = Some((self.sandbox.clone(), sandbox.to_string()));
+        Ok(c)
+    }
+
     /// Replay a change in memory (what the metadata layer persists).
     pub fn apply(&mut self, c: &Change) -> Result<()> {
         if c.run != self.id {
@@ -793,6 +824,12 @@ impl Run {
                 .find(|a| &a.call == call)
                 .ok_or_else(|| Error::not_found(format!("approval for {call}")))?;
             a.decision = Some(d.clone());
+        }
+        if let Some((from, to)) = &c.rebind {
+            if &self.sandbox != from {
+                return Err(Error::state("run was rebound concurrently"));
+            }
+            self.sandbox = Some(to.clone());
         }
         self.steps.extend(c.steps.iter().cloned());
         self.status = c.to_status;

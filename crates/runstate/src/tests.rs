@@ -332,3 +332,24 @@ fn key_file_is_created_0600_and_reused() {
     std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
     assert!(RunKey::load_or_create(&p).is_err());
 }
+
+#[test]
+fn rebind_moves_the_run_and_is_recorded() {
+    let mut r = run();
+    let held = new_call_id();
+    apply!(
+        r,
+        r.request_call(held.clone(), "k", spec(&["x"], true), "a", 2)
+    );
+    let c = apply!(r, r.rebind("sb-new", "agent", 3));
+    assert_eq!(r.sandbox.as_deref(), Some("sb-new"));
+    assert_eq!(c.rebind, Some((Some("sb-x".into()), "sb-new".into())));
+    let last = r.steps.last().unwrap();
+    assert_eq!(last.kind, StepKind::Handover);
+    assert_eq!(last.data["sandbox_from"], "sb-x");
+    // Still waiting for the same approval.
+    assert_eq!(r.pending_approvals().len(), 1);
+    // Not while a call is executing.
+    apply!(r, r.decide(&held, true, "alice", "ok", 4));
+    assert!(r.rebind("sb-other", "agent", 5).is_err());
+}

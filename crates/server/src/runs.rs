@@ -107,6 +107,9 @@ pub struct SandboxCheck {
     pub manifest_digest_in_state: String,
     /// The manifest changed since the document was issued; the current one applies.
     pub manifest_changed: bool,
+    /// The run was moved to this sandbox by this resume, from that one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebound_from: Option<String>,
 }
 
 /// What `POST /v1/runs/resume` returns.
@@ -575,18 +578,24 @@ impl Runs {
     /// its tenant, that it matches the recorded run, which approvals still
     /// stand, and the sandbox as it is now (exists, same tenant, usable; the
     /// manifest in force now is the one that applies).
-    pub async fn resume(&self, ctx: &Ctx, doc: &serde_json::Value) -> Result<ResumeReport> {
+    ///
+    /// With `rebind`, the run moves to that sandbox first (same tenant, alive;
+    /// typically one restored from a snapshot, with the manifest given at
+    /// restore): held calls then run there, under *its* manifest and env.
+    pub async fn resume(
+        &self,
+        ctx: &Ctx,
+        doc: &serde_json::Value,
+        rebind: Option<String>,
+    ) -> Result<ResumeReport> {
         let body = verify_state(doc, &self.key)?;
         if body.run.tenant != ctx.tenant.as_str() {
             // Another tenant's document is indistinguishable from an unknown run.
             return Err(Error::not_found(format!("run {}", body.run.id)));
         }
-        let run = self.get(ctx, &body.run.id).await?;
-        if run.sandbox != body.run.sandbox {
-            return Err(Error::integrity(
-                "run state document names another sandbox than the recorded run",
-            ));
-        }
+        let mut run = self.get(ctx, &body.run.id).await?;
+        // The sandbox of a run changes only through a recorded step, so the
+        // history check below also covers the sandbox binding.
         let diverged = body.run.steps.len() > run.steps.len()
             || body.run.steps.iter().zip(&run.steps).any(|(a, b)| {
                 a.seq != b.seq || a.kind != b.kind || a.call != b.call || a.at_ms != b.at_ms
@@ -609,11 +618,25 @@ impl Runs {
                 decided_since.push(call.clone());
             }
         }
+        let mut rebound_from = None;
+        if let Some(new_sb) = rebind {
+            self.check_sandbox(ctx, &new_sb).await?;
+            let lock = self.lock_of(&run.id);
+            let _g = lock.lock().await;
+            let cur = self.get(ctx, &run.id).await?;
+            if cur.sandbox.as_deref() != Some(new_sb.as_str()) {
+                rebound_from = cur.sandbox.clone();
+                let c = cur.rebind(&new_sb, &ctx.actor, now_ms())?;
+                run = self.commit(&c).await?;
+            } else {
+                run = cur;
+            }
+        }
         let sandbox = match (&run.sandbox, &body.sandbox) {
             (Some(s), bound) => {
                 let rec = self.check_sandbox(ctx, s).await.map_err(|e| {
                     e.context(format!(
-                        "the sandbox of run {} cannot continue it; restore it from a snapshot into a new run",
+                        "the sandbox of run {} cannot continue it (restore a snapshot into a new sandbox and resume with {{document, sandbox}})",
                         run.id
                     ))
                 })?;
@@ -622,6 +645,7 @@ impl Runs {
                     .map(|b| b.manifest_digest.clone())
                     .unwrap_or_default();
                 Some(SandboxCheck {
+                    rebound_from: rebound_from.clone(),
                     id: s.clone(),
                     state: rec.state.to_string(),
                     manifest_changed: in_state != rec.manifest_digest,
@@ -636,7 +660,8 @@ impl Runs {
             actor: ctx.actor.clone(),
             action: "resume".into(),
             target: run.id.clone(),
-            detail: serde_json::json!({"kind": "run_state", "still_pending": still_pending, "decided_since": decided_since}),
+            detail: serde_json::json!({"kind": "run_state", "still_pending": still_pending,
+                "decided_since": decided_since, "rebound_from": rebound_from, "sandbox": run.sandbox}),
         };
         if let Err(e) = self.manager.meta().audit(entry).await {
             warn!(error = %e, "audit append failed");

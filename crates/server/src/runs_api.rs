@@ -174,7 +174,7 @@ async fn run_state(
     Ok(axum::Json(runs(&st).await?.state(&ctx, &id).await?))
 }
 
-#[utoipa::path(post, path = "/v1/runs/resume", request_body(content = Object, description = "a RunState document"),
+#[utoipa::path(post, path = "/v1/runs/resume", request_body(content = Object, description = "a RunState document, or {document, sandbox} to continue the run in another sandbox (e.g. restored from a snapshot)"),
     responses((status = 200, description = "checks (pending approvals, sandbox) and a fresh document"), (status = 400, body = crate::api::ErrorBody), (status = 422, body = crate::api::ErrorBody)))]
 async fn resume_run(
     State(st): State<AppState>,
@@ -182,7 +182,26 @@ async fn resume_run(
     ApiJson(doc): ApiJson<serde_json::Value>,
 ) -> ApiResult<axum::Json<ResumeReport>> {
     let ctx = ctx(&headers)?;
-    Ok(axum::Json(runs(&st).await?.resume(&ctx, &doc).await?))
+    // Either the document itself, or {"document": ..., "sandbox": "sb-..."}
+    // to move the run to another sandbox (e.g. restored from a snapshot).
+    let (doc, rebind) = match doc.get("document") {
+        Some(d) if doc.get("format").is_none() => {
+            let sb = match doc.get("sandbox") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(s)) => Some(s.clone()),
+                Some(_) => {
+                    return Err(Error::invalid("sandbox must be a sandbox id")
+                        .with_field("sandbox")
+                        .into())
+                }
+            };
+            (d.clone(), sb)
+        }
+        _ => (doc, None),
+    };
+    Ok(axum::Json(
+        runs(&st).await?.resume(&ctx, &doc, rebind).await?,
+    ))
 }
 
 /// OpenAPI description of the run-state routes (merged into `/openapi.json`).
