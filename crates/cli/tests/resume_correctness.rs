@@ -261,6 +261,24 @@ async fn audit(h: &Http, id: &str) -> Vec<Value> {
         .clone()
 }
 
+/// Wait (up to 30 s) for an audit entry of `id` matching `pred`. The daemon
+/// appends an audit entry just *after* the state change it records, so a
+/// client that saw the new state may briefly not see its entry yet.
+async fn wait_audit(h: &Http, id: &str, what: &str, pred: impl Fn(&Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let entries = audit(h, id).await;
+        if entries.iter().any(&pred) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no audit entry {what} for {id}: {entries:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn start_session(h: &Http, id: &str, argv: &[&str]) -> String {
     let s = h
         .ok(
@@ -498,13 +516,10 @@ async fn idle_keep_memory_and_reads_never_change_policy(b: B) {
         p["pause_kind"], "memory",
         "idle pause did not keep memory: {p}"
     );
-    let entries = audit(&h, &id).await;
-    assert!(
-        entries
-            .iter()
-            .any(|e| e["action"] == "pause" && e["detail"]["why"] == "idle"),
-        "{entries:?}"
-    );
+    wait_audit(&h, &id, "pause/idle", |e| {
+        e["action"] == "pause" && e["detail"]["why"] == "idle"
+    })
+    .await;
     // Reading a paused sandbox: it stays paused, policy unchanged.
     for _ in 0..3 {
         let g = h.state(&id).await;
@@ -605,9 +620,8 @@ async fn policy_paths_filesystem_destroy_ttl(b: B) {
         404
     );
     assert!(!d.d.dir.join("sandboxes").join(&ttl).exists());
-    for (id, action) in [(&gone, "expire"), (&ttl, "expire")] {
-        let entries = audit(&h, id).await;
-        assert!(entries.iter().any(|e| e["action"] == action), "{entries:?}");
+    for id in [&gone, &ttl] {
+        wait_audit(&h, id, "expire", |e| e["action"] == "expire").await;
     }
 }
 
@@ -920,11 +934,7 @@ async fn paused_time_not_counted(b: B) {
         total >= life * 1000 && total < life * 1000 + 15_000,
         "{fin}"
     );
-    let entries = audit(&h, &id).await;
-    assert!(
-        entries.iter().any(|e| e["action"] == "expire"),
-        "{entries:?}"
-    );
+    wait_audit(&h, &id, "expire", |e| e["action"] == "expire").await;
 }
 
 // ----- point 7 --------------------------------------------------------------------
