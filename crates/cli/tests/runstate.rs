@@ -690,3 +690,32 @@ async fn resume_into_restored_sandbox_applies_the_manifest_in_force_now() {
         "scope=narrow token=none\ndata\n"
     );
 }
+
+/// A client that gives up mid-call does not cut the exec between intent and
+/// result: the retry waits for and returns the recorded result.
+#[tokio::test]
+async fn client_disconnect_does_not_make_the_outcome_unknown() {
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let sb = h.create(process(json!({"on_idle": "nothing"}))).await;
+    let run = new_run(&d, &sb).await;
+    let calls = format!("/v1/runs/{run}/tool-calls");
+    let body = tool(
+        "slow-1",
+        "sleep 2; echo done >> /workspace/slow; echo ok",
+        false,
+    );
+    let r = reqwest::Client::new()
+        .post(format!("{}{calls}", d.url))
+        .timeout(Duration::from_millis(500))
+        .json(&body)
+        .send()
+        .await;
+    assert!(r.is_err(), "the client should have timed out");
+    let (st, v) = call_as(&d, "agent", "POST", &calls, Some(body)).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["outcome"], "succeeded", "{v}");
+    assert_eq!(v["replayed"], true);
+    assert_eq!(v["call"]["result"]["stdout"], "ok\n");
+    assert_eq!(h.sh(&sb, "cat /workspace/slow").await, "done\n");
+}

@@ -48,6 +48,18 @@ pub struct DecisionBody {
     pub reason: String,
 }
 
+/// Run an operation that may execute a tool call to its end even if the
+/// client goes away: a dropped request must not cut an exec between its
+/// intent and its result (that would make its outcome unknown).
+async fn detached<T: Send + 'static>(
+    f: impl std::future::Future<Output = stasis_core::Result<T>> + Send + 'static,
+) -> ApiResult<T> {
+    tokio::spawn(f)
+        .await
+        .map_err(|e| ApiError(Error::internal(format!("tool call task: {e}"))))?
+        .map_err(ApiError)
+}
+
 async fn runs(st: &AppState) -> ApiResult<std::sync::Arc<Runs>> {
     Ok(Runs::of(&st.manager).await?)
 }
@@ -117,7 +129,8 @@ async fn request_call(
     ApiJson(body): ApiJson<ToolCallRequest>,
 ) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
     let ctx = ctx(&headers)?;
-    let o = runs(&st).await?.request_call(&ctx, &id, body).await?;
+    let r = runs(&st).await?;
+    let o = detached(async move { r.request_call(&ctx, &id, body).await }).await?;
     Ok((call_status(&o), axum::Json(o)))
 }
 
@@ -135,10 +148,9 @@ async fn decide(
     } else {
         serde_json::from_slice(&body).map_err(|e| ApiError(Error::invalid(e.to_string())))?
     };
-    let o = runs(&st)
-        .await?
-        .decide(&ctx, &id, &call, approve, &body.reason)
-        .await?;
+    let r = runs(&st).await?;
+    let o =
+        detached(async move { r.decide(&ctx, &id, &call, approve, &body.reason).await }).await?;
     Ok((call_status(&o), axum::Json(o)))
 }
 
