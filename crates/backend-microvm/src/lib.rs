@@ -2156,6 +2156,7 @@ impl Backend for MicrovmBackend {
                 cpu_ns: util::cpu_ns(pid),
                 rss_bytes: util::rss_bytes(pid),
                 host_processes: 1,
+                pss_bytes: util::pss_bytes(pid),
             },
             _ => Usage::default(),
         })

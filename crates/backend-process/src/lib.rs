@@ -1339,6 +1339,8 @@ impl Backend for ProcessBackend {
             cpu_ns,
             rss_bytes,
             host_processes,
+            // The cgroup's memory charge is already counted once per page.
+            pss_bytes: rss_bytes,
         })
     }
 }

@@ -90,6 +90,11 @@ pub struct Usage {
     pub rss_bytes: u64,
     /// Processes on the host that belong to the sandbox.
     pub host_processes: u64,
+    /// Proportional set size: resident memory with pages shared with other
+    /// sandboxes (e.g. forks of one snapshot) divided among them, bytes.
+    /// Equal to `rss_bytes` where the backend cannot tell.
+    #[serde(default)]
+    pub pss_bytes: u64,
 }
 
 /// What `recover` found for a sandbox after a daemon restart.

@@ -261,10 +261,12 @@ async fn fork_bench(c: &Client, manifest: &Value, n: u32) -> Result<Value> {
                 .collect()
         })
         .unwrap_or_default();
-    let mut total_rss = 0u64;
+    let (mut total_rss, mut total_pss) = (0u64, 0u64);
     for k in &kids {
         exec_ok(c, k, &["true"]).await?;
-        total_rss += c.usage(k).await?["rss_bytes"].as_u64().unwrap_or(0);
+        let u = c.usage(k).await?;
+        total_rss += u["rss_bytes"].as_u64().unwrap_or(0);
+        total_pss += u["pss_bytes"].as_u64().unwrap_or(0);
     }
     for k in &kids {
         c.destroy(k).await?;
@@ -280,6 +282,9 @@ async fn fork_bench(c: &Client, manifest: &Value, n: u32) -> Result<Value> {
         "one_sandbox_rss_bytes": one_rss,
         "children_total_rss_bytes": total_rss,
         "total_rss_vs_one": total_rss as f64 / one_rss.max(1) as f64,
+        // Shared copy-on-write pages counted once: the real memory cost.
+        "children_total_pss_bytes": total_pss,
+        "total_pss_vs_one": total_pss as f64 / one_rss.max(1) as f64,
     }))
 }
 
