@@ -777,17 +777,18 @@ impl MicrovmBackend {
         qmp.execute("stop", None).await?;
         let ram_file = vm.ram == RamBacking::SharedMemfd;
         let r: Result<()> = async {
-            if vm.ram != RamBacking::Anonymous {
-                // The stream skips RAM exactly when it is saved as a file; a
-                // fork's private mapping (share=off) is streamed normally.
-                qmp.execute(
-                    "migrate-set-capabilities",
-                    Some(serde_json::json!({"capabilities": [
-                        {"capability": "x-ignore-shared", "state": ram_file}
-                    ]})),
-                )
-                .await?;
-            }
+            // Always set it: a VM re-attached after a daemon restart may run
+            // on a RAM file while recorded as anonymous, and QEMU keeps the
+            // capability from its incoming migration. The stream skips RAM
+            // exactly when it is saved as a file; a fork's private mapping
+            // (share=off) is streamed normally.
+            qmp.execute(
+                "migrate-set-capabilities",
+                Some(serde_json::json!({"capabilities": [
+                    {"capability": "x-ignore-shared", "state": ram_file}
+                ]})),
+            )
+            .await?;
             qmp.execute(
                 "migrate-set-parameters",
                 Some(serde_json::json!({"max-bandwidth": 64u64 << 30, "downtime-limit": 100000})),
