@@ -535,20 +535,7 @@ async fn snapshot_restore_and_fork_bring_files_into_new_sandboxes() {
     let child = r["id"].as_str().unwrap();
     assert_eq!(h.sh(child, "cat state.txt deleted.txt").await, "v1\ngone\n");
     // Fork takes a fresh snapshot first: children see the latest state.
-    let f = h
-        .ok(
-            "POST",
-            &format!("/v1/sandboxes/{id}/fork"),
-            Some(json!({"count": 2})),
-        )
-        .await;
-    let kids: Vec<String> = f["sandboxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(kids.len(), 2);
+    let kids = h.fork(&id, 2).await;
     for k in &kids {
         assert_eq!(
             h.sh(k, "cat state.txt; test -e deleted.txt || echo no-deleted")

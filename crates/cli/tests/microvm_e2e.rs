@@ -95,20 +95,7 @@ async fn microvm_pause_resume_mid_execution_and_fork() {
 
     // Fork 2 from a fresh snapshot: both start with the state, then diverge.
     h.sh(&id, "echo parent > /workspace/lineage").await;
-    let f = h
-        .ok(
-            "POST",
-            &format!("/v1/sandboxes/{id}/fork"),
-            Some(json!({"count": 2})),
-        )
-        .await;
-    let kids: Vec<String> = f["sandboxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(kids.len(), 2);
+    let kids = h.fork(&id, 2).await;
     for (i, k) in kids.iter().enumerate() {
         assert_eq!(h.sh(k, "cat /workspace/lineage").await, "parent\n");
         h.sh(k, &format!("echo child{i} > /workspace/mine")).await;

@@ -956,20 +956,7 @@ async fn fork_sees_latest_file(b: B) {
     let data = content(7, 50_000);
     put_file(&h, &id, "latest.bin", &data).await;
     h.exec(&id, &["sh", "-c", "echo newest > state.txt"]).await;
-    let f = h
-        .ok(
-            "POST",
-            &format!("/v1/sandboxes/{id}/fork"),
-            Some(json!({"count": 2})),
-        )
-        .await;
-    let kids: Vec<String> = f["sandboxes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["id"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(kids.len(), 2);
+    let kids = h.fork(&id, 2).await;
     for k in &kids {
         assert_eq!(h.sh(k, "cat state.txt").await, "newest\n", "child {k}");
         assert!(get_file(&h, k, "latest.bin").await == data, "child {k}");

@@ -372,6 +372,25 @@ impl Http {
         }
     }
 
+    /// Fork `count` children; returns their ids.
+    pub async fn fork(&self, id: &str, count: u32) -> Vec<String> {
+        let f = self
+            .ok(
+                "POST",
+                &format!("/v1/sandboxes/{id}/fork"),
+                Some(json!({ "count": count })),
+            )
+            .await;
+        let kids: Vec<String> = f["sandboxes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(kids.len(), count as usize, "{f}");
+        kids
+    }
+
     pub async fn send(&self, id: &str, session: &str, data: &str) {
         self.ok(
             "POST",
