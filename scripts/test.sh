@@ -12,4 +12,16 @@ cargo build --locked --workspace --all-targets
 # A bounded run of the lifecycle bench: it exercises the bench command and
 # prints this machine's figures into the CI log.
 target/debug/stasis bench lifecycle --backend process --repeats 1 --fork 2 --paused-watch-secs 1
-cargo test --locked --workspace
+# cargo prints one summary per test binary (the last ones are empty doc-test
+# runs); end with one total line.
+log=$(mktemp)
+set +e
+cargo test --locked --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+sum() { grep -E '^test result:' "$log" | grep -oE "[0-9]+ $1" | awk '{s+=$1} END {print s+0}'; }
+passed=$(sum passed)
+failed=$(sum failed)
+rm -f "$log"
+echo "tests: $passed passed, $failed failed"
+exit "$status"
