@@ -312,6 +312,54 @@ fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
 }
 
 /// PID 1 and its waiter both still run.
+/// Where one exec or session runs: its cgroup leaf and its shim files.
+struct Prepared {
+    leaf: String,
+    cfg_path: PathBuf,
+    status_path: PathBuf,
+}
+
+/// Make the cgroup leaf of one exec or session and write the shim's config.
+async fn prepare_exec(
+    sb: &Sandbox,
+    leaf: String,
+    init_pid: i32,
+    argv: &[String],
+    env: Vec<(String, String)>,
+    cwd: String,
+    merge_stderr: bool,
+) -> Result<Prepared> {
+    let cg = sb.cg.clone();
+    let l2 = leaf.clone();
+    let procs = blocking(move || cg.leaf(&l2)).await?;
+    let run_dir = sb.spec.dir.join("run");
+    let cfg_path = run_dir.join(format!("{leaf}.json"));
+    let status_path = run_dir.join(format!("{leaf}.status"));
+    let cfg = ExecConfig {
+        cgroup_procs: procs,
+        init_pid,
+        argv: argv.to_vec(),
+        env,
+        cwd,
+        status_path: status_path.clone(),
+        merge_stderr,
+        init_cgroup: sb.init_cgroup_marker(),
+    };
+    tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
+    Ok(Prepared {
+        leaf,
+        cfg_path,
+        status_path,
+    })
+}
+
+/// The shim could not be started: undo `prepare_exec` and say why.
+async fn spawn_failed(sb: &Sandbox, leaf: &str, cfg_path: &Path, e: std::io::Error) -> Error {
+    sb.cg.remove_leaf(leaf);
+    let _ = tokio::fs::remove_file(cfg_path).await;
+    Error::backend(format!("spawn shim: {e}"))
+}
+
 fn alive(waiter: &mut Child, init_fd: &std::os::fd::OwnedFd) -> bool {
     use std::os::fd::AsRawFd;
     if !matches!(waiter.try_wait(), Ok(None)) {
@@ -634,24 +682,20 @@ impl ProcessBackend {
             None => sb.workdir().to_string(),
         };
         let init_pid = sb.pid().await?;
-        let leaf = format!("x{}", sb.next());
-        let cg = sb.cg.clone();
-        let l2 = leaf.clone();
-        let procs = blocking(move || cg.leaf(&l2)).await?;
-        let run_dir = sb.spec.dir.join("run");
-        let cfg_path = run_dir.join(format!("{leaf}.json"));
-        let status_path = run_dir.join(format!("{leaf}.status"));
-        let cfg = ExecConfig {
-            cgroup_procs: procs,
+        let Prepared {
+            leaf,
+            cfg_path,
+            status_path,
+        } = prepare_exec(
+            sb,
+            format!("x{}", sb.next()),
             init_pid,
-            argv: req.argv.clone(),
+            &req.argv,
             env,
             cwd,
-            status_path: status_path.clone(),
-            merge_stderr: false,
-            init_cgroup: sb.init_cgroup_marker(),
-        };
-        tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
+            false,
+        )
+        .await?;
         let start = Instant::now();
         let spawned = self
             .shim("exec", &cfg_path)
@@ -665,11 +709,7 @@ impl ProcessBackend {
             .spawn();
         let mut child = match spawned {
             Ok(c) => c,
-            Err(e) => {
-                sb.cg.remove_leaf(&leaf);
-                let _ = tokio::fs::remove_file(&cfg_path).await;
-                return Err(Error::backend(format!("spawn shim: {e}")));
-            }
+            Err(e) => return Err(spawn_failed(sb, &leaf, &cfg_path, e).await),
         };
         if let (Some(data), Some(mut stdin)) = (req.stdin.clone(), child.stdin.take()) {
             tokio::spawn(async move {
@@ -969,31 +1009,21 @@ impl Backend for ProcessBackend {
             }
         }
         let n = sb.next();
-        let leaf = format!("s{n}");
-        let cg = sb.cg.clone();
-        let l2 = leaf.clone();
-        let procs = blocking(move || cg.leaf(&l2)).await?;
-        let run_dir = sb.spec.dir.join("run");
-        let cfg_path = run_dir.join(format!("{leaf}.json"));
-        let status_path = run_dir.join(format!("{leaf}.status"));
-        let cfg = ExecConfig {
-            cgroup_procs: procs,
-            init_pid,
-            argv: spec.argv.clone(),
-            env,
-            cwd,
-            status_path: status_path.clone(),
-            merge_stderr: true,
-            init_cgroup: sb.init_cgroup_marker(),
-        };
-        tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
-        let mut child = self
+        let Prepared {
+            leaf,
+            cfg_path,
+            status_path,
+        } = prepare_exec(&sb, format!("s{n}"), init_pid, &spec.argv, env, cwd, true).await?;
+        let spawned = self
             .shim("exec", &cfg_path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| Error::backend(format!("spawn shim: {e}")))?;
+            .spawn();
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => return Err(spawn_failed(&sb, &leaf, &cfg_path, e).await),
+        };
         let session = Arc::new(Session {
             // Unique across daemon restarts too (the counter restarts).
             id: format!("sess-{}-{n}", stasis_core::now_ms()),
