@@ -105,9 +105,42 @@ impl Default for LifecyclePolicy {
     }
 }
 
+/// The only manifest format version this daemon accepts.
+pub const MANIFEST_VERSION: u32 = 1;
+
+/// A read-only input: a host path the operator allows, visible at `target`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mount {
+    /// Absolute host path (file or directory); must lie under a root the
+    /// operator allowed (`stasis serve --allow-mount <dir>`).
+    pub source: String,
+    /// Absolute path inside the sandbox. Always mounted read-only.
+    pub target: String,
+}
+
+/// Egress policy. Default: no network at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct NetworkPolicy {
+    /// Destinations the sandbox may open TCP connections to, as `ip:port`
+    /// (`[v6]:port` for IPv6). Everything else is dropped.
+    pub allow: Vec<String>,
+}
+
+impl NetworkPolicy {
+    /// The parsed allowlist (validated by `Manifest::validate`).
+    pub fn destinations(&self) -> Vec<std::net::SocketAddr> {
+        self.allow.iter().filter_map(|a| a.parse().ok()).collect()
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
+    /// Manifest format version; only `MANIFEST_VERSION` is accepted.
+    #[serde(default = "default_version")]
+    pub version: u32,
     /// Defaults to the daemon's default backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendKind>,
@@ -125,6 +158,23 @@ pub struct Manifest {
     /// Working directory inside the sandbox, created if missing.
     #[serde(default = "default_workdir")]
     pub workdir: String,
+    /// Read-only input mounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mounts: Vec<Mount>,
+    /// Absolute directories inside the sandbox where results are written;
+    /// the only places outputs are collected from.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<String>,
+    #[serde(default)]
+    pub network: NetworkPolicy,
+    /// Names of tenant secrets delivered (as environment variables of the
+    /// same name) to each exec and session. Values never enter the manifest.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<String>,
+}
+
+fn default_version() -> u32 {
+    MANIFEST_VERSION
 }
 
 fn default_workdir() -> String {
@@ -140,6 +190,11 @@ impl Default for Manifest {
             lifecycle: LifecyclePolicy::default(),
             env: BTreeMap::new(),
             workdir: default_workdir(),
+            mounts: Vec::new(),
+            outputs: Vec::new(),
+            network: NetworkPolicy::default(),
+            secrets: Vec::new(),
+            version: MANIFEST_VERSION,
         }
     }
 }
@@ -150,6 +205,11 @@ fn bad(field: &str, msg: impl Into<String>) -> Error {
         format!("{field}: {}", msg.into()),
     )
     .with_field(field)
+}
+
+/// An absolute sandbox path without `..`, NUL or empty components' surprises.
+fn valid_abs_path(p: &str) -> bool {
+    p.starts_with('/') && p.len() <= 4096 && !p.contains('\0') && !p.split('/').any(|c| c == "..")
 }
 
 /// Environment variable names: the POSIX portable set.
@@ -170,6 +230,15 @@ impl Manifest {
     }
 
     pub fn validate(&self) -> Result<(), Error> {
+        if self.version != MANIFEST_VERSION {
+            return Err(bad(
+                "version",
+                format!(
+                    "unsupported manifest version {} (this daemon reads {MANIFEST_VERSION})",
+                    self.version
+                ),
+            ));
+        }
         let r = &self.resources;
         if !(r.cpus.is_finite() && r.cpus >= 0.05 && r.cpus <= 64.0) {
             return Err(bad("resources.cpus", "must be between 0.05 and 64"));
@@ -207,12 +276,61 @@ impl Manifest {
                 return Err(bad("image", "must be a non-empty path or name"));
             }
         }
-        if !self.workdir.starts_with('/')
-            || self.workdir.len() > 4096
-            || self.workdir.contains('\0')
-            || self.workdir.split('/').any(|c| c == "..")
-        {
+        if !valid_abs_path(&self.workdir) {
             return Err(bad("workdir", "must be an absolute path without '..'"));
+        }
+        if self.mounts.len() > 64 {
+            return Err(bad("mounts", "at most 64 mounts"));
+        }
+        for (i, m) in self.mounts.iter().enumerate() {
+            if !valid_abs_path(&m.source) {
+                return Err(bad(
+                    &format!("mounts[{i}].source"),
+                    "must be an absolute host path without '..'",
+                ));
+            }
+            if !valid_abs_path(&m.target) || m.target == "/" {
+                return Err(bad(
+                    &format!("mounts[{i}].target"),
+                    "must be an absolute path without '..', not /",
+                ));
+            }
+        }
+        if self.outputs.len() > 64 {
+            return Err(bad("outputs", "at most 64 output directories"));
+        }
+        for (i, o) in self.outputs.iter().enumerate() {
+            if !valid_abs_path(o) || o == "/" {
+                return Err(bad(
+                    &format!("outputs[{i}]"),
+                    "must be an absolute path without '..', not /",
+                ));
+            }
+        }
+        if self.network.allow.len() > 256 {
+            return Err(bad("network.allow", "at most 256 destinations"));
+        }
+        for (i, a) in self.network.allow.iter().enumerate() {
+            match a.parse::<std::net::SocketAddr>() {
+                Ok(sa) if sa.port() != 0 => {}
+                _ => {
+                    return Err(bad(
+                        &format!("network.allow[{i}]"),
+                        "must be ip:port (or [ipv6]:port) with a non-zero port",
+                    ))
+                }
+            }
+        }
+        if self.secrets.len() > 64 {
+            return Err(bad("secrets", "at most 64 secrets"));
+        }
+        for (i, s) in self.secrets.iter().enumerate() {
+            if !validate_env_name(s) || s.len() > 128 {
+                return Err(bad(
+                    &format!("secrets[{i}]"),
+                    "must be a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)",
+                ));
+            }
         }
         for (k, v) in &self.env {
             if !validate_env_name(k) {
@@ -266,11 +384,46 @@ mod tests {
             (json!({"workdir": "relative"}), "workdir"),
             (json!({"workdir": "/a/../b"}), "workdir"),
             (json!({"env": {"1X": "y"}}), "env.1X"),
+            (json!({"version": 2}), "version"),
+            (
+                json!({"mounts": [{"source": "rel", "target": "/in"}]}),
+                "mounts[0].source",
+            ),
+            (
+                json!({"mounts": [{"source": "/data", "target": "/"}]}),
+                "mounts[0].target",
+            ),
+            (json!({"outputs": ["/out/../etc"]}), "outputs[0]"),
+            (
+                json!({"network": {"allow": ["example.com:443"]}}),
+                "network.allow[0]",
+            ),
+            (
+                json!({"network": {"allow": ["127.0.0.1:0"]}}),
+                "network.allow[0]",
+            ),
+            (json!({"secrets": ["API-KEY"]}), "secrets[0]"),
         ];
         for (v, field) in cases {
             let e = Manifest::from_json(v.clone()).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(field), "{v}");
         }
+    }
+
+    #[test]
+    fn full_manifest_round_trips() {
+        let m = Manifest::from_json(json!({
+            "version": 1,
+            "mounts": [{"source": "/srv/data", "target": "/input"}],
+            "outputs": ["/workspace/out"],
+            "network": {"allow": ["127.0.0.1:8080", "[::1]:443"]},
+            "secrets": ["API_KEY"],
+        }))
+        .unwrap();
+        assert_eq!(m.network.destinations().len(), 2);
+        let back = Manifest::from_json(serde_json::to_value(&m).unwrap()).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(back.digest(), m.digest());
     }
 
     #[test]
