@@ -21,7 +21,9 @@
 #   STASIS_GUEST_SUITE      Debian suite (bookworm)
 #   STASIS_GUEST_PACKAGES   extra packages for the rootfs (python3,procps)
 #   STASIS_DEBIAN_MIRROR    mirror (default: the one configured for apt)
-#   STASIS_ROOTFS_SIZE_MB   virtual size of the root disk (2048)
+#   STASIS_ROOTFS_SIZE_MB   size of the root filesystem (default: its files + 25% + 64 MiB;
+#                           each sandbox's disk adds resources.disk_mb to it, and the
+#                           agent grows the filesystem to the disk at first boot)
 #   STASIS_KERNEL_PKG       kernel package (linux-image-amd64)
 #   STASIS_AGENT_BIN        use this prebuilt static agent instead of building it
 #   STASIS_AGENT_TARGET_DIR cargo target dir for the agent build
@@ -35,7 +37,7 @@ CACHE=${STASIS_GUEST_CACHE:-$REPO/.stasis/cache/guest}
 SUITE=${STASIS_GUEST_SUITE:-bookworm}
 VARIANT=minbase
 PACKAGES=${STASIS_GUEST_PACKAGES:-python3,procps}
-ROOTFS_SIZE_MB=${STASIS_ROOTFS_SIZE_MB:-2048}
+ROOTFS_SIZE_MB=${STASIS_ROOTFS_SIZE_MB:-auto}
 KERNEL_PKG=${STASIS_KERNEL_PKG:-linux-image-amd64}
 GUEST_DIR=$REPO/scripts/guest
 # Modules the guest needs to boot (their dependencies are added from modules.dep),
@@ -43,7 +45,8 @@ GUEST_DIR=$REPO/scripts/guest
 # after switch_root (off the boot path).
 MODULES=(virtio_ring virtio virtio_mmio virtio_blk virtio_console
     crc16 mbcache jbd2 crc32c_generic ext4)
-LATE_MODULES=(overlay virtio-rng)
+# virtio_net: the NIC of sandboxes with an egress allowlist (the agent waits for it).
+LATE_MODULES=(overlay virtio-rng virtio_net)
 # Under TCG on these hosts the PIT-based TSC calibration fails and the timer tick
 # never starts (microvm's MADT has no IRQ0 override under TCG): the kernel hangs in
 # calibrate_delay. Giving it the TSC rate (tsc_early_khz=<host TSC kHz>, which is
@@ -379,7 +382,7 @@ stage_rootfs() {
     ROOTFS_KEY=$key
 
     local ikey
-    ikey=$(strsha "image-v1 $key $ROOTFS_SIZE_MB")
+    ikey=$(strsha "image-v2 $key $ROOTFS_SIZE_MB")
     if [ -e "$OUT/rootfs.qcow2" ] && [ "$(cat "$OUT/.rootfs.key" 2>/dev/null)" = "$ikey" ]; then
         log "rootfs: rootfs.qcow2 up to date"
         return 0
@@ -387,8 +390,14 @@ stage_rootfs() {
     local t0=$SECONDS
     local used size
     used=$(du -sm "$tree" | cut -f1)
-    size=$ROOTFS_SIZE_MB
-    [ "$size" -ge $((used * 2 + 256)) ] || size=$((used * 2 + 256))
+    # Small by default: a sandbox's writable space is its manifest's disk_mb,
+    # added to this by the sandbox's disk size (the agent grows the filesystem).
+    if [ "$ROOTFS_SIZE_MB" = auto ]; then
+        size=$((used + used / 4 + 64))
+    else
+        size=$ROOTFS_SIZE_MB
+        [ "$size" -ge $((used + 64)) ] || size=$((used + 64))
+    fi
     log "rootfs: mkfs.ext4 -d ($used MiB of files, ${size} MiB disk)"
     local raw=$CACHE/rootfs-$key.raw
     rm -f "$raw"

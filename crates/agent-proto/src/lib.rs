@@ -86,6 +86,69 @@ pub enum Request {
     },
     /// Flush filesystem buffers (before a snapshot).
     Sync,
+    /// Apply the sandbox's boundaries inside the guest (after a cold boot, and
+    /// again after every resume/restore; idempotent): network interface and
+    /// allowlist relays, read-only mounts, output directories, process cap,
+    /// root filesystem grown to its disk.
+    Configure {
+        config: GuestConfig,
+    },
+}
+
+/// What `Request::Configure` applies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct GuestConfig {
+    /// None: the guest has no NIC.
+    #[serde(default)]
+    pub network: Option<GuestNetwork>,
+    #[serde(default)]
+    pub mounts: Vec<GuestMount>,
+    /// Directories created (mode 0755) if missing.
+    #[serde(default)]
+    pub outputs: Vec<String>,
+    /// `pids.max` of the cgroup every exec and session runs in (0: no cap).
+    #[serde(default)]
+    pub pids: u64,
+    /// Grow the root ext4 filesystem to the size of its block device.
+    #[serde(default)]
+    pub grow_root: bool,
+}
+
+/// The guest side of the egress allowlist. QEMU's user networking runs with
+/// `restrict=on` (it drops every guest packet) plus one `guestfwd` per
+/// allowlisted destination, at `relay_addr:<port>`; the agent makes each
+/// destination reachable under its own address by listening on it inside
+/// the guest and relaying to its guestfwd port.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestNetwork {
+    /// Guest address with prefix, e.g. "10.0.2.15/24".
+    pub address: String,
+    /// Default gateway (QEMU's virtual host), e.g. "10.0.2.2".
+    pub gateway: String,
+    pub forwards: Vec<GuestForward>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct GuestForward {
+    /// Allowlisted destination as written in the manifest ("ip:port").
+    pub destination: String,
+    /// The guestfwd endpoint that reaches it ("10.0.2.100:20000").
+    pub via: String,
+}
+
+/// A read-only input disk: the virtio-blk device with serial `serial`,
+/// mounted read-only at `target`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GuestMount {
+    pub serial: String,
+    pub target: String,
+    /// The source is a single file (named `file` on the disk) rather than a directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<String>,
+    /// The disk's content changed since the guest mounted it (a restore
+    /// after the host source changed): remount it.
+    #[serde(default)]
+    pub refresh: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -232,6 +232,7 @@ fn request_name(r: &Request) -> &'static str {
         Request::SessionList => "session_list",
         Request::SessionKill { .. } => "session_kill",
         Request::Sync => "sync",
+        Request::Configure { .. } => "configure",
     }
 }
 

@@ -53,6 +53,7 @@
 //! `meta.json` records the accelerator and resume/restore use the recorded one.
 
 mod agent;
+pub mod boundary;
 pub mod qemu;
 pub mod qmp;
 pub mod util;
@@ -70,7 +71,7 @@ use stasis_backend::{
     Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Result, SandboxId,
+    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Manifest, Result, SandboxId,
     SessionInfo, SessionOutput, SessionSpec,
 };
 
@@ -144,6 +145,14 @@ pub struct MicrovmConfig {
     /// TCG translation buffer per guest, MiB (None: QEMU's 1 GiB default).
     /// Bounds the per-sandbox code cache, the main private memory of a fork.
     pub tcg_tb_mb: Option<u32>,
+    /// Host directories under which read-only mount sources may lie (the
+    /// operator's `--allow-mount`); empty: every mount is refused.
+    pub mount_roots: Vec<PathBuf>,
+    /// `mkfs.ext4` (builds the read-only input disks).
+    pub mkfs_ext4: PathBuf,
+    /// The relay QEMU spawns per allowlisted connection, followed by the
+    /// destination's ip and port.
+    pub relay: Vec<String>,
 }
 
 impl MicrovmConfig {
@@ -160,6 +169,9 @@ impl MicrovmConfig {
             base_dir: None,
             shared_ram: true,
             tcg_tb_mb: Some(128),
+            mount_roots: Vec::new(),
+            mkfs_ext4: "mkfs.ext4".into(),
+            relay: vec!["/bin/busybox".into(), "nc".into()],
         }
     }
 }
@@ -305,6 +317,13 @@ pub struct SnapshotMeta {
     pub memory_ram_blake3: Option<String>,
     pub workdir: String,
     pub created_ms: i64,
+    /// The guest had a NIC (non-empty allowlist): a memory state only loads
+    /// into a VM with the same devices.
+    #[serde(default)]
+    pub network: bool,
+    /// Content digests of the read-only input disks, in drive order.
+    #[serde(default)]
+    pub inputs: Vec<String>,
 }
 
 /// `vm.json` in the sandbox dir: what `recover` needs to rebuild its handle.
@@ -318,6 +337,8 @@ struct VmRecord {
     boot_id: String,
     workdir: String,
     shared_ram: bool,
+    #[serde(default)]
+    inputs: Vec<boundary::InputDisk>,
 }
 
 /// Identity of a file version: device, inode, size, mtime, ctime.
@@ -347,6 +368,8 @@ struct Vm {
     accel: Accel,
     workdir: String,
     env: std::collections::BTreeMap<String, String>,
+    manifest: Manifest,
+    inputs: Vec<boundary::InputDisk>,
     ram: RamBacking,
     boot_id: String,
     proc: tokio::sync::Mutex<qemu::QemuProc>,
@@ -479,6 +502,7 @@ impl MicrovmBackend {
         accel: Accel,
         memory_mb: u64,
         kind: StartKind<'_>,
+        inputs: Vec<boundary::InputDisk>,
     ) -> Result<Arc<Vm>> {
         let t0 = Instant::now();
         let dir = spec.dir.clone();
@@ -524,6 +548,12 @@ impl MicrovmBackend {
             },
             ram: ram.clone(),
             tcg_tb_mb: self.config.tcg_tb_mb,
+            forwards: boundary::forwards(&spec.manifest),
+            relay: self.config.relay.clone(),
+            inputs: inputs
+                .iter()
+                .map(|d| (d.image.clone(), d.serial.clone()))
+                .collect(),
         };
         let _ = std::fs::remove_file(dir.join(qemu::CONSOLE_LOG));
         let mut proc = qemu::QemuProc::spawn(&launch, &dir)?;
@@ -613,6 +643,8 @@ impl MicrovmBackend {
             accel,
             workdir: spec.manifest.workdir.clone(),
             env: spec.manifest.env.clone(),
+            manifest: spec.manifest.clone(),
+            inputs,
             ram,
             boot_id,
             proc: tokio::sync::Mutex::new(proc),
@@ -675,6 +707,7 @@ impl MicrovmBackend {
             boot_id: vm.boot_id.clone(),
             workdir: vm.workdir.clone(),
             shared_ram: vm.ram == RamBacking::SharedMemfd,
+            inputs: vm.inputs.clone(),
         };
         std::fs::write(vm.dir.join(VM_RECORD), serde_json::to_vec_pretty(&rec)?)?;
         Ok(())
@@ -884,6 +917,8 @@ impl MicrovmBackend {
             memory_ram_blake3: None,
             workdir: vm.workdir.clone(),
             created_ms: stasis_core::now_ms(),
+            network: !vm.manifest.network.allow.is_empty(),
+            inputs: vm.inputs.iter().map(|d| d.digest.clone()).collect(),
         };
         if memory {
             let state = out.join(MEMORY_STATE);
@@ -1109,6 +1144,10 @@ impl MicrovmBackend {
             }
         }
         std::fs::create_dir_all(&spec.dir)?;
+        let inputs = self.prepare_inputs(spec).await?;
+        if let (Some(m), true) = (&meta, with_memory) {
+            check_devices(m, &spec.manifest)?;
+        }
         self.import_disk(artifacts, &spec.dir).await?;
         let prepare_ms = t0.elapsed().as_millis() as u64;
         let accel = match &meta {
@@ -1127,10 +1166,11 @@ impl MicrovmBackend {
                 accel,
                 memory_mb,
                 StartKind::Incoming { artifacts, meta },
+                inputs,
             )
             .await
         } else {
-            self.start_vm(spec, image, accel, memory_mb, StartKind::Cold)
+            self.start_vm(spec, image, accel, memory_mb, StartKind::Cold, inputs)
                 .await
         };
         match r {
@@ -1147,8 +1187,50 @@ impl MicrovmBackend {
         }
     }
 
+    /// Validate the mount sources and build (or reuse) their input disks.
+    async fn prepare_inputs(&self, spec: &SandboxSpec) -> Result<Vec<boundary::InputDisk>> {
+        if spec.manifest.mounts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (m, dir) = (spec.manifest.clone(), spec.dir.clone());
+        let (roots, mkfs) = (
+            self.config.mount_roots.clone(),
+            self.config.mkfs_ext4.clone(),
+        );
+        tokio::task::spawn_blocking(move || boundary::prepare_inputs(&m, &dir, &roots, &mkfs))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))?
+    }
+
+    /// Apply the manifest's boundaries in the guest. After a memory restore,
+    /// `saved` holds the input digests the guest had mounted: disks whose
+    /// content changed since are remounted.
+    async fn configure(&self, vm: &Vm, grow_root: bool, saved: Option<&[String]>) -> Result<()> {
+        let refresh: Vec<String> = match saved {
+            Some(old) => vm
+                .inputs
+                .iter()
+                .enumerate()
+                .filter(|(i, d)| old.get(*i) != Some(&d.digest))
+                .map(|(_, d)| d.serial.clone())
+                .collect(),
+            None => Vec::new(),
+        };
+        let config = boundary::guest_config(&vm.manifest, &vm.inputs, &refresh, grow_root);
+        let r = self
+            .call(
+                vm,
+                Request::Configure { config },
+                None,
+                Duration::from_secs(60),
+            )
+            .await?;
+        expect_ok(r).map_err(|e| e.context("applying the manifest in the guest"))
+    }
+
     async fn after_cold_boot(&self, vm: &Vm) -> Result<()> {
         self.set_time(vm).await?;
+        self.configure(vm, true, None).await?;
         let r = self
             .call(
                 vm,
@@ -1235,6 +1317,34 @@ pub fn host_tsc_khz() -> Option<u64> {
         .parse()
         .ok()?;
     Some((mhz * 1000.0).round() as u64)
+}
+
+/// A memory state loads only into a VM with the devices it was saved with.
+fn check_devices(meta: &SnapshotMeta, m: &Manifest) -> Result<()> {
+    let net = !m.network.allow.is_empty();
+    if meta.network != net {
+        return Err(Error::new(
+            ErrorCode::InvalidManifest,
+            format!(
+                "network.allow: the snapshot's guest was saved {} a network interface; a memory restore needs an allowlist that is {} as well",
+                if meta.network { "with" } else { "without" },
+                if meta.network { "non-empty" } else { "empty" }
+            ),
+        )
+        .with_field("network.allow"));
+    }
+    if meta.inputs.len() != m.mounts.len() {
+        return Err(Error::new(
+            ErrorCode::InvalidManifest,
+            format!(
+                "mounts: the snapshot's guest was saved with {} read-only mount(s); a memory restore needs the same number (got {})",
+                meta.inputs.len(),
+                m.mounts.len()
+            ),
+        )
+        .with_field("mounts"));
+    }
+    Ok(())
 }
 
 fn expect_ok(r: Reply) -> Result<()> {
@@ -1520,6 +1630,9 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             incoming: None,
             ram: RamBacking::Anonymous,
             tcg_tb_mb: None,
+            forwards: Vec::new(),
+            relay: Vec::new(),
+            inputs: Vec::new(),
         };
         let mut proc = qemu::QemuProc::spawn(&launch, &tmp)?;
         let r = connect_agent(&tmp.join(qemu::AGENT_SOCK), &mut proc, config.probe_timeout).await;
@@ -1614,7 +1727,15 @@ impl Backend for MicrovmBackend {
         }
         let image = Image::resolve(&self.config.images_dir, spec.manifest.image.as_deref())?;
         std::fs::create_dir_all(&spec.dir)?;
+        let inputs = self.prepare_inputs(spec).await?;
         let backing = image.rootfs().display().to_string();
+        // The disk quota: the root filesystem may grow to the image's plus
+        // disk_mb (the agent grows it), never beyond.
+        let size = boundary::disk_bytes(
+            boundary::qcow2_virtual_size(&image.rootfs())?,
+            &spec.manifest,
+        )
+        .to_string();
         let _ = std::fs::remove_file(spec.dir.join(qemu::DISK));
         let _ = std::fs::remove_file(spec.dir.join(qemu::BASE_DISK));
         qemu_img(
@@ -1630,6 +1751,7 @@ impl Backend for MicrovmBackend {
                 "-F",
                 "qcow2",
                 qemu::DISK,
+                &size,
             ],
         )
         .await?;
@@ -1641,6 +1763,7 @@ impl Backend for MicrovmBackend {
                 accel,
                 spec.manifest.resources.memory_mb,
                 StartKind::Cold,
+                inputs,
             )
             .await
         {
@@ -1917,7 +2040,11 @@ impl Backend for MicrovmBackend {
             .map_err(|e| e.context("resume"))?;
         let tf = Instant::now();
         let r = if with_memory {
-            self.set_time(&vm).await
+            let saved = self.read_meta(artifacts)?.map(|m| m.inputs);
+            match self.set_time(&vm).await {
+                Ok(()) => self.configure(&vm, false, saved.as_deref()).await,
+                Err(e) => Err(e),
+            }
         } else {
             self.after_cold_boot(&vm).await
         };
@@ -2009,6 +2136,8 @@ impl Backend for MicrovmBackend {
             expect_ok(r)?;
             if with_memory {
                 self.set_time(&vm).await?;
+                let saved = self.read_meta(artifacts)?.map(|m| m.inputs);
+                self.configure(&vm, false, saved.as_deref()).await?;
             }
             Ok::<(), Error>(())
         }
@@ -2095,6 +2224,8 @@ impl Backend for MicrovmBackend {
                 accel: rec.accelerator,
                 workdir: rec.workdir,
                 env: spec.manifest.env.clone(),
+                manifest: spec.manifest.clone(),
+                inputs: rec.inputs,
                 ram: if rec.shared_ram {
                     RamBacking::SharedMemfd
                 } else {

@@ -75,6 +75,13 @@ pub struct Launch {
     /// QEMU's per-guest code cache (QEMU 7.2 defaults to 1 GiB, touched as
     /// the guest runs new code).
     pub tcg_tb_mb: Option<u32>,
+    /// Egress allowlist (see `boundary`): empty = no NIC.
+    pub forwards: Vec<crate::boundary::Forward>,
+    /// The per-connection relay QEMU runs for a guestfwd, followed by the
+    /// destination's ip and port (e.g. `/bin/busybox nc`).
+    pub relay: Vec<String>,
+    /// Read-only input disks: (image path, serial).
+    pub inputs: Vec<(PathBuf, String)>,
 }
 
 pub const DEFAULT_APPEND: &str = "console=ttyS0 reboot=t panic=-1 quiet";
@@ -134,6 +141,35 @@ impl Launch {
         push(&["-serial", &serial]);
         let drive = format!("id=root,file={DISK},format=qcow2,if=none");
         push(&["-drive", &drive, "-device", "virtio-blk-device,drive=root"]);
+        // Input disks after the root disk (which stays /dev/vda); the agent
+        // finds them by serial. `readonly=on`: the guest cannot write them.
+        for (i, (img, serial)) in self.inputs.iter().enumerate() {
+            let drive = format!(
+                "id=in{i},file={},format=raw,if=none,readonly=on",
+                img.display().to_string().replace(',', ",,")
+            );
+            let dev = format!("virtio-blk-device,drive=in{i},serial={serial}");
+            push(&["-drive", &drive, "-device", &dev]);
+        }
+        if !self.forwards.is_empty() {
+            // restrict=on: no guest packet leaves QEMU except through the
+            // guestfwd rules, each of which runs the relay to one destination.
+            let mut net = format!(
+                "user,id=net0,restrict=on,ipv6=off,net=10.0.2.0/24,host={}",
+                crate::boundary::GATEWAY
+            );
+            let relay = self.relay.join(" ").replace(',', ",,");
+            for f in &self.forwards {
+                net.push_str(&format!(
+                    ",guestfwd=tcp:{}:{}-cmd:{relay} {} {}",
+                    crate::boundary::RELAY_ADDR,
+                    f.guest_port,
+                    f.host.ip(),
+                    f.host.port()
+                ));
+            }
+            push(&["-netdev", &net, "-device", "virtio-net-device,netdev=net0"]);
+        }
         push(&["-device", "virtio-serial-device"]);
         let chardev = format!("socket,id=agent,path={AGENT_SOCK},server=on,wait=off");
         push(&["-chardev", &chardev]);
@@ -298,6 +334,9 @@ mod tests {
             incoming: None,
             ram: RamBacking::Anonymous,
             tcg_tb_mb: None,
+            forwards: Vec::new(),
+            relay: vec!["/bin/busybox".into(), "nc".into()],
+            inputs: Vec::new(),
         }
     }
 
@@ -347,6 +386,38 @@ mod tests {
         let i = a.iter().position(|x| x == "-incoming").unwrap();
         assert_eq!(a[i + 1], "exec:cat '/a/memory.state'");
         assert_eq!(a[i - 1], "-S");
+    }
+
+    #[test]
+    fn egress_and_inputs_on_the_command_line() {
+        let mut l = launch();
+        assert!(!l.args().join(" ").contains("-netdev"));
+        l.forwards = vec![
+            crate::boundary::Forward {
+                guest_port: 20000,
+                host: "127.0.0.1:5000".parse().unwrap(),
+            },
+            crate::boundary::Forward {
+                guest_port: 20001,
+                host: "[::1]:6000".parse().unwrap(),
+            },
+        ];
+        l.inputs = vec![("/sb/inputs/ab.ext4".into(), "stasis-in0".into())];
+        let a = l.args();
+        let i = a.iter().position(|x| x == "-netdev").unwrap();
+        assert_eq!(
+            a[i + 1],
+            "user,id=net0,restrict=on,ipv6=off,net=10.0.2.0/24,host=10.0.2.2,\
+             guestfwd=tcp:10.0.2.100:20000-cmd:/bin/busybox nc 127.0.0.1 5000,\
+             guestfwd=tcp:10.0.2.100:20001-cmd:/bin/busybox nc ::1 6000"
+        );
+        assert_eq!(a[i + 3], "virtio-net-device,netdev=net0");
+        let s = a.join(" ");
+        let root = s.find("drive=root").unwrap();
+        let input = s
+            .find("-drive id=in0,file=/sb/inputs/ab.ext4,format=raw,if=none,readonly=on -device virtio-blk-device,drive=in0,serial=stasis-in0")
+            .unwrap();
+        assert!(root < input, "{s}");
     }
 
     #[test]

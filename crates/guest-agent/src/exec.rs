@@ -121,6 +121,8 @@ pub fn command(
                 libc::write(fd, b"0".as_ptr() as *const _, 1);
                 libc::close(fd);
             }
+            // The sandbox's pids cap (when configured).
+            crate::boundary::join_sandbox_cgroup_in_child();
             Ok(())
         });
     }

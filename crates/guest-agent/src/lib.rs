@@ -7,6 +7,7 @@
 //! resume): the agent keeps all of its state — sessions keep running and
 //! buffering output — and simply serves the next connection.
 
+pub mod boundary;
 pub mod exec;
 pub mod files;
 pub mod port;
@@ -180,6 +181,10 @@ impl Agent {
             },
             Request::Sync => {
                 system::sync();
+                Reply::Ok
+            }
+            Request::Configure { config } => {
+                boundary::apply(&config)?;
                 Reply::Ok
             }
         })

@@ -1,0 +1,397 @@
+//! The manifest's boundaries on a real microVM (needs `STASIS_IMAGE_DIR`,
+//! like tests/vm.rs; without it the test says it did not run and passes).
+//!
+//! One VM carries every boundary at once (TCG boots cost seconds): an egress
+//! allowlist of one host loopback port, a read-only directory and a
+//! read-only file, an output directory, a 32 MiB disk quota and a pids cap.
+//! Each escape attempt prints `denied: <what>`; listeners on the host count
+//! the connections that reach them, so a denial is proven on the host side
+//! too, not only by the guest's failure. The egress checks are repeated
+//! after pause/resume and in a fork restored from a snapshot (its own netdev).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use stasis_backend::{Backend, SandboxSpec};
+use stasis_backend_microvm::{AccelChoice, MicrovmBackend, MicrovmConfig};
+use stasis_core::manifest::Mount;
+use stasis_core::{ErrorCode, ExecRequest, ExecResult, Manifest, SandboxId};
+
+fn image_dir() -> Option<PathBuf> {
+    match std::env::var_os("STASIS_IMAGE_DIR") {
+        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
+        _ => {
+            let msg = b"stasis-backend-microvm: STASIS_IMAGE_DIR not set: boundary tests NOT RUN\n";
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            None
+        }
+    }
+}
+
+/// A loopback listener that answers every line with `pong-<name>` and counts
+/// the connections it accepted.
+struct Listener {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+}
+
+fn listener(name: &'static str) -> Listener {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let n = accepted.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            n.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut r = BufReader::new(c.try_clone().unwrap());
+                let mut line = String::new();
+                if r.read_line(&mut line).is_ok() {
+                    let mut c = c;
+                    let _ = c.write_all(format!("pong-{name}\n").as_bytes());
+                }
+            });
+        }
+    });
+    Listener { port, accepted }
+}
+
+struct Cleanup(Arc<MicrovmBackend>, Vec<(SandboxId, PathBuf)>);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for (id, dir) in &self.1 {
+            if let Some(pid) = self.0.qemu_pid(id) {
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+async fn exec(b: &MicrovmBackend, id: &SandboxId, cmd: &str, timeout_ms: u64) -> ExecResult {
+    b.exec(
+        id,
+        ExecRequest {
+            argv: vec!["sh".into(), "-c".into(), cmd.into()],
+            env: Default::default(),
+            cwd: None,
+            timeout_ms,
+            stdin: None,
+        },
+        None,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("exec {cmd:?}: {e}"))
+}
+
+fn out(r: &ExecResult) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr)
+    )
+}
+
+/// Python in the guest: one line per destination, "OK <reply>" or "FAIL <why>".
+const PROBE: &str = r#"
+import socket, sys
+for dest in sys.argv[1:]:
+    host, port = dest.rsplit(":", 1)
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.settimeout(4)
+    try:
+        s.connect((host.strip("[]"), int(port)))
+        s.sendall(b"ping\n")
+        d = s.recv(100)
+        print(dest, "OK " + d.decode().strip() if d else "FAIL closed without reply")
+    except Exception as e:
+        print(dest, "FAIL", type(e).__name__, e)
+    s.close()
+"#;
+
+/// Try each destination from the guest; returns (dest, outcome) lines.
+async fn probe(b: &MicrovmBackend, id: &SandboxId, dests: &[String]) -> Vec<(String, String)> {
+    let r = exec(
+        b,
+        id,
+        &format!("python3 /tmp/probe.py {}", dests.join(" ")),
+        60_000,
+    )
+    .await;
+    assert_eq!(r.exit_code, Some(0), "probe: {}", out(&r));
+    String::from_utf8_lossy(&r.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(d, o)| (d.to_string(), o.to_string()))
+        .collect()
+}
+
+/// Egress from one sandbox: the allowlisted port answers; every other
+/// destination fails and the non-allowlisted host listener sees nothing.
+async fn check_egress(
+    b: &MicrovmBackend,
+    id: &SandboxId,
+    allowed: &Listener,
+    other: &Listener,
+    when: &str,
+    denied: &mut usize,
+) {
+    b.write_file(id, "/tmp/probe.py", PROBE.as_bytes(), None)
+        .await
+        .unwrap();
+    let before_other = other.accepted.load(Ordering::SeqCst);
+    let before_allowed = allowed.accepted.load(Ordering::SeqCst);
+    let (p, q) = (allowed.port, other.port);
+    let dests = vec![
+        format!("127.0.0.1:{p}"),
+        // The host's loopback through QEMU's host alias: the escape path a
+        // guest would use if QEMU forwarded anything but the allowlist.
+        format!("10.0.2.2:{q}"),
+        format!("10.0.2.2:{p}"),
+        // A non-allowlisted host port under the allowlisted address.
+        format!("127.0.0.1:{q}"),
+        // The relay address on a port with no guestfwd.
+        format!("10.0.2.100:{q}"),
+        // QEMU's DNS proxy address.
+        "10.0.2.3:53".to_string(),
+    ];
+    let res = probe(b, id, &dests).await;
+    assert_eq!(res.len(), dests.len(), "{res:?}");
+    assert_eq!(
+        res[0].1, "OK pong-allowed",
+        "{when}: allowlisted destination must work: {res:?}"
+    );
+    for (d, o) in &res[1..] {
+        assert!(o.starts_with("FAIL"), "{when}: {d} must be denied: {o}");
+        println!("denied: {when}: egress to {d} ({o})");
+        *denied += 1;
+    }
+    assert_eq!(
+        other.accepted.load(Ordering::SeqCst),
+        before_other,
+        "{when}: the non-allowlisted host listener was reached"
+    );
+    assert_eq!(
+        allowed.accepted.load(Ordering::SeqCst),
+        before_allowed + 1,
+        "{when}: the allowlisted listener must see exactly the one allowed connection"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn microvm_boundaries_hold() {
+    let Some(img) = image_dir() else { return };
+    let root = tempfile::Builder::new()
+        .prefix("stasis-mvm-bounds")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let inputs = root.path().join("inputs");
+    std::fs::create_dir_all(inputs.join("data/sub")).unwrap();
+    std::fs::write(inputs.join("data/hello.txt"), "input v1\n").unwrap();
+    std::fs::write(inputs.join("data/sub/n.txt"), "nested\n").unwrap();
+    std::fs::write(inputs.join("config.json"), "{\"k\": 1}\n").unwrap();
+    std::fs::create_dir_all(root.path().join("forbidden")).unwrap();
+
+    let mut c = MicrovmConfig::new(img.parent().unwrap());
+    c.accel = AccelChoice::Tcg;
+    c.boot_timeout = Duration::from_secs(120);
+    c.agent_timeout = Duration::from_secs(60);
+    c.mount_roots = vec![inputs.clone()];
+    let b = Arc::new(MicrovmBackend::new(c));
+    let mut cleanup = Cleanup(b.clone(), Vec::new());
+
+    let allowed = listener("allowed");
+    let other = listener("other");
+    let mut denied = 0usize;
+    let sb_dirs = root.path().join("sb");
+    let mut spec_for = |m: Manifest| {
+        let id = SandboxId::generate();
+        let dir = sb_dirs.join(id.as_str());
+        std::fs::create_dir_all(&dir).unwrap();
+        cleanup.1.push((id.clone(), dir.clone()));
+        SandboxSpec {
+            id,
+            manifest: m,
+            dir,
+        }
+    };
+
+    let mut m = Manifest {
+        image: Some(img.display().to_string()),
+        ..Default::default()
+    };
+    // A mount outside the allowed root is refused before anything starts.
+    m.mounts = vec![Mount {
+        source: root.path().join("forbidden").display().to_string(),
+        target: "/in".into(),
+    }];
+    let e = b.create(&spec_for(m.clone())).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidManifest, "{e}");
+    assert_eq!(e.field.as_deref(), Some("mounts[0].source"), "{e}");
+    println!("denied: mount source outside the allowed roots ({e})");
+    denied += 1;
+
+    m.mounts = vec![
+        Mount {
+            source: inputs.join("data").display().to_string(),
+            target: "/in".into(),
+        },
+        Mount {
+            source: inputs.join("config.json").display().to_string(),
+            target: "/etc/app/config.json".into(),
+        },
+    ];
+    m.outputs = vec!["/out".into()];
+    m.network.allow = vec![format!("127.0.0.1:{}", allowed.port)];
+    m.resources.disk_mb = 32;
+    m.resources.pids = 64;
+    let a = spec_for(m.clone());
+    b.create(&a).await.expect("create");
+
+    // Inputs are readable and cannot be written, even by guest root.
+    let r = exec(
+        &b,
+        &a.id,
+        "cat /in/hello.txt /in/sub/n.txt /etc/app/config.json",
+        20_000,
+    )
+    .await;
+    assert_eq!(out(&r), "input v1\nnested\n{\"k\": 1}\n");
+    for (what, cmd) in [
+        ("write into a read-only mount", "echo x > /in/new.txt"),
+        ("overwrite a read-only file", "echo x > /in/hello.txt"),
+        ("overwrite a read-only file mount", "echo x > /etc/app/config.json"),
+        ("remount a read-only mount rw", "mount -o remount,rw /in"),
+        (
+            "write the read-only input disk directly",
+            "dev=$(awk '$2==\"/in\"{print $1}' /proc/mounts); dd if=/dev/zero of=$dev bs=4096 count=1 conv=notrunc",
+        ),
+    ] {
+        let r = exec(&b, &a.id, cmd, 20_000).await;
+        assert_ne!(r.exit_code, Some(0), "{what}: {}", out(&r));
+        println!("denied: {what} ({})", out(&r).trim());
+        denied += 1;
+    }
+    let r = exec(&b, &a.id, "cat /in/hello.txt", 20_000).await;
+    assert_eq!(out(&r), "input v1\n");
+    // The output directory exists and is writable.
+    let r = exec(
+        &b,
+        &a.id,
+        "echo result > /out/r.txt && cat /out/r.txt",
+        20_000,
+    )
+    .await;
+    assert_eq!(out(&r), "result\n");
+
+    check_egress(&b, &a.id, &allowed, &other, "fresh", &mut denied).await;
+
+    // Disk quota: filling the disk ends in ENOSPC inside the guest; the VM
+    // keeps working and the host file stays within the disk's virtual size.
+    let r = exec(
+        &b,
+        &a.id,
+        "dd if=/dev/urandom of=/workspace/fill bs=1M count=1024 2>&1; sync",
+        120_000,
+    )
+    .await;
+    let o = out(&r);
+    assert!(o.contains("No space left on device"), "disk fill: {o}");
+    println!("denied: writing past the disk quota (ENOSPC)");
+    denied += 1;
+    let r = exec(&b, &a.id, "rm /workspace/fill && echo alive", 20_000).await;
+    assert_eq!(out(&r), "alive\n");
+    let disk = std::fs::metadata(a.dir.join("disk.qcow2")).unwrap().len();
+    let virt =
+        stasis_backend_microvm::boundary::qcow2_virtual_size(&a.dir.join("disk.qcow2")).unwrap();
+    let base_virt =
+        stasis_backend_microvm::boundary::qcow2_virtual_size(&img.join("rootfs.qcow2")).unwrap();
+    assert_eq!(virt, base_virt + (32 << 20));
+    assert!(disk < virt + (16 << 20), "overlay {disk} > virtual {virt}");
+    println!(
+        "disk: overlay {} MiB after the fill, virtual {} MiB",
+        disk >> 20,
+        virt >> 20
+    );
+
+    // Fork bomb: contained by the pids cap; the guest and agent answer after.
+    let r = exec(&b, &a.id, "f() { f | f & }; f; sleep 5", 8_000).await;
+    let _ = r;
+    let ev = b
+        .read_file(&a.id, "/sys/fs/cgroup/stasis/pids.events", 4096)
+        .await
+        .unwrap();
+    let ev = String::from_utf8_lossy(&ev).to_string();
+    let hits: u64 = ev
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(hits > 0, "the pids cap was never hit: {ev}");
+    b.write_file(&a.id, "/sys/fs/cgroup/stasis/cgroup.kill", b"1", None)
+        .await
+        .unwrap();
+    let r = exec(
+        &b,
+        &a.id,
+        "cat /sys/fs/cgroup/stasis/pids.max; echo alive",
+        20_000,
+    )
+    .await;
+    assert_eq!(out(&r), "64\nalive\n");
+    println!("denied: fork bomb beyond 64 processes ({hits} forks refused)");
+    denied += 1;
+
+    // Pause (migration with the NIC) and resume: everything still holds.
+    let p1 = root.path().join("p1");
+    b.pause(&a.id, &p1, true).await.expect("pause");
+    b.resume(&a, &p1).await.expect("resume");
+    check_egress(&b, &a.id, &allowed, &other, "after resume", &mut denied).await;
+    let r = exec(
+        &b,
+        &a.id,
+        "cat /in/hello.txt; (echo x > /in/y) 2>/dev/null || echo ro",
+        20_000,
+    )
+    .await;
+    assert_eq!(out(&r), "input v1\nro\n");
+    println!("denied: after resume: write into a read-only mount");
+    denied += 1;
+
+    // A fork restored from a snapshot gets its own netdev, and its input
+    // disk is rebuilt from the (changed) source and remounted.
+    let snap = root.path().join("snap");
+    b.snapshot(&a.id, &snap).await.expect("snapshot");
+    std::fs::write(inputs.join("data/hello.txt"), "input v2\n").unwrap();
+    let f = spec_for(m.clone());
+    b.restore(&f, &snap).await.expect("restore");
+    check_egress(&b, &f.id, &allowed, &other, "fork", &mut denied).await;
+    let r = exec(&b, &f.id, "cat /in/hello.txt", 20_000).await;
+    assert_eq!(out(&r), "input v2\n");
+    // The parent still runs, with its egress, after the fork.
+    check_egress(
+        &b,
+        &a.id,
+        &allowed,
+        &other,
+        "parent after fork",
+        &mut denied,
+    )
+    .await;
+
+    // A memory restore needs the devices the snapshot was saved with.
+    let mut no_net = m.clone();
+    no_net.network.allow.clear();
+    let g = spec_for(no_net);
+    let e = b.restore(&g, &snap).await.unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("network.allow"), "{e}");
+
+    for (id, dir) in [(&a.id, &a.dir), (&f.id, &f.dir)] {
+        b.destroy(id, dir).await.unwrap();
+    }
+    println!("boundary attempts denied: {denied} (all)");
+}
