@@ -287,6 +287,44 @@ async fn microvm_boundaries_hold() {
     )
     .await;
     assert_eq!(out(&r), "result\n");
+    // Outputs are collected from the output directory only: a symlink is
+    // kept as a link (never followed), a fifo is left out.
+    let r = exec(
+        &b,
+        &a.id,
+        "ln -s /etc/shadow /out/link && mkfifo /out/fifo && mkdir -p /out/d && echo n > /out/d/n",
+        20_000,
+    )
+    .await;
+    assert_eq!(r.exit_code, Some(0), "{}", out(&r));
+    let tarball = root.path().join("outputs.tar");
+    b.collect_outputs_tar(&a.id, &tarball)
+        .await
+        .expect("outputs");
+    let mut ar = tar::Archive::new(std::fs::File::open(&tarball).unwrap());
+    let mut names: Vec<String> = Vec::new();
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let n = e.path().unwrap().display().to_string();
+        if n == "out/link" {
+            assert!(e.header().entry_type().is_symlink());
+            assert_eq!(
+                e.link_name().unwrap().unwrap().to_str(),
+                Some("/etc/shadow")
+            );
+        }
+        if n == "out/r.txt" {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut e, &mut s).unwrap();
+            assert_eq!(s, "result\n");
+        }
+        names.push(n);
+    }
+    names.sort();
+    assert_eq!(
+        names,
+        ["out/", "out/d/", "out/d/n", "out/link", "out/r.txt"]
+    );
 
     check_egress(&b, &a.id, &allowed, &other, "fresh", &mut denied).await;
 
@@ -349,6 +387,11 @@ async fn microvm_boundaries_hold() {
     // Pause (migration with the NIC) and resume: everything still holds.
     let p1 = root.path().join("p1");
     b.pause(&a.id, &p1, true).await.expect("pause");
+    let e = b
+        .collect_outputs_tar(&a.id, &root.path().join("o2.tar"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidState, "{e}");
     b.resume(&a, &p1).await.expect("resume");
     check_egress(&b, &a.id, &allowed, &other, "after resume", &mut denied).await;
     let r = exec(
