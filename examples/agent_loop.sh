@@ -51,7 +51,9 @@ start_daemon() {
     done
     [ -s "$dir/ready" ] || { echo "daemon did not start:"; tail "$dir/daemon.log"; exit 1; }
     STASIS_URL="http://$(cat "$dir/ready")"
-    export STASIS_URL
+    # The CLI reads its API token from <data dir>/token (written at first start).
+    STASIS_DATA_DIR="$dir"
+    export STASIS_URL STASIS_DATA_DIR
 }
 
 cleanup() {

@@ -315,8 +315,33 @@ fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
 /// Where one exec or session runs: its cgroup leaf and its shim files.
 struct Prepared {
     leaf: String,
-    cfg_path: PathBuf,
+    /// The shim's config in an anonymous memory file (see [`config_memfd`]).
+    cfg_fd: std::os::fd::OwnedFd,
     status_path: PathBuf,
+}
+
+/// The fd number at which the shim finds its exec config.
+const SHIM_CONFIG_FD: i32 = 3;
+
+/// An exec's config carries its environment, which may hold tenant secrets:
+/// it must never touch a disk. It goes to the shim in an anonymous memory
+/// file (memfd, close-on-exec here) that only the shim inherits, as fd 3;
+/// the shim reads it and closes it before anything else runs.
+fn config_memfd(data: &[u8]) -> Result<std::os::fd::OwnedFd> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    // SAFETY: memfd_create with a valid NUL-terminated name; the returned fd is owned here.
+    let fd = unsafe { libc::memfd_create(c"stasis-exec-config".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(Error::backend(format!(
+            "memfd_create: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let mut f = std::fs::File::from(fd);
+    f.write_all(data)?;
+    Ok(f.into())
 }
 
 /// Make the cgroup leaf of one exec or session and write the shim's config.
@@ -333,7 +358,6 @@ async fn prepare_exec(
     let l2 = leaf.clone();
     let procs = blocking(move || cg.leaf(&l2)).await?;
     let run_dir = sb.spec.dir.join("run");
-    let cfg_path = run_dir.join(format!("{leaf}.json"));
     let status_path = run_dir.join(format!("{leaf}.status"));
     let cfg = ExecConfig {
         cgroup_procs: procs,
@@ -345,18 +369,17 @@ async fn prepare_exec(
         merge_stderr,
         init_cgroup: sb.init_cgroup_marker(),
     };
-    tokio::fs::write(&cfg_path, serde_json::to_vec(&cfg)?).await?;
+    let cfg_fd = config_memfd(&serde_json::to_vec(&cfg)?)?;
     Ok(Prepared {
         leaf,
-        cfg_path,
+        cfg_fd,
         status_path,
     })
 }
 
 /// The shim could not be started: undo `prepare_exec` and say why.
-async fn spawn_failed(sb: &Sandbox, leaf: &str, cfg_path: &Path, e: std::io::Error) -> Error {
+async fn spawn_failed(sb: &Sandbox, leaf: &str, e: std::io::Error) -> Error {
     sb.cg.remove_leaf(leaf);
-    let _ = tokio::fs::remove_file(cfg_path).await;
     Error::backend(format!("spawn shim: {e}"))
 }
 
@@ -477,6 +500,30 @@ impl ProcessBackend {
             .arg(cfg_path)
             .env_clear()
             .kill_on_drop(false);
+        c
+    }
+
+    /// The shim in `exec` mode, its config passed as fd 3 (never a file).
+    fn shim_exec(&self, cfg: &std::os::fd::OwnedFd) -> Command {
+        use std::os::fd::AsRawFd;
+        let mut c = self.shim(
+            "exec",
+            Path::new(&format!("/proc/self/fd/{SHIM_CONFIG_FD}")),
+        );
+        let raw = cfg.as_raw_fd();
+        // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+        unsafe {
+            c.pre_exec(move || {
+                if raw == SHIM_CONFIG_FD {
+                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, SHIM_CONFIG_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         c
     }
 
@@ -684,7 +731,7 @@ impl ProcessBackend {
         let init_pid = sb.pid().await?;
         let Prepared {
             leaf,
-            cfg_path,
+            cfg_fd,
             status_path,
         } = prepare_exec(
             sb,
@@ -698,7 +745,7 @@ impl ProcessBackend {
         .await?;
         let start = Instant::now();
         let spawned = self
-            .shim("exec", &cfg_path)
+            .shim_exec(&cfg_fd)
             .stdin(if req.stdin.is_some() {
                 Stdio::piped()
             } else {
@@ -709,8 +756,9 @@ impl ProcessBackend {
             .spawn();
         let mut child = match spawned {
             Ok(c) => c,
-            Err(e) => return Err(spawn_failed(sb, &leaf, &cfg_path, e).await),
+            Err(e) => return Err(spawn_failed(sb, &leaf, e).await),
         };
+        drop(cfg_fd);
         if let (Some(data), Some(mut stdin)) = (req.stdin.clone(), child.stdin.take()) {
             tokio::spawn(async move {
                 let _ = stdin.write_all(&data).await;
@@ -750,7 +798,6 @@ impl ProcessBackend {
         drain(&sb.cg, &leaf, vec![t_out, t_err]).await;
         let duration_ms = start.elapsed().as_millis() as u64;
         let status = tokio::fs::read(&status_path).await.ok();
-        let _ = tokio::fs::remove_file(&cfg_path).await;
         let _ = tokio::fs::remove_file(&status_path).await;
         sb.cg.remove_leaf(&leaf);
         let take = |c: &Arc<Mutex<Capture>>| std::mem::take(&mut *c.lock().unwrap());
@@ -1011,19 +1058,20 @@ impl Backend for ProcessBackend {
         let n = sb.next();
         let Prepared {
             leaf,
-            cfg_path,
+            cfg_fd,
             status_path,
         } = prepare_exec(&sb, format!("s{n}"), init_pid, &spec.argv, env, cwd, true).await?;
         let spawned = self
-            .shim("exec", &cfg_path)
+            .shim_exec(&cfg_fd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn();
         let mut child = match spawned {
             Ok(c) => c,
-            Err(e) => return Err(spawn_failed(&sb, &leaf, &cfg_path, e).await),
+            Err(e) => return Err(spawn_failed(&sb, &leaf, e).await),
         };
+        drop(cfg_fd);
         let session = Arc::new(Session {
             // Unique across daemon restarts too (the counter restarts).
             id: format!("sess-{}-{n}", stasis_core::now_ms()),
@@ -1081,7 +1129,6 @@ impl Backend for ProcessBackend {
                 _ => None,
             };
             s3.finish(code);
-            let _ = tokio::fs::remove_file(&cfg_path).await;
             let _ = tokio::fs::remove_file(&status_path).await;
             cg.remove_leaf(&s3.leaf);
         });

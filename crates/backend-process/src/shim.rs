@@ -747,7 +747,17 @@ fn drop_privileges() -> Result<(), String> {
 // ---------------------------------------------------------------- exec
 
 fn run_exec(path: &str) -> i32 {
-    let cfg: ExecConfig = match read_config(path) {
+    let cfg: Result<ExecConfig, String> = read_config(path);
+    // The config (with the command's environment, possibly secrets) came in
+    // an inherited memory file: close it so the command does not inherit it.
+    if let Some(fd) = path
+        .strip_prefix("/proc/self/fd/")
+        .and_then(|n| n.parse::<i32>().ok())
+    {
+        // SAFETY: closing an fd this process inherited for this purpose only.
+        unsafe { libc::close(fd) };
+    }
+    let cfg: ExecConfig = match cfg {
         Ok(c) => c,
         Err(e) => {
             eprintln!("stasis shim: {e}");

@@ -13,6 +13,7 @@ pub struct Client {
     base: String,
     http: reqwest::Client,
     actor: Option<String>,
+    token: Option<String>,
 }
 
 fn code_from(s: &str) -> ErrorCode {
@@ -28,7 +29,16 @@ impl Client {
                 .build()
                 .expect("http client"),
             actor: std::env::var("STASIS_ACTOR").ok(),
+            token: None,
         }
+    }
+
+    /// Send `Authorization: Bearer <token>` with every request.
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty());
+        self
     }
 
     pub fn base(&self) -> &str {
@@ -39,6 +49,9 @@ impl Client {
         let mut r = self.http.request(method, format!("{}{}", self.base, path));
         if let Some(a) = &self.actor {
             r = r.header("x-stasis-actor", a);
+        }
+        if let Some(t) = &self.token {
+            r = r.bearer_auth(t);
         }
         r
     }
@@ -59,6 +72,11 @@ impl Client {
             return Ok(resp);
         }
         let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let text = resp.text().await.unwrap_or_default();
         match serde_json::from_str::<Value>(&text) {
             Ok(v) if v["error"]["code"].is_string() => {
@@ -67,6 +85,17 @@ impl Client {
                     v["error"]["message"].as_str().unwrap_or("").to_string(),
                 );
                 e.field = v["error"]["field"].as_str().map(str::to_string);
+                if status.as_u16() == 429 {
+                    if let Some(secs) = retry_after {
+                        e.message = format!("{} (Retry-After: {secs} s)", e.message);
+                    }
+                }
+                if status.as_u16() == 401 && self.token.is_none() {
+                    e.message = format!(
+                        "{} (give --token, set STASIS_TOKEN, or point STASIS_DATA_DIR at the daemon's data dir)",
+                        e.message
+                    );
+                }
                 Err(e)
             }
             _ => Err(Error::internal(format!("HTTP {status}: {text}"))),
@@ -87,6 +116,19 @@ impl Client {
     pub async fn post(&self, path: &str, body: Value) -> Result<Value> {
         self.json(self.req(reqwest::Method::POST, path).json(&body))
             .await
+    }
+
+    /// PUT a JSON body; an empty answer (204) is `null`.
+    pub async fn put_json(&self, path: &str, body: Value) -> Result<Value> {
+        let resp = self
+            .send(self.req(reqwest::Method::PUT, path).json(&body))
+            .await?;
+        let text = resp.text().await.unwrap_or_default();
+        if text.is_empty() {
+            Ok(Value::Null)
+        } else {
+            serde_json::from_str(&text).map_err(|e| Error::internal(e.to_string()))
+        }
     }
 
     pub async fn delete(&self, path: &str) -> Result<Value> {

@@ -33,8 +33,34 @@ struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
+    /// API token (default: the file `<data dir>/token`, or `admin.token` for
+    /// `stasis admin` and `stasis secret`; data dir from STASIS_DATA_DIR).
+    #[arg(long, global = true, env = "STASIS_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// The token a client command sends: `--token`/`STASIS_TOKEN`, else the
+/// token file of the local data dir (absent: no header, and the daemon's
+/// 401 says what to do).
+fn client_token(explicit: Option<&str>, admin: bool) -> Option<String> {
+    if let Some(t) = explicit {
+        return Some(t.to_string());
+    }
+    let dir = match std::env::var_os("STASIS_DATA_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => default_data_dir(),
+    };
+    let file = dir.join(if admin { "admin.token" } else { "token" });
+    std::fs::read_to_string(file).ok()
+}
+
+fn default_data_dir() -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/var/lib"));
+    home.join(".local/share/stasis")
 }
 
 #[derive(Subcommand)]
@@ -115,6 +141,78 @@ enum Cmd {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Tenants and API tokens (needs an admin token).
+    #[command(subcommand)]
+    Admin(AdminCmd),
+    /// Tenant secrets delivered to sandboxes whose manifest names them (admin token).
+    #[command(subcommand)]
+    Secret(SecretCmd),
+}
+
+#[derive(Subcommand)]
+enum AdminCmd {
+    /// Tenants.
+    #[command(subcommand)]
+    Tenant(TenantCmd),
+    /// API tokens of a tenant.
+    #[command(subcommand)]
+    Token(TokenCmd),
+}
+
+#[derive(Subcommand)]
+enum TenantCmd {
+    /// Create a tenant.
+    Create {
+        /// Display name.
+        name: String,
+        /// Tenant id (default: generated).
+        #[arg(long)]
+        id: Option<String>,
+    },
+    /// List tenants.
+    Ls,
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Create a token for a tenant; prints it once.
+    Create {
+        #[arg(long)]
+        tenant: String,
+        /// What the token is for.
+        #[arg(long, default_value = "cli")]
+        name: String,
+    },
+    /// Revoke a token by its id (tok-...).
+    Revoke { id: String },
+    /// List a tenant's tokens (ids and names, never the tokens).
+    Ls {
+        #[arg(long)]
+        tenant: String,
+    },
+}
+
+#[derive(Subcommand)]
+enum SecretCmd {
+    /// Register or replace a secret; the value is read from stdin when not given.
+    Set {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+        /// The value (prefer stdin: arguments show up in process lists).
+        value: Option<String>,
+    },
+    /// Delete a secret.
+    Rm {
+        #[arg(long)]
+        tenant: String,
+        name: String,
+    },
+    /// List a tenant's secret names.
+    Ls {
+        #[arg(long)]
+        tenant: String,
+    },
 }
 
 #[derive(Args, Clone)]
@@ -156,6 +254,12 @@ pub struct ServeArgs {
     /// Cgroup parent of the process backend.
     #[arg(long, default_value = "stasis")]
     cgroup_parent: String,
+    /// Sustained requests per second allowed per API token (0: no limit).
+    #[arg(long, default_value_t = 200)]
+    rate_limit_per_sec: u32,
+    /// Requests a token may send at once before the sustained rate applies.
+    #[arg(long, default_value_t = 400)]
+    rate_limit_burst: u32,
 }
 
 #[derive(Args)]
@@ -365,12 +469,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     use stasis_server::daemon::{DaemonConfig, KeySource};
     let data_dir = match &a.data_dir {
         Some(d) => d.clone(),
-        None => {
-            let home = std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/var/lib"));
-            home.join(".local/share/stasis")
-        }
+        None => default_data_dir(),
     };
     let mut cfg = DaemonConfig::new(data_dir.clone());
     cfg.listen = a.listen;
@@ -398,11 +497,16 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     cfg.ready_file = a.ready_file.clone();
     cfg.cgroup_parent = a.cgroup_parent.clone();
     cfg.gc_grace = Duration::from_secs(a.gc_grace_secs);
+    cfg.rate_limit = stasis_server::auth::RateLimit {
+        per_sec: a.rate_limit_per_sec,
+        burst: a.rate_limit_burst,
+    };
     Ok(cfg)
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let c = Client::new(&cli.url);
+    let is_admin = matches!(cli.cmd, Cmd::Admin(_) | Cmd::Secret(_));
+    let c = Client::new(&cli.url).with_token(client_token(cli.token.as_deref(), is_admin));
     let json = cli.json;
     match cli.cmd {
         Cmd::Serve(a) => {
@@ -828,6 +932,146 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Doctor { skip_kvm_probe } => doctor::run(&c, json, !skip_kvm_probe).await?,
         Cmd::Demo(a) => demo::run(a, json).await?,
         Cmd::Bench(b) => bench::run(b, json).await?,
+        Cmd::Admin(a) => admin(&c, a, json).await?,
+        Cmd::Secret(s) => secret(&c, s, json).await?,
+    }
+    Ok(())
+}
+
+async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
+    match cmd {
+        AdminCmd::Tenant(TenantCmd::Create { name, id }) => {
+            let v = c
+                .post("/v1/admin/tenants", json!({"id": id, "name": name}))
+                .await?;
+            print_value(json, &v, |v| v["id"].as_str().unwrap_or("?").to_string());
+        }
+        AdminCmd::Tenant(TenantCmd::Ls) => {
+            let v = c.get("/v1/admin/tenants").await?;
+            print_value(json, &v, |v| {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| {
+                        format!(
+                            "{}  {}",
+                            t["id"].as_str().unwrap_or("?"),
+                            t["name"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+        AdminCmd::Token(TokenCmd::Create { tenant, name }) => {
+            let v = c
+                .post(
+                    &format!("/v1/admin/tenants/{}/tokens", path_seg(&tenant)?),
+                    json!({"name": name}),
+                )
+                .await?;
+            print_value(json, &v, |v| v["token"].as_str().unwrap_or("?").to_string());
+            if !json {
+                eprintln!(
+                    "stasis: token {} for {tenant}: shown once, store it now",
+                    v["id"].as_str().unwrap_or("?")
+                );
+            }
+        }
+        AdminCmd::Token(TokenCmd::Revoke { id }) => {
+            let v = c
+                .delete(&format!("/v1/admin/tokens/{}", path_seg(&id)?))
+                .await?;
+            print_value(json, &v, |v| {
+                format!("revoked {}", v["id"].as_str().unwrap_or("?"))
+            });
+        }
+        AdminCmd::Token(TokenCmd::Ls { tenant }) => {
+            let v = c
+                .get(&format!("/v1/admin/tenants/{}/tokens", path_seg(&tenant)?))
+                .await?;
+            print_value(json, &v, |v| {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| {
+                        format!(
+                            "{}  {}{}",
+                            t["id"].as_str().unwrap_or("?"),
+                            t["name"].as_str().unwrap_or(""),
+                            if t["revoked_at_ms"].is_i64() {
+                                "  (revoked)"
+                            } else {
+                                ""
+                            }
+                        )
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A user-given id as one URL path segment (ids are `[A-Za-z0-9_-]`).
+fn path_seg(s: &str) -> Result<&str> {
+    stasis_core::id::validate_id("path", s)?;
+    Ok(s)
+}
+
+async fn secret(c: &Client, cmd: SecretCmd, json: bool) -> Result<()> {
+    match cmd {
+        SecretCmd::Set {
+            tenant,
+            name,
+            value,
+        } => {
+            let value = match value {
+                Some(v) => v,
+                None => {
+                    let mut s = String::new();
+                    std::io::stdin().read_to_string(&mut s)?;
+                    s.strip_suffix('\n').map(str::to_string).unwrap_or(s)
+                }
+            };
+            c.put_json(
+                &format!(
+                    "/v1/admin/tenants/{}/secrets/{}",
+                    path_seg(&tenant)?,
+                    path_seg(&name)?
+                ),
+                json!({ "value": value }),
+            )
+            .await?;
+            print_value(json, &json!({"tenant": tenant, "name": name}), |_| {
+                format!("secret {name} set for {tenant}")
+            });
+        }
+        SecretCmd::Rm { tenant, name } => {
+            c.delete(&format!(
+                "/v1/admin/tenants/{}/secrets/{}",
+                path_seg(&tenant)?,
+                path_seg(&name)?
+            ))
+            .await?;
+            print_value(json, &json!({"tenant": tenant, "name": name}), |_| {
+                format!("secret {name} removed from {tenant}")
+            });
+        }
+        SecretCmd::Ls { tenant } => {
+            let v = c
+                .get(&format!("/v1/admin/tenants/{}/secrets", path_seg(&tenant)?))
+                .await?;
+            print_value(json, &v, |v| {
+                v.as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|n| n.as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            });
+        }
     }
     Ok(())
 }
@@ -872,7 +1116,8 @@ impl TempDaemon {
         let deadline = std::time::Instant::now() + Duration::from_secs(120);
         loop {
             if let Ok(addr) = std::fs::read_to_string(&ready) {
-                let client = Client::new(&format!("http://{}", addr.trim()));
+                let token = std::fs::read_to_string(dir.join("token")).ok();
+                let client = Client::new(&format!("http://{}", addr.trim())).with_token(token);
                 return Ok(TempDaemon {
                     child,
                     client,

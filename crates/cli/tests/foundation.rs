@@ -264,7 +264,8 @@ async fn files_sessions_and_streaming_exec() {
     h.send(&id, sid, "print('sum', sum(v))\n").await;
     h.session_until(&id, sid, 0, "sum 6").await;
     // Streaming exec: NDJSON lines, then an exit line.
-    let r = reqwest::Client::new()
+    let r = d
+        .client()
         .post(format!("{}/v1/sandboxes/{id}/exec/stream", d.url))
         .json(&json!({"argv": ["sh", "-c", "echo one; sleep 0.2; echo two >&2; exit 3"]}))
         .send()
@@ -420,9 +421,10 @@ async fn kill9_during_work_and_pause_then_reconcile() {
     .await;
     let url = d.url.clone();
     let b2 = b.clone();
+    let client = d.client();
     let pausing = tokio::spawn(async move {
         let b = b2;
-        let _ = reqwest::Client::new()
+        let _ = client
             .post(format!("{url}/v1/sandboxes/{b}/pause"))
             .json(&json!({}))
             .send()

@@ -21,7 +21,8 @@ async fn call_as(
     body: Option<Value>,
 ) -> (u16, Value) {
     let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut rb = reqwest::Client::new()
+    let mut rb = d
+        .client()
         .request(m, format!("{}{}", d.url, path))
         .header("x-stasis-actor", actor);
     if let Some(b) = body {
@@ -331,12 +332,9 @@ async fn kill9_between_intent_and_result_is_outcome_unknown_and_not_rerun() {
     let calls = format!("/v1/runs/{run}/tool-calls");
     let body = tool("send-1", "echo sent >> /workspace/outbox; sleep 30", false);
     let (url, b2, c2) = (d.url.clone(), body.clone(), calls.clone());
+    let client = d.client();
     let inflight = tokio::spawn(async move {
-        let _ = reqwest::Client::new()
-            .post(format!("{url}{c2}"))
-            .json(&b2)
-            .send()
-            .await;
+        let _ = client.post(format!("{url}{c2}")).json(&b2).send().await;
     });
     // Wait until the side effect happened (the exec is now sleeping).
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -467,6 +465,7 @@ async fn approval_across_autopause_and_restart_runs_once() {
             "change window open",
         ])
         .env("STASIS_ACTOR", "alice")
+        .env("STASIS_DATA_DIR", &d.dir)
         .output()
         .unwrap();
     assert!(
@@ -705,7 +704,8 @@ async fn client_disconnect_does_not_make_the_outcome_unknown() {
         "sleep 2; echo done >> /workspace/slow; echo ok",
         false,
     );
-    let r = reqwest::Client::new()
+    let r = d
+        .client()
         .post(format!("{}{calls}", d.url))
         .timeout(Duration::from_millis(500))
         .json(&body)

@@ -226,11 +226,9 @@ async fn daemon_killed_during_gc_keeps_every_live_snapshot() {
     // Kill the daemon at several points during GC runs.
     for delay_ms in [5u64, 20, 60] {
         let url = d.url.clone();
+        let client = d.client();
         let gc = tokio::spawn(async move {
-            let _ = reqwest::Client::new()
-                .post(format!("{url}/v1/store/gc"))
-                .send()
-                .await;
+            let _ = client.post(format!("{url}/v1/store/gc")).send().await;
         });
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
         d.kill9();

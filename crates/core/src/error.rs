@@ -14,6 +14,8 @@ pub enum ErrorCode {
     InvalidManifest,
     /// Missing or bad credentials (401).
     Unauthorized,
+    /// Valid credentials that may not use this route, e.g. a tenant token on an admin route (403).
+    Forbidden,
     /// Unknown object, or one that belongs to another tenant (404).
     NotFound,
     /// Operation illegal in the object's current state (409).
@@ -41,6 +43,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidArgument | ErrorCode::InvalidManifest => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::InvalidState | ErrorCode::Busy => 409,
             ErrorCode::PayloadTooLarge => 413,
@@ -57,6 +60,7 @@ impl ErrorCode {
             ErrorCode::InvalidArgument => "invalid_argument",
             ErrorCode::InvalidManifest => "invalid_manifest",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::Busy => "busy",

@@ -18,7 +18,9 @@ use stasis_core::{
 
 mod audit;
 pub mod runs;
+pub mod tenants;
 pub use audit::{AuditEntry, AuditVerification, NewAuditEntry};
+pub use tenants::{hash_token, Tenant, TokenRecord};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes};
 use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
-use axum::http::{request::Parts, HeaderMap, StatusCode};
+use axum::http::{request::Parts, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -23,14 +23,17 @@ use stasis_core::{
 };
 use stasis_meta::SandboxRecord;
 
-use crate::manager::{Ctx, Manager, OpTiming};
+use crate::manager::{Manager, OpTiming};
 
-pub const DEFAULT_TENANT: &str = "t-default";
+pub use crate::auth::DEFAULT_TENANT;
+use crate::auth::{AdminAuthed, Authed, Limiter};
 
 #[derive(Clone)]
 pub struct AppState {
     pub manager: Arc<Manager>,
     pub doctor: Arc<serde_json::Value>,
+    /// Per-token request rate limit.
+    pub limiter: Arc<Limiter>,
 }
 
 // ----- errors ------------------------------------------------------------
@@ -137,25 +140,6 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
 
 // ----- caller identity ---------------------------------------------------
 
-pub(crate) fn ctx(headers: &HeaderMap) -> ApiResult<Ctx> {
-    let actor = match headers.get("x-stasis-actor") {
-        Some(v) => {
-            let s = v
-                .to_str()
-                .map_err(|_| Error::invalid("x-stasis-actor must be visible ASCII"))?;
-            if s.is_empty() || s.len() > 128 {
-                return Err(Error::invalid("x-stasis-actor must be 1-128 characters").into());
-            }
-            s.to_string()
-        }
-        None => "api".to_string(),
-    };
-    Ok(Ctx {
-        tenant: TenantId::parse(DEFAULT_TENANT).expect("valid tenant id"),
-        actor,
-    })
-}
-
 fn sandbox_id(s: &str) -> ApiResult<SandboxId> {
     Ok(SandboxId::parse(s)?)
 }
@@ -184,6 +168,9 @@ pub struct Sandbox {
     pub reason: Option<String>,
     #[schema(value_type = Object)]
     pub manifest: Manifest,
+    /// Format version of the manifest the sandbox runs under.
+    pub manifest_version: u32,
+    /// Digest of that manifest (also recorded in every snapshot taken of it).
     pub manifest_digest: String,
     pub created_at_ms: i64,
     /// Running time so far; paused time does not count.
@@ -214,6 +201,7 @@ impl Sandbox {
             state: r.state.to_string(),
             backend: r.backend.to_string(),
             reason: r.reason,
+            manifest_version: r.manifest.version,
             manifest: r.manifest,
             manifest_digest: r.manifest_digest,
             created_at_ms: r.created_at_ms,
@@ -428,10 +416,10 @@ async fn doctor(State(st): State<AppState>) -> axum::Json<serde_json::Value> {
     responses((status = 201, body = Sandbox), (status = 400, body = ErrorBody)))]
 async fn create_sandbox(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     ApiJson(body): ApiJson<CreateSandbox>,
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let manifest = manifest_from(body.manifest)?;
     let rec = st.manager.create(&ctx, manifest).await?;
     Ok((StatusCode::CREATED, axum::Json(Sandbox::from_record(rec))))
@@ -440,10 +428,10 @@ async fn create_sandbox(
 #[utoipa::path(get, path = "/v1/sandboxes", params(ListQuery), responses((status = 200, body = [Sandbox])))]
 async fn list_sandboxes(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> ApiResult<axum::Json<Vec<Sandbox>>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let state = q.state.as_deref().map(SandboxState::parse).transpose()?;
     let recs = st.manager.list(&ctx, state).await?;
     Ok(axum::Json(
@@ -454,10 +442,10 @@ async fn list_sandboxes(
 #[utoipa::path(get, path = "/v1/sandboxes/{id}", responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody)))]
 async fn get_sandbox(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<Sandbox>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(Sandbox::from_record(
         st.manager.get(&ctx, &sandbox_id(&id)?).await?,
     )))
@@ -466,10 +454,10 @@ async fn get_sandbox(
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn destroy_sandbox(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<Sandbox>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(Sandbox::from_record(
         st.manager.destroy(&ctx, &sandbox_id(&id)?).await?,
     )))
@@ -479,11 +467,11 @@ async fn destroy_sandbox(
     responses((status = 200, body = ExecResponse), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn exec(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ExecBody>,
 ) -> ApiResult<axum::Json<ExecResponse>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let r = st
         .manager
         .exec(&ctx, &sandbox_id(&id)?, body.into_request()?, None)
@@ -517,11 +505,11 @@ pub enum ExecStreamLine {
     responses((status = 200, description = "NDJSON lines: output chunks, then one exit or error line", body = ExecStreamLine)))]
 async fn exec_stream(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ExecBody>,
 ) -> ApiResult<Response> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let id = sandbox_id(&id)?;
     let req = body.into_request()?;
     // Resolve the sandbox up front so an unknown id is a plain 404, not a stream.
@@ -595,12 +583,12 @@ fn parse_mode(mode: Option<&str>) -> ApiResult<Option<u32>> {
     responses((status = 204), (status = 413, body = ErrorBody)))]
 async fn put_file(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
     body: Body,
 ) -> ApiResult<StatusCode> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let mode = parse_mode(q.mode.as_deref())?;
     let limit = st.manager.config().max_file_bytes;
     let data = read_limited(body, limit).await?;
@@ -642,11 +630,11 @@ async fn read_limited(body: Body, limit: u64) -> ApiResult<Vec<u8>> {
     responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = ErrorBody)))]
 async fn get_file(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> ApiResult<Response> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let data = st
         .manager
         .read_file(&ctx, &sandbox_id(&id)?, &q.path)
@@ -657,11 +645,11 @@ async fn get_file(
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/list", params(PathQuery), responses((status = 200, description = "directory entries")))]
 async fn list_files(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> ApiResult<axum::Json<Vec<stasis_core::FileEntry>>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(
         st.manager
             .list_files(&ctx, &sandbox_id(&id)?, &q.path)
@@ -673,11 +661,11 @@ async fn list_files(
     responses((status = 201, description = "session started")))]
 async fn start_session(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiJson(spec): ApiJson<SessionSpec>,
 ) -> ApiResult<(StatusCode, axum::Json<stasis_core::SessionInfo>)> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let info = st
         .manager
         .session_start(&ctx, &sandbox_id(&id)?, spec)
@@ -688,10 +676,10 @@ async fn start_session(
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/sessions", responses((status = 200, description = "sessions, with the same ids across pause/resume")))]
 async fn list_sessions(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<Vec<stasis_core::SessionInfo>>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(
         st.manager.session_list(&ctx, &sandbox_id(&id)?).await?,
     ))
@@ -705,11 +693,11 @@ fn session_name(s: &str) -> ApiResult<&str> {
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{session}/input", request_body = SessionInput, responses((status = 204)))]
 async fn session_input(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path((id, session)): Path<(String, String)>,
     ApiJson(body): ApiJson<SessionInput>,
 ) -> ApiResult<StatusCode> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let data = match (body.data, body.data_b64) {
         (Some(s), None) => s.into_bytes(),
         (None, Some(b)) => b64::decode(&b).map_err(|e| Error::invalid(format!("data_b64: {e}")))?,
@@ -724,11 +712,11 @@ async fn session_input(
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/sessions/{session}/output", params(OutputQuery), responses((status = 200, body = SessionOutputResponse)))]
 async fn session_output(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path((id, session)): Path<(String, String)>,
     ApiQuery(q): ApiQuery<OutputQuery>,
 ) -> ApiResult<axum::Json<SessionOutputResponse>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let out = st
         .manager
         .session_read(
@@ -752,10 +740,10 @@ async fn session_output(
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}/sessions/{session}", responses((status = 204)))]
 async fn kill_session(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path((id, session)): Path<(String, String)>,
 ) -> ApiResult<StatusCode> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     st.manager
         .session_kill(&ctx, &sandbox_id(&id)?, session_name(&session)?)
         .await?;
@@ -766,11 +754,11 @@ async fn kill_session(
     responses((status = 200, body = Sandbox), (status = 409, body = ErrorBody)))]
 async fn pause(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiBytes(body): ApiBytes,
 ) -> ApiResult<axum::Json<Sandbox>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let body: PauseBody = optional_json(&body)?;
     let (rec, t) = st
         .manager
@@ -782,10 +770,10 @@ async fn pause(
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", responses((status = 200, body = Sandbox), (status = 409, body = ErrorBody)))]
 async fn resume(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<Sandbox>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let (rec, t) = st.manager.resume(&ctx, &sandbox_id(&id)?).await?;
     Ok(axum::Json(Sandbox::from_record(rec).timed(t)))
 }
@@ -793,21 +781,21 @@ async fn resume(
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/usage", responses((status = 200, description = "host CPU time, RSS and process count of the sandbox")))]
 async fn usage(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<stasis_backend::Usage>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(st.manager.usage(&ctx, &sandbox_id(&id)?).await?))
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/snapshots", request_body = SnapshotBody, responses((status = 201, description = "snapshot taken")))]
 async fn take_snapshot(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiBytes(body): ApiBytes,
 ) -> ApiResult<(StatusCode, axum::Json<crate::SnapshotInfo>)> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let body: SnapshotBody = optional_json(&body)?;
     let snap = st
         .manager
@@ -830,11 +818,11 @@ pub struct ForkResponse {
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/fork", request_body = ForkBody, responses((status = 201, body = ForkResponse)))]
 async fn fork(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ForkBody>,
 ) -> ApiResult<(StatusCode, axum::Json<ForkResponse>)> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let t0 = std::time::Instant::now();
     let (snap, children) = st.manager.fork(&ctx, &sandbox_id(&id)?, body.count).await?;
     Ok((
@@ -850,19 +838,19 @@ async fn fork(
 #[utoipa::path(get, path = "/v1/snapshots", responses((status = 200, description = "the tenant's snapshots")))]
 async fn list_snapshots(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
 ) -> ApiResult<axum::Json<Vec<crate::SnapshotInfo>>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(st.manager.list_snapshots(&ctx).await?))
 }
 
 #[utoipa::path(get, path = "/v1/snapshots/{id}", responses((status = 200, description = "snapshot"), (status = 404, body = ErrorBody)))]
 async fn get_snapshot(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<crate::SnapshotInfo>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(
         st.manager.get_snapshot(&ctx, &snapshot_id(&id)?).await?,
     ))
@@ -871,10 +859,10 @@ async fn get_snapshot(
 #[utoipa::path(delete, path = "/v1/snapshots/{id}", responses((status = 204), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn delete_snapshot(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<StatusCode> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     st.manager.delete_snapshot(&ctx, &snapshot_id(&id)?).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -882,11 +870,11 @@ async fn delete_snapshot(
 #[utoipa::path(post, path = "/v1/snapshots/{id}/restore", request_body = RestoreBody, responses((status = 201, body = Sandbox), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn restore_snapshot(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiBytes(body): ApiBytes,
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let body: RestoreBody = optional_json(&body)?;
     let manifest = body.manifest.map(Manifest::from_json).transpose()?;
     let rec = st
@@ -900,10 +888,10 @@ async fn restore_snapshot(
     responses((status = 200, content_type = "application/octet-stream", description = "the snapshot as one encrypted, self-verifying file"), (status = 404, body = ErrorBody)))]
 async fn export_snapshot(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<Response> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let path = st.manager.export_snapshot(&ctx, &snapshot_id(&id)?).await?;
     let file = tokio::fs::File::open(&path).await.map_err(Error::from)?;
     let len = file.metadata().await.map_err(Error::from)?.len();
@@ -922,12 +910,12 @@ async fn export_snapshot(
     responses((status = 201, description = "imported snapshot"), (status = 422, body = ErrorBody)))]
 async fn import_snapshot(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     body: Body,
 ) -> ApiResult<(StatusCode, axum::Json<crate::SnapshotInfo>)> {
     use futures::StreamExt;
     use tokio::io::AsyncWriteExt;
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let path = st.manager.transfer_path("import").await?;
     let result = async {
         let mut f = tokio::fs::File::create(&path).await?;
@@ -948,28 +936,28 @@ async fn import_snapshot(
 #[utoipa::path(post, path = "/v1/store/gc", responses((status = 200, description = "garbage collection report: expired snapshots, chunks freed")))]
 async fn store_gc(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
 ) -> ApiResult<axum::Json<stasis_store::GcReport>> {
-    ctx(&headers)?;
+    let _ = auth.ctx();
     Ok(axum::Json(st.manager.snapshots().gc().await?))
 }
 
 #[utoipa::path(get, path = "/v1/store/stats", responses((status = 200, description = "the tenant's snapshot bytes, raw and stored")))]
 async fn store_stats(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
 ) -> ApiResult<axum::Json<stasis_store::StoreStats>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(st.manager.snapshots().stats(&ctx.tenant).await?))
 }
 
 #[utoipa::path(get, path = "/v1/audit", params(AuditQuery), responses((status = 200, description = "audit entries, oldest first")))]
 async fn audit_list(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     ApiQuery(q): ApiQuery<AuditQuery>,
 ) -> ApiResult<axum::Json<Vec<stasis_meta::AuditEntry>>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let limit = q.limit.unwrap_or(1000).clamp(1, 100_000);
     Ok(axum::Json(
         st.manager
@@ -982,11 +970,195 @@ async fn audit_list(
 #[utoipa::path(get, path = "/v1/audit/verify", responses((status = 200, description = "whether the hash chain is intact")))]
 async fn audit_verify(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
 ) -> ApiResult<axum::Json<stasis_meta::AuditVerification>> {
-    ctx(&headers)?;
+    let _ = auth.ctx();
     Ok(axum::Json(st.manager.meta().audit_verify().await?))
 }
+
+// ----- admin: tenants, tokens, secrets ---------------------------------------
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTenantBody {
+    /// Tenant id (`[A-Za-z0-9_-]`, up to 64); default: a generated `t-...`.
+    #[serde(default)]
+    pub id: Option<String>,
+    pub name: String,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTokenBody {
+    /// What the token is for (shown in lists and the audit log).
+    pub name: String,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SecretBody {
+    /// The secret's value; stored sealed, never shown again.
+    pub value: String,
+}
+
+fn tenant_id(s: &str) -> ApiResult<TenantId> {
+    Ok(TenantId::parse(s)?)
+}
+
+#[utoipa::path(post, path = "/v1/admin/tenants", request_body = CreateTenantBody, security(("bearer" = [])),
+    responses((status = 201, description = "tenant created"), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn admin_create_tenant(
+    State(st): State<AppState>,
+    AdminAuthed(who): AdminAuthed,
+    ApiJson(body): ApiJson<CreateTenantBody>,
+) -> ApiResult<(StatusCode, axum::Json<stasis_meta::Tenant>)> {
+    let t =
+        crate::tenancy::create_tenant(&st.manager, &who, body.id.as_deref(), &body.name).await?;
+    Ok((StatusCode::CREATED, axum::Json(t)))
+}
+
+#[utoipa::path(get, path = "/v1/admin/tenants", security(("bearer" = [])),
+    responses((status = 200, description = "all tenants"), (status = 403, body = ErrorBody)))]
+async fn admin_list_tenants(
+    State(st): State<AppState>,
+    AdminAuthed(_who): AdminAuthed,
+) -> ApiResult<axum::Json<Vec<stasis_meta::Tenant>>> {
+    Ok(axum::Json(st.manager.meta().list_tenants().await?))
+}
+
+#[utoipa::path(post, path = "/v1/admin/tenants/{tenant}/tokens", request_body = CreateTokenBody, security(("bearer" = [])),
+    responses((status = 201, body = crate::tenancy::NewToken, description = "the token, shown only in this answer"), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn admin_create_token(
+    State(st): State<AppState>,
+    AdminAuthed(who): AdminAuthed,
+    Path(tenant): Path<String>,
+    ApiJson(body): ApiJson<CreateTokenBody>,
+) -> ApiResult<(StatusCode, axum::Json<crate::tenancy::NewToken>)> {
+    let t = tenant_id(&tenant)?;
+    let tok = crate::tenancy::create_token(&st.manager, &who, &t, &body.name).await?;
+    Ok((StatusCode::CREATED, axum::Json(tok)))
+}
+
+#[utoipa::path(get, path = "/v1/admin/tenants/{tenant}/tokens", security(("bearer" = [])),
+    responses((status = 200, description = "the tenant's tokens (never their text)"), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn admin_list_tokens(
+    State(st): State<AppState>,
+    AdminAuthed(_who): AdminAuthed,
+    Path(tenant): Path<String>,
+) -> ApiResult<axum::Json<Vec<stasis_meta::TokenRecord>>> {
+    let t = tenant_id(&tenant)?;
+    Ok(axum::Json(
+        crate::tenancy::list_tokens(&st.manager, &t).await?,
+    ))
+}
+
+#[utoipa::path(delete, path = "/v1/admin/tokens/{token}", security(("bearer" = [])),
+    responses((status = 200, description = "the revoked token's record"), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn admin_revoke_token(
+    State(st): State<AppState>,
+    AdminAuthed(who): AdminAuthed,
+    Path(token): Path<String>,
+) -> ApiResult<axum::Json<stasis_meta::TokenRecord>> {
+    Ok(axum::Json(
+        crate::tenancy::revoke_token(&st.manager, &who, &token).await?,
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/admin/tenants/{tenant}/secrets", security(("bearer" = [])),
+    responses((status = 200, description = "names of the tenant's secrets (never values)"), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn admin_list_secrets(
+    State(st): State<AppState>,
+    AdminAuthed(_who): AdminAuthed,
+    Path(tenant): Path<String>,
+) -> ApiResult<axum::Json<Vec<String>>> {
+    let t = tenant_id(&tenant)?;
+    Ok(axum::Json(
+        crate::tenancy::secret_names(&st.manager, &t).await?,
+    ))
+}
+
+#[utoipa::path(put, path = "/v1/admin/tenants/{tenant}/secrets/{name}", request_body = SecretBody, security(("bearer" = [])),
+    responses((status = 204, description = "secret stored (sealed)"), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn admin_set_secret(
+    State(st): State<AppState>,
+    AdminAuthed(who): AdminAuthed,
+    Path((tenant, name)): Path<(String, String)>,
+    ApiJson(body): ApiJson<SecretBody>,
+) -> ApiResult<StatusCode> {
+    let t = tenant_id(&tenant)?;
+    crate::tenancy::set_secret(&st.manager, &who, &t, &name, &body.value).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(delete, path = "/v1/admin/tenants/{tenant}/secrets/{name}", security(("bearer" = [])),
+    responses((status = 204), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn admin_delete_secret(
+    State(st): State<AppState>,
+    AdminAuthed(who): AdminAuthed,
+    Path((tenant, name)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let t = tenant_id(&tenant)?;
+    crate::tenancy::delete_secret(&st.manager, &who, &t, &name).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Adds the bearer scheme to the document and requires it on every `/v1` route.
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+        };
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("stk_ token")
+                    .description(Some(
+                        "API token: `stk_` + 43 base64url characters. Tenant tokens use the sandbox, \
+                         snapshot, run and audit routes; admin tokens only `/v1/admin/...`.",
+                    ))
+                    .build(),
+            ),
+        );
+        doc.security = Some(vec![SecurityRequirement::new(
+            "bearer",
+            Vec::<String>::new(),
+        )]);
+        // The public routes need no token.
+        for (path, item) in doc.paths.paths.iter_mut() {
+            if crate::auth::PUBLIC_PATHS.contains(&path.as_str()) {
+                for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+                    op.security = Some(vec![SecurityRequirement::default()]);
+                }
+            }
+        }
+    }
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(
+        admin_create_tenant,
+        admin_list_tenants,
+        admin_create_token,
+        admin_list_tokens,
+        admin_revoke_token,
+        admin_list_secrets,
+        admin_set_secret,
+        admin_delete_secret
+    ),
+    components(schemas(
+        CreateTenantBody,
+        CreateTokenBody,
+        SecretBody,
+        crate::tenancy::NewToken
+    ))
+)]
+pub struct AdminApiDoc;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -1038,13 +1210,15 @@ async fn audit_verify(
         RestoreBody,
         ForkBody,
         ForkResponse
-    ))
+    )),
+    modifiers(&BearerAuth)
 )]
 pub struct ApiDoc;
 
 async fn openapi() -> axum::Json<utoipa::openapi::OpenApi> {
     let mut doc = ApiDoc::openapi();
     doc.merge(crate::runs_api::RunsApiDoc::openapi());
+    doc.merge(AdminApiDoc::openapi());
     axum::Json(doc)
 }
 
@@ -1108,8 +1282,32 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/store/stats", get(store_stats))
         .route("/v1/audit", get(audit_list))
         .route("/v1/audit/verify", get(audit_verify))
+        .route(
+            "/v1/admin/tenants",
+            post(admin_create_tenant).get(admin_list_tenants),
+        )
+        .route(
+            "/v1/admin/tenants/{tenant}/tokens",
+            post(admin_create_token).get(admin_list_tokens),
+        )
+        .route(
+            "/v1/admin/tokens/{token}",
+            axum::routing::delete(admin_revoke_token),
+        )
+        .route(
+            "/v1/admin/tenants/{tenant}/secrets",
+            get(admin_list_secrets),
+        )
+        .route(
+            "/v1/admin/tenants/{tenant}/secrets/{name}",
+            axum::routing::put(admin_set_secret).delete(admin_delete_secret),
+        )
         .merge(crate::runs_api::routes())
         .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::auth::authenticate,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }

@@ -50,6 +50,8 @@ pub struct DaemonConfig {
     pub reaper_interval: Duration,
     /// Unreferenced store chunks younger than this survive GC.
     pub gc_grace: Duration,
+    /// Per-token request rate limit.
+    pub rate_limit: crate::auth::RateLimit,
 }
 
 impl DaemonConfig {
@@ -68,6 +70,7 @@ impl DaemonConfig {
             ready_file: None,
             reaper_interval: Duration::from_millis(250),
             gc_grace: Duration::from_secs(15 * 60),
+            rate_limit: crate::auth::RateLimit::default(),
         }
     }
 }
@@ -101,6 +104,11 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
         .canonicalize()
         .map_err(|e| Error::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?;
     let meta = Meta::open(&data_dir.join("meta.db")).await?;
+    // Tenant t-default with <data>/token, and <data>/admin.token (both 0600).
+    for t in crate::auth::bootstrap(&meta, &data_dir).await? {
+        let file = if t.is_admin { "admin.token" } else { "token" };
+        info!(token = %t.id, file, "created an API token");
+    }
     let store_url = cfg
         .store_url
         .clone()
@@ -178,6 +186,7 @@ pub async fn run(
     let state = AppState {
         manager: daemon.manager.clone(),
         doctor: Arc::new(daemon.doctor),
+        limiter: Arc::new(crate::auth::Limiter::new(cfg.rate_limit)),
     };
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await

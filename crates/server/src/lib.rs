@@ -2,11 +2,13 @@
 //! TTL policies, reconcile after a crash) and the HTTP API over it.
 
 pub mod api;
+pub mod auth;
 pub mod daemon;
 pub mod manager;
 pub mod runs;
 pub mod runs_api;
 pub mod snapshots;
+pub mod tenancy;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};
 pub use snapshots::{SnapshotInfo, SnapshotKind, Snapshots};

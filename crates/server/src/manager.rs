@@ -198,6 +198,7 @@ impl Manager {
 
     pub async fn create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
+        crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
         let backend = self.backend(kind)?.clone();
         let caps = backend.capabilities();
@@ -352,9 +353,7 @@ impl Manager {
                 .with_field("timeout_ms"));
         }
         let (_g, rec) = self.running(ctx, id).await?;
-        let mut env = rec.manifest.env.clone();
-        env.append(&mut req.env);
-        req.env = env;
+        req.env = self.exec_env(&rec, std::mem::take(&mut req.env)).await?;
         let argv0 = req.argv[0].clone();
         let result = self.backend(rec.backend)?.exec(id, req, output).await;
         let result = self.done(&rec, result).await;
@@ -362,6 +361,20 @@ impl Manager {
         let detail = serde_json::json!({"argv0": argv0, "exit_code": exit_code});
         self.audit(ctx, "exec", id.as_str(), detail).await;
         result
+    }
+
+    /// The environment of one exec or session: the manifest's env, then the
+    /// tenant secrets the manifest names (opened here, for this call only),
+    /// then the request's own env (which wins).
+    async fn exec_env(
+        &self,
+        rec: &SandboxRecord,
+        mut request: std::collections::BTreeMap<String, String>,
+    ) -> Result<std::collections::BTreeMap<String, String>> {
+        let mut env = rec.manifest.env.clone();
+        env.append(&mut crate::tenancy::resolve_secrets(self, &rec.tenant, &rec.manifest).await?);
+        env.append(&mut request);
+        Ok(env)
     }
 
     pub async fn write_file(
@@ -432,9 +445,7 @@ impl Manager {
             return Err(Error::invalid("argv must name a command").with_field("argv"));
         }
         let (_g, rec) = self.running(ctx, id).await?;
-        let mut env = rec.manifest.env.clone();
-        env.append(&mut spec.env);
-        spec.env = env;
+        spec.env = self.exec_env(&rec, std::mem::take(&mut spec.env)).await?;
         let r = self.backend(rec.backend)?.session_start(id, spec).await;
         let r = self.done(&rec, r).await;
         if let Ok(info) = &r {
@@ -958,6 +969,7 @@ impl Manager {
             None => info.manifest.clone(),
         };
         manifest.validate()?;
+        crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
         match manifest.backend {
             Some(b) if b != info.backend => {
                 return Err(Error::invalid(format!(

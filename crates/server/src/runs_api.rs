@@ -12,7 +12,7 @@
 //! - `POST /v1/runs/resume` with a document -> checks and a fresh document
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use serde::Deserialize;
@@ -21,7 +21,8 @@ use stasis_core::Error;
 use stasis_meta::runs::RunSummary;
 use stasis_runstate::{CallState, Run, StateDocument, StepKind};
 
-use crate::api::{ctx, ApiError, ApiJson, AppState};
+use crate::api::{ApiError, ApiJson, AppState};
+use crate::auth::Authed;
 use crate::runs::{CallOutcome, ResumeReport, Runs, ToolCallRequest};
 
 type ApiResult<T> = Result<T, ApiError>;
@@ -68,10 +69,10 @@ async fn runs(st: &AppState) -> ApiResult<std::sync::Arc<Runs>> {
     responses((status = 201, description = "the new run"), (status = 404, body = crate::api::ErrorBody)))]
 async fn create_run(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     ApiJson(body): ApiJson<CreateRun>,
 ) -> ApiResult<(StatusCode, axum::Json<Run>)> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let run = runs(&st).await?.create(&ctx, body.sandbox).await?;
     Ok((StatusCode::CREATED, axum::Json(run)))
 }
@@ -79,19 +80,19 @@ async fn create_run(
 #[utoipa::path(get, path = "/v1/runs", responses((status = 200, description = "run summaries of this tenant")))]
 async fn list_runs(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
 ) -> ApiResult<axum::Json<Vec<RunSummary>>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(runs(&st).await?.list(&ctx).await?))
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", responses((status = 200, description = "the run: status, ordered steps, tool calls, approvals"), (status = 404, body = crate::api::ErrorBody)))]
 async fn get_run(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<Run>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(runs(&st).await?.get(&ctx, &id).await?))
 }
 
@@ -99,11 +100,11 @@ async fn get_run(
     responses((status = 200, description = "the run"), (status = 409, body = crate::api::ErrorBody)))]
 async fn append_step(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<StepBody>,
 ) -> ApiResult<axum::Json<Run>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let kind = StepKind::parse(&body.kind).map_err(|e| e.with_field("kind"))?;
     Ok(axum::Json(
         runs(&st).await?.step(&ctx, &id, kind, body.data).await?,
@@ -124,11 +125,11 @@ fn call_status(o: &CallOutcome) -> StatusCode {
         (status = 202, description = "held until approved"), (status = 400, body = crate::api::ErrorBody), (status = 409, body = crate::api::ErrorBody)))]
 async fn request_call(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
     ApiJson(body): ApiJson<ToolCallRequest>,
 ) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let r = runs(&st).await?;
     let o = detached(async move { r.request_call(&ctx, &id, body).await }).await?;
     Ok((call_status(&o), axum::Json(o)))
@@ -136,13 +137,13 @@ async fn request_call(
 
 async fn decide(
     st: AppState,
-    headers: HeaderMap,
+    auth: Authed,
     id: String,
     call: String,
     body: bytes::Bytes,
     approve: bool,
 ) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     let body: DecisionBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
         DecisionBody::default()
     } else {
@@ -158,31 +159,31 @@ async fn decide(
     responses((status = 200, description = "decision recorded and the call executed"), (status = 409, body = crate::api::ErrorBody)))]
 async fn approve(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path((id, call)): Path<(String, String)>,
     body: bytes::Bytes,
 ) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
-    decide(st, headers, id, call, body, true).await
+    decide(st, auth, id, call, body, true).await
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/approvals/{call}/reject", request_body(content = Object, description = "{reason}"),
     responses((status = 200, description = "decision recorded; the call never runs"), (status = 409, body = crate::api::ErrorBody)))]
 async fn reject(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path((id, call)): Path<(String, String)>,
     body: bytes::Bytes,
 ) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
-    decide(st, headers, id, call, body, false).await
+    decide(st, auth, id, call, body, false).await
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}/state", responses((status = 200, description = "signed, versioned RunState document")))]
 async fn run_state(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<StateDocument>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     Ok(axum::Json(runs(&st).await?.state(&ctx, &id).await?))
 }
 
@@ -190,10 +191,10 @@ async fn run_state(
     responses((status = 200, description = "checks (pending approvals, sandbox) and a fresh document"), (status = 400, body = crate::api::ErrorBody), (status = 422, body = crate::api::ErrorBody)))]
 async fn resume_run(
     State(st): State<AppState>,
-    headers: HeaderMap,
+    auth: Authed,
     ApiJson(doc): ApiJson<serde_json::Value>,
 ) -> ApiResult<axum::Json<ResumeReport>> {
-    let ctx = ctx(&headers)?;
+    let ctx = auth.ctx();
     // Either the document itself, or {"document": ..., "sandbox": "sb-..."}
     // to move the run to another sandbox (e.g. restored from a snapshot).
     let (doc, rebind) = match doc.get("document") {

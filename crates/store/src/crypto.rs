@@ -151,6 +151,29 @@ impl MasterKey {
         hex::encode(&blake3::derive_key("stasis 2026-12 master fingerprint v1", &self.key)[..8])
     }
 
+    /// Seal a tenant secret's value for storage outside the store (the
+    /// metadata database). Bound to tenant and name: a sealed value moved to
+    /// another tenant or name does not open.
+    pub fn seal_secret(&self, tenant: &str, name: &str, plaintext: &[u8]) -> Vec<u8> {
+        let mut key = blake3::derive_key("stasis 2026-12 tenant secret v1", &self.key);
+        let out = seal(&key, &secret_aad(tenant, name), plaintext);
+        wipe(&mut key);
+        out
+    }
+
+    /// Inverse of [`MasterKey::seal_secret`].
+    pub fn open_secret(&self, tenant: &str, name: &str, sealed: &[u8]) -> Result<Vec<u8>> {
+        let mut key = blake3::derive_key("stasis 2026-12 tenant secret v1", &self.key);
+        let out = open(
+            &key,
+            &secret_aad(tenant, name),
+            sealed,
+            &format!("secret {name}"),
+        );
+        wipe(&mut key);
+        out
+    }
+
     pub(crate) fn wrap_key(&self) -> [u8; 32] {
         blake3::derive_key("stasis 2026-12 master wrap v1", &self.key)
     }
@@ -240,6 +263,14 @@ pub(crate) fn wrong_master_key(detail: &str) -> Error {
         ErrorCode::Unauthorized,
         format!("wrong master key: {detail} was sealed with a different master key"),
     )
+}
+
+fn secret_aad(tenant: &str, name: &str) -> Vec<u8> {
+    let mut a = b"stasis-secret-v1\0".to_vec();
+    a.extend_from_slice(tenant.as_bytes());
+    a.push(0);
+    a.extend_from_slice(name.as_bytes());
+    a
 }
 
 pub(crate) fn tenant_key_aad(tenant: &str) -> Vec<u8> {

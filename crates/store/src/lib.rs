@@ -457,6 +457,16 @@ impl Store {
         self.inner.local_root.as_deref()
     }
 
+    /// Seal a tenant secret with a key derived from the master key.
+    pub fn seal_secret(&self, tenant: &TenantId, name: &str, value: &[u8]) -> Vec<u8> {
+        self.master().seal_secret(tenant.as_str(), name, value)
+    }
+
+    /// Open a value sealed by [`Store::seal_secret`].
+    pub fn open_secret(&self, tenant: &TenantId, name: &str, sealed: &[u8]) -> Result<Vec<u8>> {
+        self.master().open_secret(tenant.as_str(), name, sealed)
+    }
+
     pub(crate) fn master(&self) -> &MasterKey {
         &self.inner.master
     }

@@ -123,17 +123,65 @@ impl Daemon {
         self.spawn().await;
     }
 
+    /// The tenant token the daemon wrote at its first start (`<data>/token`).
+    pub fn token(&self) -> String {
+        std::fs::read_to_string(self.dir.join("token"))
+            .expect("daemon wrote <data>/token")
+            .trim()
+            .to_string()
+    }
+
+    /// The admin token (`<data>/admin.token`).
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.dir.join("admin.token"))
+            .expect("daemon wrote <data>/admin.token")
+            .trim()
+            .to_string()
+    }
+
+    /// An HTTP client that authenticates with `token`.
+    pub fn client_with(token: &str) -> reqwest::Client {
+        let mut h = reqwest::header::HeaderMap::new();
+        h.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        reqwest::Client::builder()
+            .default_headers(h)
+            .build()
+            .unwrap()
+    }
+
+    /// An HTTP client that authenticates as the default tenant.
+    pub fn client(&self) -> reqwest::Client {
+        Self::client_with(&self.token())
+    }
+
     pub fn http(&self) -> Http {
         Http {
             base: self.url.clone(),
-            c: reqwest::Client::new(),
+            c: self.client(),
+        }
+    }
+
+    /// The API as another caller (another tenant's token, an admin token, none).
+    pub fn http_as(&self, token: Option<&str>) -> Http {
+        Http {
+            base: self.url.clone(),
+            c: match token {
+                Some(t) => Self::client_with(t),
+                None => reqwest::Client::new(),
+            },
         }
     }
 
     /// Run the CLI against this daemon.
     pub fn cli(&self, args: &[&str]) -> std::process::Output {
+        // The CLI finds its token in the data dir named by STASIS_DATA_DIR.
         Command::new(BIN)
             .args(["--url", &self.url])
+            .env_remove("STASIS_TOKEN")
+            .env("STASIS_DATA_DIR", &self.dir)
             .args(args)
             .stdin(Stdio::null())
             .output()

@@ -1,0 +1,263 @@
+//! Tenant administration (tenants, tokens, secrets) and secret delivery.
+//!
+//! Secret values are sealed with a key derived from the store's master key
+//! before they reach the metadata database, opened only to build the
+//! environment of the one exec or session that needs them, and never
+//! written anywhere else (not the audit log, not the run state, not logs).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use stasis_core::manifest::validate_env_name;
+use stasis_core::{Error, ErrorCode, Manifest, Result, TenantId};
+use stasis_meta::{hash_token, NewAuditEntry, Tenant, TokenRecord};
+
+use crate::auth::{generate_token, generate_token_id, Identity};
+use crate::manager::Manager;
+
+/// Largest secret value accepted.
+pub const MAX_SECRET_BYTES: usize = 64 * 1024;
+
+/// A token as returned once, at creation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct NewToken {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub tenant: Option<TenantId>,
+    pub name: String,
+    pub is_admin: bool,
+    pub created_at_ms: i64,
+    /// The token itself. Shown only here; the daemon keeps only its hash.
+    pub token: String,
+}
+
+fn admin_actor(who: &Identity) -> String {
+    format!("admin:{}", who.token_id)
+}
+
+async fn audit(
+    m: &Manager,
+    tenant: &TenantId,
+    who: &Identity,
+    action: &str,
+    target: &str,
+    detail: serde_json::Value,
+) {
+    let e = NewAuditEntry {
+        tenant: tenant.clone(),
+        actor: admin_actor(who),
+        action: action.into(),
+        target: target.into(),
+        detail,
+    };
+    if let Err(e) = m.meta().audit(e).await {
+        tracing::warn!(error = %e, action, "audit append failed");
+    }
+}
+
+fn check_name(name: &str, field: &str) -> Result<()> {
+    if name.trim().is_empty() || name.len() > 128 || name.chars().any(char::is_control) {
+        return Err(
+            Error::invalid(format!("{field} must be 1-128 printable characters")).with_field(field),
+        );
+    }
+    Ok(())
+}
+
+pub async fn create_tenant(
+    m: &Manager,
+    who: &Identity,
+    id: Option<&str>,
+    name: &str,
+) -> Result<Tenant> {
+    check_name(name, "name")?;
+    let id = match id {
+        Some(s) => TenantId::parse(s).map_err(|e| e.with_field("id"))?,
+        None => TenantId::generate(),
+    };
+    let t = m.meta().create_tenant(&id, name).await?;
+    audit(
+        m,
+        &id,
+        who,
+        "tenant_create",
+        id.as_str(),
+        serde_json::json!({"name": name}),
+    )
+    .await;
+    Ok(t)
+}
+
+pub async fn create_token(
+    m: &Manager,
+    who: &Identity,
+    tenant: &TenantId,
+    name: &str,
+) -> Result<NewToken> {
+    check_name(name, "name")?;
+    m.meta().get_tenant(tenant).await?;
+    let token = generate_token();
+    let rec = m
+        .meta()
+        .insert_token(
+            &generate_token_id(),
+            Some(tenant),
+            name,
+            &hash_token(&token),
+            false,
+        )
+        .await?;
+    audit(
+        m,
+        tenant,
+        who,
+        "token_create",
+        &rec.id,
+        serde_json::json!({"name": name}),
+    )
+    .await;
+    Ok(NewToken {
+        id: rec.id,
+        tenant: rec.tenant,
+        name: rec.name,
+        is_admin: false,
+        created_at_ms: rec.created_at_ms,
+        token,
+    })
+}
+
+pub async fn list_tokens(m: &Manager, tenant: &TenantId) -> Result<Vec<TokenRecord>> {
+    m.meta().get_tenant(tenant).await?;
+    m.meta().list_tokens(Some(tenant)).await
+}
+
+pub async fn revoke_token(m: &Manager, who: &Identity, id: &str) -> Result<TokenRecord> {
+    stasis_core::id::validate_id("token", id)?;
+    if id == who.token_id {
+        return Err(Error::invalid("an admin token cannot revoke itself"));
+    }
+    let rec = m.meta().revoke_token(id).await?;
+    let tenant = rec
+        .tenant
+        .clone()
+        .unwrap_or_else(|| TenantId::parse(crate::auth::DEFAULT_TENANT).expect("tenant id"));
+    audit(
+        m,
+        &tenant,
+        who,
+        "token_revoke",
+        id,
+        serde_json::json!({"name": rec.name}),
+    )
+    .await;
+    Ok(rec)
+}
+
+fn check_secret_name(name: &str) -> Result<()> {
+    if !validate_env_name(name) || name.len() > 128 {
+        return Err(Error::invalid(format!(
+            "secret name {name:?} must be a variable name ([A-Za-z_][A-Za-z0-9_]*, at most 128)"
+        ))
+        .with_field("name"));
+    }
+    Ok(())
+}
+
+/// Register (or replace) a tenant secret. The audit entry names it, never its value.
+pub async fn set_secret(
+    m: &Manager,
+    who: &Identity,
+    tenant: &TenantId,
+    name: &str,
+    value: &str,
+) -> Result<()> {
+    check_secret_name(name)?;
+    if value.len() > MAX_SECRET_BYTES || value.contains('\0') {
+        return Err(Error::invalid(format!(
+            "a secret value is at most {MAX_SECRET_BYTES} bytes and has no NUL"
+        ))
+        .with_field("value"));
+    }
+    m.meta().get_tenant(tenant).await?;
+    let sealed = m
+        .snapshots()
+        .store()
+        .seal_secret(tenant, name, value.as_bytes());
+    let replaced = m.meta().put_secret(tenant, name, &sealed).await?;
+    audit(
+        m,
+        tenant,
+        who,
+        "secret_set",
+        name,
+        serde_json::json!({"replaced": replaced}),
+    )
+    .await;
+    Ok(())
+}
+
+pub async fn delete_secret(
+    m: &Manager,
+    who: &Identity,
+    tenant: &TenantId,
+    name: &str,
+) -> Result<()> {
+    check_secret_name(name)?;
+    m.meta().get_tenant(tenant).await?;
+    m.meta().delete_secret(tenant, name).await?;
+    audit(m, tenant, who, "secret_delete", name, serde_json::json!({})).await;
+    Ok(())
+}
+
+pub async fn secret_names(m: &Manager, tenant: &TenantId) -> Result<Vec<String>> {
+    m.meta().get_tenant(tenant).await?;
+    m.meta().secret_names(tenant).await
+}
+
+/// A manifest may only name secrets its tenant has registered (400 naming the entry).
+pub async fn check_manifest_secrets(m: &Manager, tenant: &TenantId, man: &Manifest) -> Result<()> {
+    if man.secrets.is_empty() {
+        return Ok(());
+    }
+    let have = m.meta().secret_names(tenant).await?;
+    for (i, s) in man.secrets.iter().enumerate() {
+        if !have.contains(s) {
+            return Err(Error::new(
+                ErrorCode::InvalidManifest,
+                format!("secret {s:?} is not registered for this tenant"),
+            )
+            .with_field(format!("secrets[{i}]")));
+        }
+    }
+    Ok(())
+}
+
+/// The values of the secrets a manifest names, for one exec or session.
+pub async fn resolve_secrets(
+    m: &Manager,
+    tenant: &TenantId,
+    man: &Manifest,
+) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for (i, name) in man.secrets.iter().enumerate() {
+        let sealed = match m.meta().secret_sealed(tenant, name).await {
+            Ok(s) => s,
+            Err(e) if e.code == ErrorCode::NotFound => {
+                return Err(Error::new(
+                    ErrorCode::InvalidManifest,
+                    format!("secret {name:?} named by the manifest is no longer registered"),
+                )
+                .with_field(format!("secrets[{i}]")))
+            }
+            Err(e) => return Err(e),
+        };
+        let value = m.snapshots().store().open_secret(tenant, name, &sealed)?;
+        let value = String::from_utf8(value)
+            .map_err(|_| Error::internal(format!("secret {name} is not UTF-8")))?;
+        out.insert(name.clone(), value);
+    }
+    Ok(out)
+}
