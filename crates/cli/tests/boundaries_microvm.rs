@@ -1,0 +1,206 @@
+//! The manifest's boundaries on a microVM sandbox, through the real daemon.
+//! Needs the guest image (STASIS_IMAGE_DIR, set by scripts/test.sh); without
+//! it the test says it did not run.
+//!
+//! One sandbox is reused for every attempt (TCG boots cost seconds): egress
+//! to an allowlisted host loopback port works while every other destination
+//! fails, before and after a pause/resume (the QEMU is replaced by one
+//! loaded from the migration); a disk fill ends in ENOSPC and the VM and
+//! daemon carry on; a fork bomb stops at the pids cap. Host listeners count
+//! what reaches them, so a denial is seen on the host side too. Each denied
+//! attempt prints `denied: <what>`, and the total is printed at the end.
+
+mod common;
+
+use common::Daemon;
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn image_available() -> bool {
+    match std::env::var_os("STASIS_IMAGE_DIR") {
+        Some(_) => true,
+        None => {
+            eprintln!("microVM boundary test NOT RUN: STASIS_IMAGE_DIR is not set (scripts/test.sh sets it)");
+            false
+        }
+    }
+}
+
+/// A loopback listener answering each line with `pong-<name>`, counting
+/// the connections it accepted.
+fn listener(name: &'static str) -> (u16, Arc<AtomicUsize>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let n = Arc::new(AtomicUsize::new(0));
+    let n2 = n.clone();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            n2.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                if BufReader::new(c.try_clone().unwrap())
+                    .read_line(&mut line)
+                    .is_ok()
+                {
+                    let mut c = c;
+                    let _ = c.write_all(format!("pong-{name}\n").as_bytes());
+                }
+            });
+        }
+    });
+    (port, n)
+}
+
+const PROBE: &str = r#"
+import socket, sys
+for dest in sys.argv[1:]:
+    host, port = dest.rsplit(":", 1)
+    s = socket.socket(socket.AF_INET)
+    s.settimeout(4)
+    try:
+        s.connect((host, int(port)))
+        s.sendall(b"ping\n")
+        d = s.recv(100)
+        print(dest, "OK " + d.decode().strip() if d else "FAIL closed without reply")
+    except Exception as e:
+        print(dest, "FAIL", type(e).__name__, e)
+    s.close()
+"#;
+
+async fn exec_sh(h: &common::Http, id: &str, script: &str) -> serde_json::Value {
+    h.ok(
+        "POST",
+        &format!("/v1/sandboxes/{id}/exec"),
+        Some(json!({"argv": ["sh", "-c", script], "timeout_ms": 120000})),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
+    if !image_available() {
+        return;
+    }
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let (allowed, allowed_n) = listener("allowed");
+    let (other, other_n) = listener("other");
+    let mut denied = 0usize;
+
+    // A bad allowlist entry is refused with its field named.
+    let r = h
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"manifest": {"backend": "microvm", "network": {"allow": ["example.com:443"]}}})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.body["error"]["field"], "network.allow[0]", "{}", r.body);
+    println!(
+        "denied: allowlist entry that is not ip:port ({})",
+        r.body["error"]["message"]
+    );
+    denied += 1;
+
+    let id = h
+        .create(json!({
+            "backend": "microvm",
+            "lifecycle": {"on_idle": "nothing"},
+            "network": {"allow": [format!("127.0.0.1:{allowed}")]},
+            "outputs": ["/out"],
+            "resources": {"disk_mb": 32, "pids": 64},
+        }))
+        .await;
+    h.sh(&id, &format!("cat > /tmp/probe.py <<'EOF'\n{PROBE}\nEOF"))
+        .await;
+    assert_eq!(h.sh(&id, "test -d /out && echo yes").await, "yes\n");
+
+    for when in ["fresh", "after pause/resume"] {
+        if when != "fresh" {
+            let p = h
+                .ok(
+                    "POST",
+                    &format!("/v1/sandboxes/{id}/pause"),
+                    Some(json!({})),
+                )
+                .await;
+            assert_eq!(p["pause_kind"], "memory", "{p}");
+            // The next exec resumes it.
+        }
+        let (a0, o0) = (
+            allowed_n.load(Ordering::SeqCst),
+            other_n.load(Ordering::SeqCst),
+        );
+        let dests = [
+            format!("127.0.0.1:{allowed}"),
+            format!("10.0.2.2:{other}"),
+            format!("10.0.2.2:{allowed}"),
+            format!("127.0.0.1:{other}"),
+            format!("10.0.2.100:{other}"),
+        ];
+        let out = h
+            .sh(&id, &format!("python3 /tmp/probe.py {}", dests.join(" ")))
+            .await;
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), dests.len(), "{out}");
+        assert_eq!(
+            lines[0],
+            format!("{} OK pong-allowed", dests[0]),
+            "{when}: {out}"
+        );
+        for l in &lines[1..] {
+            assert!(l.contains(" FAIL "), "{when}: must be denied: {l}");
+            println!("denied: {when}: egress to {l}");
+            denied += 1;
+        }
+        assert_eq!(
+            other_n.load(Ordering::SeqCst),
+            o0,
+            "{when}: other listener reached"
+        );
+        assert_eq!(allowed_n.load(Ordering::SeqCst), a0 + 1, "{when}");
+    }
+
+    // Disk fill: ENOSPC in the guest; the sandbox and the daemon carry on.
+    let v = exec_sh(
+        &h,
+        &id,
+        "dd if=/dev/urandom of=/workspace/fill bs=1M count=1024 2>&1; sync",
+    )
+    .await;
+    let out = v["stdout"].as_str().unwrap_or_default();
+    assert!(out.contains("No space left on device"), "disk fill: {v}");
+    println!("denied: writing past disk_mb=32 (ENOSPC)");
+    denied += 1;
+    assert_eq!(h.sh(&id, "rm /workspace/fill; echo alive").await, "alive\n");
+    h.ok("GET", "/healthz", None).await;
+
+    // Fork bomb: stopped at the pids cap; the sandbox answers afterwards.
+    let _ = exec_sh(&h, &id, "timeout 6 sh -c 'f() { f | f & }; f; sleep 5'").await;
+    let ev = h.sh(&id, "cat /sys/fs/cgroup/stasis/pids.events").await;
+    let hits: u64 = ev
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    assert!(hits > 0, "pids cap never reached: {ev}");
+    println!("denied: fork bomb past pids=64 ({hits} forks refused)");
+    denied += 1;
+    // What is left of the bomb is killed through its cgroup.
+    let r = h
+        .raw(
+            "PUT",
+            &format!("/v1/sandboxes/{id}/files?path=/sys/fs/cgroup/stasis/cgroup.kill"),
+            b"1".to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(h.sh(&id, "echo alive").await, "alive\n");
+
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+    println!("microvm boundary attempts denied: {denied} (all)");
+}
