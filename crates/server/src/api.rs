@@ -1222,6 +1222,54 @@ async fn openapi() -> axum::Json<utoipa::openapi::OpenApi> {
     axum::Json(doc)
 }
 
+/// Every error leaves as JSON: rejections produced by axum itself (a path
+/// segment that is not UTF-8, a method the route does not have, ...) come
+/// as plain text and are rewritten here, keeping their status.
+async fn json_errors(resp: Response) -> Response {
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return resp;
+    }
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+    let mut message = String::from_utf8_lossy(&text).trim().to_string();
+    if message.is_empty() {
+        message = status.canonical_reason().unwrap_or("error").to_string();
+    }
+    let code = match status.as_u16() {
+        401 => ErrorCode::Unauthorized,
+        403 => ErrorCode::Forbidden,
+        404 => ErrorCode::NotFound,
+        409 => ErrorCode::InvalidState,
+        413 => ErrorCode::PayloadTooLarge,
+        429 => ErrorCode::RateLimited,
+        400..=499 => ErrorCode::InvalidArgument,
+        _ => ErrorCode::Internal,
+    };
+    let body = ErrorBody {
+        error: ErrorDetail {
+            code: code.as_str().to_string(),
+            message,
+            field: None,
+        },
+    };
+    let mut out = (status, axum::Json(body)).into_response();
+    for (k, v) in parts.headers.iter() {
+        if k != axum::http::header::CONTENT_TYPE && k != axum::http::header::CONTENT_LENGTH {
+            out.headers_mut().insert(k.clone(), v.clone());
+        }
+    }
+    out
+}
+
 async fn fallback() -> ApiError {
     ApiError(Error::new(ErrorCode::NotFound, "no such endpoint"))
 }
@@ -1309,5 +1357,6 @@ pub fn router(state: AppState) -> Router {
             crate::auth::authenticate,
         ))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::map_response(json_errors))
         .with_state(state)
 }

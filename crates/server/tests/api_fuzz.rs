@@ -1,0 +1,460 @@
+//! Property test over the API's inputs, through the real router in-process
+//! (`tower::ServiceExt::oneshot`) on a real daemon state with one running
+//! process sandbox: hostile JSON bodies, path parameters with traversal and
+//! invalid UTF-8, hostile query strings, huge headers and bodies always get
+//! a 4xx with a JSON error body, never a 5xx or a panic; the file API,
+//! whatever path or symlink it is given, leaves a canary file outside the
+//! sandbox untouched and unread.
+//!
+//! `harness = false`: the process backend re-executes this test binary as
+//! its sandbox shim, which must be dispatched before anything else runs.
+
+use std::path::{Path, PathBuf};
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::Router;
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use stasis_server::api::{router, AppState};
+use stasis_server::auth::{Limiter, RateLimit};
+use stasis_server::daemon::{open, DaemonConfig};
+
+struct Env {
+    app: Router,
+    token: String,
+    sandbox: String,
+    canary: PathBuf,
+    canary_text: String,
+}
+
+async fn call(env: &Env, req: Request<Body>) -> (StatusCode, Vec<u8>) {
+    let resp = env
+        .app
+        .clone()
+        .oneshot(req)
+        .await
+        .expect("router is infallible");
+    let status = resp.status();
+    let body = axum::body::to_bytes(resp.into_body(), 64 << 20)
+        .await
+        .map(|b| b.to_vec())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn req(env: &Env, method: &str, uri: &str, body: Vec<u8>) -> Request<Body> {
+    Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {}", env.token))
+        .header("content-type", "application/json")
+        .body(Body::from(body))
+        .expect("request")
+}
+
+/// A 4xx whose body is `{"error": {"code", "message"}}`.
+fn check_4xx(what: &str, status: StatusCode, body: &[u8]) -> Result<(), TestCaseError> {
+    prop_assert!(
+        status.is_client_error(),
+        "{what}: status {status}: {}",
+        String::from_utf8_lossy(body)
+    );
+    let v: Value = serde_json::from_slice(body).map_err(|e| {
+        TestCaseError::fail(format!(
+            "{what}: error body is not JSON ({e}): {}",
+            String::from_utf8_lossy(body)
+        ))
+    })?;
+    prop_assert!(v["error"]["code"].is_string(), "{what}: {v}");
+    prop_assert!(v["error"]["message"].is_string(), "{what}: {v}");
+    Ok(())
+}
+
+/// Percent-encode arbitrary bytes as one path segment or query value.
+fn enc(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|&b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// JSON that is never a valid request body: non-objects, or objects whose
+/// keys are all unknown (`x_...`) so a required field is missing or an
+/// unknown field is refused.
+fn hostile_json() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        any::<i64>().prop_map(|n| json!(n)),
+        any::<f64>().prop_map(|f| json!(f)),
+        ".{0,40}".prop_map(Value::String),
+        Just(json!("../../etc/passwd")),
+        Just(json!(u64::MAX)),
+    ];
+    let tree = leaf.prop_recursive(3, 24, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map("[a-z]{1,8}", inner, 0..5)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    });
+    prop_oneof![
+        tree.clone()
+            .prop_filter("not an object", |v| !v.is_object()),
+        prop::collection::btree_map("x_[a-z]{1,8}", tree, 1..5)
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+    ]
+}
+
+/// A hostile body: JSON as above, or raw bytes (invalid UTF-8, truncated JSON).
+fn hostile_body() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        hostile_json().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        prop::collection::vec(any::<u8>(), 0..256),
+        Just(b"{\"argv\": [\"sh\", \"-c\"".to_vec()),
+        Just(vec![0xff, 0xfe, b'{', b'}']),
+    ]
+}
+
+/// Path segments: traversal, encoded separators, NUL, invalid UTF-8, long.
+fn hostile_segment() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(b"..".to_vec()),
+        Just(b"../../etc/passwd".to_vec()),
+        Just(b"..%2f..%2fetc".to_vec()),
+        Just(b"sb-\0".to_vec()),
+        Just(vec![0xc3, 0x28]),
+        Just(vec![b'a'; 5000]),
+        prop::collection::vec(any::<u8>(), 1..80),
+        "[a-z./-]{1,30}".prop_map(String::into_bytes),
+    ]
+}
+
+/// File-API paths aimed at the canary (by traversal, absolute host path,
+/// /proc tricks, symlinks created inside the sandbox).
+fn hostile_file_path(canary: &Path) -> impl Strategy<Value = Vec<u8>> {
+    let abs = canary.display().to_string();
+    let rel = abs.trim_start_matches('/').to_string();
+    prop_oneof![
+        (0usize..12).prop_map(move |n| format!("{}{rel}", "../".repeat(n)).into_bytes()),
+        Just(abs.clone().into_bytes()),
+        Just(format!("/proc/1/root{abs}").into_bytes()),
+        Just(format!("/proc/self/root{abs}").into_bytes()),
+        Just(b"link-abs".to_vec()),
+        Just(b"link-rel".to_vec()),
+        Just(b"link-root/tmp".to_vec()),
+        Just(format!("link-root{abs}").into_bytes()),
+        Just(format!("link-dir/{}", canary.file_name().unwrap().to_string_lossy()).into_bytes()),
+        Just(b"../../etc/passwd".to_vec()),
+        prop::collection::vec(any::<u8>(), 1..64),
+    ]
+}
+
+async fn setup(dir: &Path) -> Env {
+    let data = dir.join("data");
+    let mut cfg = DaemonConfig::new(data.clone());
+    cfg.accel = stasis_backend_microvm::AccelChoice::Tcg;
+    cfg.images_dir = dir.join("no-images");
+    cfg.cgroup_parent = format!("stasis-fuzz-{}", std::process::id());
+    cfg.max_file_bytes = 1 << 20;
+    let daemon = open(&cfg).await.expect("daemon state");
+    let app = router(AppState {
+        manager: daemon.manager.clone(),
+        doctor: std::sync::Arc::new(daemon.doctor),
+        limiter: std::sync::Arc::new(Limiter::new(RateLimit {
+            per_sec: 0,
+            burst: 0,
+        })),
+    });
+    let token = std::fs::read_to_string(data.join("token"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let canary_dir = dir.join("outside");
+    std::fs::create_dir_all(&canary_dir).unwrap();
+    let canary = canary_dir.join("canary.txt");
+    let canary_text = format!("canary-{}-do-not-read", std::process::id());
+    std::fs::write(&canary, &canary_text).unwrap();
+    let mut env = Env {
+        app,
+        token,
+        sandbox: String::new(),
+        canary,
+        canary_text,
+    };
+    let body = json!({"manifest": {"backend": "process", "lifecycle": {"on_idle": "nothing"}}});
+    let (st, b) = call(
+        &env,
+        req(
+            &env,
+            "POST",
+            "/v1/sandboxes",
+            serde_json::to_vec(&body).unwrap(),
+        ),
+    )
+    .await;
+    assert_eq!(st, StatusCode::CREATED, "{}", String::from_utf8_lossy(&b));
+    let v: Value = serde_json::from_slice(&b).unwrap();
+    env.sandbox = v["id"].as_str().unwrap().to_string();
+    // Symlinks inside the sandbox that point out of it.
+    let abs = env.canary.display().to_string();
+    let dir_abs = canary_dir.display().to_string();
+    let script = format!(
+        "ln -s {abs} link-abs && ln -s ../../../../../../../..{abs} link-rel && \
+         ln -s / link-root && ln -s {dir_abs} link-dir && echo ok"
+    );
+    let exec = json!({"argv": ["sh", "-c", script]});
+    let (st, b) = call(
+        &env,
+        req(
+            &env,
+            "POST",
+            &format!("/v1/sandboxes/{}/exec", env.sandbox),
+            serde_json::to_vec(&exec).unwrap(),
+        ),
+    )
+    .await;
+    let v: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(st, StatusCode::OK, "{v}");
+    assert_eq!(v["stdout"], "ok\n", "{v}");
+    env
+}
+
+fn json_routes(sb: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("POST", "/v1/sandboxes".into()),
+        ("POST", format!("/v1/sandboxes/{sb}/exec")),
+        ("POST", format!("/v1/sandboxes/{sb}/exec/stream")),
+        ("POST", format!("/v1/sandboxes/{sb}/sessions")),
+        ("POST", format!("/v1/sandboxes/{sb}/sessions/s1/input")),
+        ("POST", format!("/v1/sandboxes/{sb}/pause")),
+        ("POST", format!("/v1/sandboxes/{sb}/snapshots")),
+        ("POST", format!("/v1/sandboxes/{sb}/fork")),
+        ("POST", "/v1/snapshots/snap-x/restore".into()),
+        ("POST", "/v1/runs".into()),
+        ("POST", "/v1/runs/resume".into()),
+        ("POST", "/v1/runs/run-x/steps".into()),
+        ("POST", "/v1/runs/run-x/tool-calls".into()),
+        ("POST", "/v1/admin/tenants".into()),
+    ]
+}
+
+fn id_routes() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("GET", "/v1/sandboxes/{}"),
+        ("DELETE", "/v1/sandboxes/{}"),
+        ("POST", "/v1/sandboxes/{}/exec"),
+        ("GET", "/v1/sandboxes/{}/files?path=x"),
+        ("GET", "/v1/sandboxes/{}/sessions"),
+        ("GET", "/v1/sandboxes/SB/sessions/{}/output"),
+        ("DELETE", "/v1/sandboxes/SB/sessions/{}"),
+        ("POST", "/v1/sandboxes/{}/resume"),
+        ("GET", "/v1/snapshots/{}"),
+        ("GET", "/v1/snapshots/{}/export"),
+        ("DELETE", "/v1/snapshots/{}"),
+        ("GET", "/v1/runs/{}"),
+        ("GET", "/v1/runs/{}/state"),
+        ("POST", "/v1/runs/run-x/approvals/{}/approve"),
+    ]
+}
+
+fn main() {
+    // Must come first: the sandbox shim is this very binary.
+    stasis_backend_process::dispatch_if_shim();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let tmp = tempfile::Builder::new()
+        .prefix("stasis-fuzz-")
+        .tempdir()
+        .unwrap();
+    let env = rt.block_on(setup(tmp.path()));
+    let passwd_before = std::fs::read("/etc/passwd").unwrap();
+    let cases: u32 = std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    let mut total = 0u64;
+    let runner = || {
+        TestRunner::new(Config {
+            cases,
+            failure_persistence: None,
+            ..Config::default()
+        })
+    };
+
+    // 1. Hostile bodies on every JSON route.
+    let routes = json_routes(&env.sandbox);
+    runner()
+        .run(&(0..routes.len(), hostile_body()), |(i, body)| {
+            let (m, p) = &routes[i];
+            let (st, b) = rt.block_on(call(&env, req(&env, m, p, body)));
+            check_4xx(&format!("{m} {p}"), st, &b)
+        })
+        .expect("hostile JSON bodies");
+    total += u64::from(cases);
+
+    // 2. Hostile path parameters.
+    let ids = id_routes();
+    let sb = env.sandbox.clone();
+    runner()
+        .run(&(0..ids.len(), hostile_segment()), |(i, seg)| {
+            let (m, p) = ids[i];
+            let uri = p.replace("SB", &sb).replace("{}", &enc(&seg));
+            let (st, b) = rt.block_on(call(&env, req(&env, m, &uri, b"{}".to_vec())));
+            check_4xx(&format!("{m} {uri}"), st, &b)
+        })
+        .expect("hostile path parameters");
+    total += u64::from(cases);
+
+    // 3. The file API with traversal and symlink escapes: whatever the
+    //    answer, the canary is not read and not changed, and nothing
+    //    appears next to it.
+    let sb = env.sandbox.clone();
+    runner()
+        .run(
+            &(
+                hostile_file_path(&env.canary),
+                any::<bool>(),
+                prop::collection::vec(any::<u8>(), 0..64),
+            ),
+            |(path, write, data)| {
+                let q = enc(&path);
+                let (st, b) = if write {
+                    let mut r = req(
+                        &env,
+                        "PUT",
+                        &format!("/v1/sandboxes/{sb}/files?path={q}"),
+                        data,
+                    );
+                    r.headers_mut().remove("content-type");
+                    rt.block_on(call(&env, r))
+                } else {
+                    let list = rt.block_on(call(
+                        &env,
+                        req(
+                            &env,
+                            "GET",
+                            &format!("/v1/sandboxes/{sb}/files/list?path={q}"),
+                            vec![],
+                        ),
+                    ));
+                    prop_assert!(!list.0.is_server_error(), "list {q}: {}", list.0);
+                    rt.block_on(call(
+                        &env,
+                        req(
+                            &env,
+                            "GET",
+                            &format!("/v1/sandboxes/{sb}/files?path={q}"),
+                            vec![],
+                        ),
+                    ))
+                };
+                prop_assert!(
+                    !st.is_server_error(),
+                    "{q}: {st} {}",
+                    String::from_utf8_lossy(&b)
+                );
+                if !st.is_success() {
+                    check_4xx(&q, st, &b)?;
+                }
+                prop_assert!(
+                    !String::from_utf8_lossy(&b).contains(&env.canary_text),
+                    "{q}: the canary was read"
+                );
+                prop_assert_eq!(
+                    std::fs::read_to_string(&env.canary).unwrap(),
+                    env.canary_text.clone(),
+                    "{}: the canary changed",
+                    q
+                );
+                let siblings = std::fs::read_dir(env.canary.parent().unwrap())
+                    .unwrap()
+                    .count();
+                prop_assert_eq!(siblings, 1, "{}: a file appeared next to the canary", q);
+                Ok(())
+            },
+        )
+        .expect("file API confinement");
+    total += u64::from(cases);
+
+    // 4. Huge headers, huge and invalid bodies, invalid UTF-8 in queries.
+    let sb = env.sandbox.clone();
+    runner()
+        .run(&(1usize..200_000, 0usize..4), |(len, kind)| {
+            let mut r = req(&env, "GET", "/v1/sandboxes", vec![]);
+            match kind {
+                0 => {
+                    r.headers_mut().insert(
+                        "x-stasis-actor",
+                        axum::http::HeaderValue::from_bytes(&vec![b'a'; len]).unwrap(),
+                    );
+                }
+                1 => {
+                    let v = format!("Bearer stk_{}", "A".repeat(len));
+                    r.headers_mut().insert("authorization", v.parse().unwrap());
+                }
+                2 => {
+                    let mut v = vec![b'x'; len.min(4096)];
+                    v[0] = 0xff;
+                    r.headers_mut().insert(
+                        "x-stasis-actor",
+                        axum::http::HeaderValue::from_bytes(&v).unwrap(),
+                    );
+                }
+                _ => {
+                    r = req(
+                        &env,
+                        "GET",
+                        &format!(
+                            "/v1/sandboxes/{sb}/files?path=%FF%FE{}",
+                            "a".repeat(len.min(8000))
+                        ),
+                        vec![],
+                    );
+                }
+            }
+            let (st, b) = rt.block_on(call(&env, r));
+            check_4xx(&format!("kind {kind} len {len}"), st, &b)
+        })
+        .expect("huge headers");
+    total += u64::from(cases);
+    for (m, p) in [
+        ("POST", format!("/v1/sandboxes/{}/exec", env.sandbox)),
+        ("POST", "/v1/sandboxes".to_string()),
+        (
+            "PUT",
+            format!("/v1/sandboxes/{}/files?path=big", env.sandbox),
+        ),
+    ] {
+        let (st, b) = rt.block_on(call(&env, req(&env, m, &p, vec![b' '; 3 << 20])));
+        check_4xx(&format!("huge body {m} {p}"), st, &b).expect("huge body");
+        assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{m} {p}");
+        total += 1;
+    }
+
+    assert_eq!(std::fs::read("/etc/passwd").unwrap(), passwd_before);
+    // Clean up the sandbox (processes, cgroups).
+    let (st, _) = rt.block_on(call(
+        &env,
+        req(
+            &env,
+            "DELETE",
+            &format!("/v1/sandboxes/{}", env.sandbox),
+            vec![],
+        ),
+    ));
+    assert!(st.is_success(), "destroy: {st}");
+    println!("api_fuzz: {total} hostile requests, every one a 4xx with a JSON error (or a confined file operation); canary untouched");
+}
