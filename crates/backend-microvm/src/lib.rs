@@ -325,6 +325,13 @@ pub struct SnapshotMeta {
     /// Content digests of the read-only input disks, in drive order.
     #[serde(default)]
     pub inputs: Vec<String>,
+    /// vCPUs of the saved guest (a memory state loads only into as many).
+    #[serde(default = "one_vcpu")]
+    pub vcpus: u32,
+}
+
+fn one_vcpu() -> u32 {
+    1
 }
 
 /// `vm.json` in the sandbox dir: what `recover` needs to rebuild its handle.
@@ -340,6 +347,8 @@ struct VmRecord {
     shared_ram: bool,
     #[serde(default)]
     inputs: Vec<boundary::InputDisk>,
+    #[serde(default = "one_vcpu")]
+    vcpus: u32,
 }
 
 /// Identity of a file version: device, inode, size, mtime, ctime.
@@ -371,6 +380,7 @@ struct Vm {
     env: std::collections::BTreeMap<String, String>,
     manifest: Manifest,
     inputs: Vec<boundary::InputDisk>,
+    vcpus: u32,
     ram: RamBacking,
     boot_id: String,
     proc: tokio::sync::Mutex<qemu::QemuProc>,
@@ -588,6 +598,10 @@ impl MicrovmBackend {
     ) -> Result<Arc<Vm>> {
         let t0 = Instant::now();
         let dir = spec.dir.clone();
+        let vcpus = match &kind {
+            StartKind::Cold => vcpus_for(&spec.manifest),
+            StartKind::Incoming { meta, .. } => meta.vcpus.max(1),
+        };
         let (incoming, ram, expect_boot) = match &kind {
             StartKind::Cold => {
                 let ram = if self.config.shared_ram {
@@ -619,6 +633,7 @@ impl MicrovmBackend {
             name: spec.id.to_string(),
             accel,
             memory_mb,
+            vcpus,
             kernel: image.vmlinux(),
             initrd: image.initrd(),
             append: kernel_append(accel, &image),
@@ -727,6 +742,7 @@ impl MicrovmBackend {
             env: spec.manifest.env.clone(),
             manifest: spec.manifest.clone(),
             inputs,
+            vcpus,
             ram,
             boot_id,
             proc: tokio::sync::Mutex::new(proc),
@@ -790,6 +806,7 @@ impl MicrovmBackend {
             workdir: vm.workdir.clone(),
             shared_ram: vm.ram == RamBacking::SharedMemfd,
             inputs: vm.inputs.clone(),
+            vcpus: vm.vcpus,
         };
         std::fs::write(vm.dir.join(VM_RECORD), serde_json::to_vec_pretty(&rec)?)?;
         Ok(())
@@ -1001,6 +1018,7 @@ impl MicrovmBackend {
             created_ms: stasis_core::now_ms(),
             network: !vm.manifest.network.allow.is_empty(),
             inputs: vm.inputs.iter().map(|d| d.digest.clone()).collect(),
+            vcpus: vm.vcpus,
         };
         if memory {
             let state = out.join(MEMORY_STATE);
@@ -1401,6 +1419,16 @@ pub fn host_tsc_khz() -> Option<u64> {
     Some((mhz * 1000.0).round() as u64)
 }
 
+/// vCPUs for a manifest: `resources.cpus` rounded up, at most the host's
+/// CPUs. (No finer CPU quota is applied to QEMU: a fraction of a core
+/// becomes a whole vCPU.)
+pub fn vcpus_for(m: &Manifest) -> u32 {
+    let host = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    (m.resources.cpus.ceil() as u32).clamp(1, host.max(1))
+}
+
 /// A memory state loads only into a VM with the devices it was saved with.
 fn check_devices(meta: &SnapshotMeta, m: &Manifest) -> Result<()> {
     let net = !m.network.allow.is_empty();
@@ -1706,6 +1734,7 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             name: "kvm-probe".into(),
             accel: Accel::Kvm,
             memory_mb: 256,
+            vcpus: 1,
             kernel: image.vmlinux(),
             initrd: image.initrd(),
             append: kernel_append(Accel::Kvm, &image),
@@ -1775,6 +1804,9 @@ impl Backend for MicrovmBackend {
             "pause saves guest RAM + device state (migration to file) and the disk overlay; no QEMU process remains".into(),
             "guest wall clock is set to the host's on every resume/restore".into(),
             "fork children share the snapshot's disk as a qcow2 backing file".into(),
+            "egress: no NIC without an allowlist; with one, QEMU user networking with restrict=on forwards only the allowlisted ip:port (one guestfwd each)".into(),
+            "read-only mounts: ext4 images of the sources attached as read-only virtio-blk drives (built at create, rebuilt when the source changes)".into(),
+            "disk_mb: the writable disk's virtual size beyond the image (ENOSPC in the guest); pids: a cgroup in the guest; cpus: rounded up to whole vCPUs, no fractional quota".into(),
         ];
         if let Some(r) = self.accel.get() {
             notes.push(format!(
@@ -2308,6 +2340,7 @@ impl Backend for MicrovmBackend {
                 env: spec.manifest.env.clone(),
                 manifest: spec.manifest.clone(),
                 inputs: rec.inputs,
+                vcpus: rec.vcpus,
                 ram: if rec.shared_ram {
                     RamBacking::SharedMemfd
                 } else {

@@ -65,6 +65,8 @@ pub struct Launch {
     pub name: String,
     pub accel: Accel,
     pub memory_mb: u64,
+    /// vCPUs (`-smp`); under TCG each is a host thread (multi-threaded TCG).
+    pub vcpus: u32,
     pub kernel: PathBuf,
     pub initrd: PathBuf,
     pub append: String,
@@ -104,7 +106,8 @@ impl Launch {
         };
         push(&["-accel", &accel, "-cpu", self.accel.cpu()]);
         let mem = format!("{}", self.memory_mb);
-        push(&["-m", &mem, "-smp", "1"]);
+        let smp = self.vcpus.max(1).to_string();
+        push(&["-m", &mem, "-smp", &smp]);
         match &self.ram {
             RamBacking::Anonymous => {
                 let obj = format!("memory-backend-ram,id=mem,size={}M", self.memory_mb);
@@ -328,6 +331,7 @@ mod tests {
             name: "sb-1".into(),
             accel: Accel::Tcg,
             memory_mb: 256,
+            vcpus: 1,
             kernel: "/img/vmlinux".into(),
             initrd: "/img/initrd.img".into(),
             append: DEFAULT_APPEND.into(),

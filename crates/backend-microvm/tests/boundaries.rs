@@ -249,8 +249,16 @@ async fn microvm_boundaries_hold() {
     m.network.allow = vec![format!("127.0.0.1:{}", allowed.port)];
     m.resources.disk_mb = 32;
     m.resources.pids = 64;
+    m.resources.cpus = 2.0;
     let a = spec_for(m.clone());
     b.create(&a).await.expect("create");
+    // resources.cpus becomes whole vCPUs (as many as the host has, at most).
+    let r = exec(&b, &a.id, "nproc", 20_000).await;
+    assert_eq!(
+        out(&r).trim(),
+        stasis_backend_microvm::vcpus_for(&m).to_string(),
+        "vCPUs"
+    );
 
     // Inputs are readable and cannot be written, even by guest root.
     let r = exec(
