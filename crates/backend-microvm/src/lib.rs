@@ -1287,8 +1287,18 @@ impl MicrovmBackend {
         }
     }
 
-    /// Validate the mount sources and build (or reuse) their input disks.
+    /// Validate the mount sources and build (or reuse) their input disks;
+    /// check that egress can be relayed when the manifest allows any.
     async fn prepare_inputs(&self, spec: &SandboxSpec) -> Result<Vec<boundary::InputDisk>> {
+        if !spec.manifest.network.allow.is_empty() {
+            let relay = self.config.relay.first().map(PathBuf::from);
+            if !relay.as_deref().is_some_and(|r| which(r).is_some()) {
+                return Err(Error::unsupported(format!(
+                    "network.allow needs the egress relay {:?} on the host (apt: busybox-static)",
+                    self.config.relay.join(" ")
+                )));
+            }
+        }
         if spec.manifest.mounts.is_empty() {
             return Ok(Vec::new());
         }

@@ -40,7 +40,14 @@ struct Listener {
 }
 
 fn listener(name: &'static str) -> Listener {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    serve(TcpListener::bind("127.0.0.1:0").unwrap(), name)
+}
+
+fn listener6(name: &'static str) -> Listener {
+    serve(TcpListener::bind("[::1]:0").unwrap(), name)
+}
+
+fn serve(l: TcpListener, name: &'static str) -> Listener {
     let port = l.local_addr().unwrap().port();
     let accepted = Arc::new(AtomicUsize::new(0));
     let n = accepted.clone();
@@ -205,6 +212,7 @@ async fn microvm_boundaries_hold() {
     let mut cleanup = Cleanup(b.clone(), Vec::new());
 
     let allowed = listener("allowed");
+    let allowed6 = listener6("allowed6");
     let other = listener("other");
     let mut denied = 0usize;
     let sb_dirs = root.path().join("sb");
@@ -246,7 +254,10 @@ async fn microvm_boundaries_hold() {
         },
     ];
     m.outputs = vec!["/out".into()];
-    m.network.allow = vec![format!("127.0.0.1:{}", allowed.port)];
+    m.network.allow = vec![
+        format!("127.0.0.1:{}", allowed.port),
+        format!("[::1]:{}", allowed6.port),
+    ];
     m.resources.disk_mb = 32;
     m.resources.pids = 64;
     m.resources.cpus = 2.0;
@@ -335,6 +346,10 @@ async fn microvm_boundaries_hold() {
     );
 
     check_egress(&b, &a.id, &allowed, &other, "fresh", &mut denied).await;
+    // An IPv6 destination: relayed the same way, address kept as written.
+    let res = probe(&b, &a.id, &[format!("[::1]:{}", allowed6.port)]).await;
+    assert_eq!(res[0].1, "OK pong-allowed6", "{res:?}");
+    assert_eq!(allowed6.accepted.load(Ordering::SeqCst), 1);
 
     // Disk quota: filling the disk ends in ENOSPC inside the guest; the VM
     // keeps working and the host file stays within the disk's virtual size.
