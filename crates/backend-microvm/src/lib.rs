@@ -1292,7 +1292,7 @@ impl MicrovmBackend {
     async fn prepare_inputs(&self, spec: &SandboxSpec) -> Result<Vec<boundary::InputDisk>> {
         if !spec.manifest.network.allow.is_empty() {
             let relay = self.config.relay.first().map(PathBuf::from);
-            if !relay.as_deref().is_some_and(|r| which(r).is_some()) {
+            if relay.as_deref().is_none_or(|r| which(r).is_none()) {
                 return Err(Error::unsupported(format!(
                     "network.allow needs the egress relay {:?} on the host (apt: busybox-static)",
                     self.config.relay.join(" ")
