@@ -28,9 +28,9 @@ fi
 
 # Host tools: QEMU and qemu-img (microVM backend), the guest image build
 # (debootstrap, busybox, mkfs.ext4, cpio, xz, kmod), iproute2/util-linux/procps
-# (process backend and its tests), python3 (the default process sandbox's interpreter).
+# (process backend and its tests), nftables (egress allowlists of process sandboxes), python3 (the default process sandbox's interpreter).
 APT_PACKAGES=(qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs cpio
-    xz-utils zstd kmod b3sum iproute2 util-linux procps python3 ca-certificates)
+    xz-utils zstd kmod b3sum iproute2 util-linux procps python3 ca-certificates nftables)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")

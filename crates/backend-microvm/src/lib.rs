@@ -2418,6 +2418,9 @@ impl Backend for MicrovmBackend {
             _ => Usage::default(),
         })
     }
+    async fn collect_outputs(&self, id: &SandboxId, out: &Path) -> Result<u64> {
+        self.collect_outputs_tar(id, out).await
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 
 use stasis_core::{Error, ErrorCode, FileEntry, FileKind, Result};
 
@@ -94,6 +95,21 @@ impl Root {
         Ok(Root(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
 
+    /// A root directory given by its host path (the shim uses it to resolve
+    /// mount targets inside the sandbox's root before pivoting into it).
+    pub fn open_dir(path: &std::path::Path) -> io::Result<Root> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+            .open(path)?;
+        Ok(Root(f.into()))
+    }
+
+    /// Open `path` resolved inside this root (see the module doc).
+    pub fn open(&self, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+        self.openat2(path, flags, mode)
+    }
+
     fn openat2(&self, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
         let c = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -121,7 +137,7 @@ impl Root {
         Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     }
 
-    fn mkdir_p(&self, dir: &str) -> Result<()> {
+    pub fn mkdir_p(&self, dir: &str) -> Result<()> {
         let mut cur = String::new();
         for comp in dir.split('/').filter(|c| !c.is_empty()) {
             let parent = if cur.is_empty() {

@@ -16,8 +16,10 @@
 //!   checkpointer), only files.
 
 pub mod cgroup;
+pub mod disk;
 pub mod fsops;
 pub mod layer;
+pub mod net;
 pub mod shim;
 
 use async_trait::async_trait;
@@ -91,6 +93,10 @@ pub struct ProcessConfig {
     pub hide_paths: Vec<PathBuf>,
     /// How long a sandbox's init may take to come up.
     pub init_timeout: Duration,
+    /// The directory holding every sandbox's `spec.dir` (the server's
+    /// `<data-dir>/sandboxes`): orphan cleanup unmounts quota filesystems
+    /// left under it by sandboxes the server no longer knows.
+    pub state_dir: Option<PathBuf>,
 }
 
 impl Default for ProcessConfig {
@@ -103,6 +109,7 @@ impl Default for ProcessConfig {
             session_buffer: 4 << 20,
             hide_paths: Vec::new(),
             init_timeout: Duration::from_secs(20),
+            state_dir: None,
         }
     }
 }
@@ -169,9 +176,19 @@ struct Sandbox {
     seq: AtomicU64,
 }
 
+/// Where the overlay's upper and work dirs live: on the sandbox's quota
+/// filesystem when `resources.disk_mb` is set, else directly in its dir.
+fn layer_root(spec: &SandboxSpec) -> PathBuf {
+    if spec.manifest.resources.disk_mb > 0 {
+        disk::mount_point(&spec.dir)
+    } else {
+        spec.dir.clone()
+    }
+}
+
 impl Sandbox {
     fn upper(&self) -> PathBuf {
-        self.spec.dir.join("upper")
+        layer_root(&self.spec).join("upper")
     }
     fn workdir(&self) -> &str {
         &self.spec.manifest.workdir
@@ -532,14 +549,26 @@ impl ProcessBackend {
     async fn prepare_dirs(&self, spec: &SandboxSpec, layer_tar: Option<PathBuf>) -> Result<()> {
         let lower = Self::lower(spec)?;
         let dir = spec.dir.clone();
+        let disk_mb = spec.manifest.resources.disk_mb;
+        let lr = layer_root(spec);
         blocking(move || {
-            for d in ["work", "root", "run"] {
+            for d in ["root", "run"] {
                 std::fs::create_dir_all(dir.join(d))?;
             }
-            let upper = dir.join("upper");
+            if disk_mb > 0 {
+                disk::ensure(&dir, disk_mb)?;
+            }
+            std::fs::create_dir_all(lr.join("work"))?;
+            let upper = lr.join("upper");
             if let Some(tar) = layer_tar {
-                let tmp = dir.join("upper.restore");
+                let tmp = lr.join("upper.restore");
                 let _ = std::fs::remove_dir_all(&tmp);
+                // On a quota filesystem the old layer goes first, or a nearly
+                // full one could not be extracted next to itself (the tar
+                // is the newer, complete copy).
+                if disk_mb > 0 && upper.exists() {
+                    std::fs::remove_dir_all(&upper)?;
+                }
                 std::fs::create_dir_all(&tmp)?;
                 layer::extract_tar(&tar, &tmp)?;
                 if upper.exists() {
@@ -547,10 +576,10 @@ impl ProcessBackend {
                 }
                 std::fs::rename(&tmp, &upper)?;
                 // A stale overlay work dir must not meet a new upper dir.
-                let _ = std::fs::remove_dir_all(dir.join("work"));
-                std::fs::create_dir_all(dir.join("work"))?;
+                let _ = std::fs::remove_dir_all(lr.join("work"));
+                std::fs::create_dir_all(lr.join("work"))?;
             } else if !upper.exists() {
-                let tmp = dir.join("upper.new");
+                let tmp = lr.join("upper.new");
                 let _ = std::fs::remove_dir_all(&tmp);
                 std::fs::create_dir_all(&tmp)?;
                 if lower == Path::new("/") {
@@ -588,12 +617,18 @@ impl ProcessBackend {
         let cfg = InitConfig {
             cgroup_procs: procs,
             lower: Self::lower(spec)?,
-            upper: spec.dir.join("upper"),
-            work: spec.dir.join("work"),
+            upper: layer_root(spec).join("upper"),
+            work: layer_root(spec).join("work"),
             root: spec.dir.join("root"),
             workdir: spec.manifest.workdir.clone(),
             hostname: spec.id.as_str().to_string(),
             hide,
+            mounts: spec
+                .manifest
+                .mounts
+                .iter()
+                .map(|m| (PathBuf::from(&m.source), m.target.clone()))
+                .collect(),
         };
         let cfg_json = serde_json::to_vec(&cfg)?;
         let started = self
@@ -647,6 +682,20 @@ impl ProcessBackend {
                         )));
                     }
                 };
+                let allow = net::allowlist(&spec.manifest)?;
+                if !allow.is_empty() {
+                    let (parent, id) = (self.cfg.cgroup_parent.clone(), spec.id.to_string());
+                    let r = blocking(move || {
+                        net::setup(&parent, &id, init_pid, &allow).map_err(std::io::Error::other)
+                    })
+                    .await;
+                    if let Err(e) = r {
+                        let cg = sb.cg.clone();
+                        let _ = blocking(move || cg.destroy()).await;
+                        let _ = child.wait().await;
+                        return Err(Error::backend(format!("create sandbox: {}", e.message)));
+                    }
+                }
                 let _ =
                     tokio::fs::write(spec.dir.join("run").join("init.pid"), init_pid.to_string())
                         .await;
@@ -671,6 +720,14 @@ impl ProcessBackend {
     async fn stop(&self, sb: &Arc<Sandbox>, run: &mut Run) -> Result<()> {
         let cg = sb.cg.clone();
         blocking(move || cg.destroy()).await?;
+        if !sb.spec.manifest.network.allow.is_empty() {
+            let (parent, id) = (self.cfg.cgroup_parent.clone(), sb.spec.id.to_string());
+            blocking(move || {
+                net::teardown(&parent, &id);
+                Ok(())
+            })
+            .await?;
+        }
         if let Run::Running { waiter, .. } = run {
             let _ = waiter.wait().await;
         }
@@ -694,6 +751,18 @@ impl ProcessBackend {
         spec.manifest
             .validate()
             .map_err(|e| e.context("manifest"))?;
+        let disk_mb = spec.manifest.resources.disk_mb;
+        if disk_mb > 0 && disk_mb < disk::MIN_DISK_MB {
+            return Err(Error::new(
+                ErrorCode::InvalidManifest,
+                format!(
+                    "resources.disk_mb: the process backend needs at least {} MiB (or 0 for no quota)",
+                    disk::MIN_DISK_MB
+                ),
+            )
+            .with_field("resources.disk_mb"));
+        }
+        net::allowlist(&spec.manifest)?;
         let existing = self.sandboxes.lock().unwrap().contains_key(&spec.id);
         if existing {
             return Err(Error::state(format!("sandbox {} already exists", spec.id)));
@@ -948,8 +1017,8 @@ impl Backend for ProcessBackend {
         let mut notes = vec![
             "pause freezes the sandbox's cgroup: CPU stops, memory stays resident; resume thaws and processes continue".to_string(),
             "processes cannot be restored into a new sandbox (restore, or resume after a daemon restart): this backend has no checkpointer (CRIU fails on this host), so only the filesystem comes back".to_string(),
-            "network: an empty network namespace (loopback only, no egress)".to_string(),
-            "resources.disk_mb is not enforced: the writable layer lives on the host filesystem without a quota".to_string(),
+            "network: an empty network namespace (loopback only) unless network.allow lists ip:port destinations; then a veth with nftables rules admits new TCP connections to exactly those (127.0.0.1:P = the host's loopback port P), nothing else (no UDP/DNS, no ICMP, no IPv6)".to_string(),
+            "resources.disk_mb caps the writable layer: it lives on a per-sandbox sparse ext4 image, loop-mounted (ENOSPC inside the sandbox when full)".to_string(),
             "without an image, the lower layer is the host's root filesystem with only /usr, /bin, /sbin, /lib*, /etc, /opt, /var visible (host secrets and logs masked)".to_string(),
             "seccomp denies mount, pivot_root, reboot, kexec, module loading, bpf, perf_event_open, keyrings, swap, open_by_handle_at, setns and namespace-creating clone/unshare (EPERM); dangerous capabilities are dropped".to_string(),
         ];
@@ -1349,21 +1418,34 @@ impl Backend for ProcessBackend {
         self.build(spec, Some(artifacts)).await
     }
 
-    async fn destroy(&self, id: &SandboxId, _dir: &Path) -> Result<()> {
+    async fn destroy(&self, id: &SandboxId, dir: &Path) -> Result<()> {
         let sb = self.sandboxes.lock().unwrap().remove(id);
+        let dir = match &sb {
+            Some(sb) => sb.spec.dir.clone(),
+            None => dir.to_path_buf(),
+        };
         match sb {
             Some(sb) => {
                 let mut run = sb.run.lock().await;
-                self.stop(&sb, &mut run).await
+                self.stop(&sb, &mut run).await?;
             }
             None => {
-                let Ok(cgs) = self.cgroups() else {
-                    return Ok(());
-                };
-                let cg = cgs.sandbox(&self.cfg.cgroup_parent, id.as_str());
-                blocking(move || cg.destroy()).await
+                if let Ok(cgs) = self.cgroups() {
+                    let cg = cgs.sandbox(&self.cfg.cgroup_parent, id.as_str());
+                    blocking(move || cg.destroy()).await?;
+                }
+                let (parent, id) = (self.cfg.cgroup_parent.clone(), id.to_string());
+                blocking(move || {
+                    net::teardown(&parent, &id);
+                    Ok(())
+                })
+                .await?;
             }
         }
+        if dir.is_absolute() {
+            blocking(move || disk::unmount(&dir)).await?;
+        }
+        Ok(())
     }
 
     async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered> {
@@ -1404,6 +1486,24 @@ impl Backend for ProcessBackend {
                 let cg = cgs.sandbox(&self.cfg.cgroup_parent, &name);
                 blocking(move || cg.destroy()).await?;
             }
+        }
+        {
+            let parent = self.cfg.cgroup_parent.clone();
+            let keep: Vec<String> = known.iter().map(|k| k.to_string()).collect();
+            blocking(move || {
+                let keep: Vec<&str> = keep.iter().map(|s| s.as_str()).collect();
+                net::cleanup_orphans(&parent, &keep);
+                Ok(())
+            })
+            .await?;
+        }
+        if let Some(base) = self.cfg.state_dir.clone() {
+            let keep: Vec<String> = known.iter().map(|k| k.to_string()).collect();
+            blocking(move || {
+                let keep: Vec<&str> = keep.iter().map(|s| s.as_str()).collect();
+                disk::unmount_stale(&base, &keep)
+            })
+            .await?;
         }
         Ok(())
     }

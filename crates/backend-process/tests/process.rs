@@ -753,7 +753,11 @@ async fn recover_after_crash_during_pause() {
     assert!(host_pids_with("sleep 106").is_empty());
     assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
     // Meanwhile the upper dir changed; resume takes the pause's fs.tar.
-    std::fs::write(spec.dir.join("upper/workspace/kept"), b"changed").unwrap();
+    std::fs::write(
+        stasis_backend_process::disk::mount_point(&spec.dir).join("upper/workspace/kept"),
+        b"changed",
+    )
+    .unwrap();
     be2.resume(&spec, &arts).await.unwrap();
     assert_eq!(be2.read_file(&spec.id, "kept", 100).await.unwrap(), b"yes");
     // Processes did not come back.

@@ -195,4 +195,17 @@ pub trait Backend: Send + Sync + 'static {
     async fn cleanup_orphans(&self, known: &[SandboxId]) -> Result<()>;
 
     async fn usage(&self, id: &SandboxId) -> Result<Usage>;
+
+    /// Write a tar of the manifest's output directories (entries named by
+    /// their sandbox path without the leading `/`) to the file `out`; returns
+    /// its size. Only regular files, directories and symlinks (as links, never
+    /// followed) are collected. Works on a running sandbox; a backend may also
+    /// serve a paused one, else it answers `invalid_state` and the server
+    /// resumes the sandbox first.
+    async fn collect_outputs(&self, _id: &SandboxId, _out: &Path) -> Result<u64> {
+        Err(stasis_core::Error::unsupported(format!(
+            "the {} backend cannot collect outputs",
+            self.kind()
+        )))
+    }
 }

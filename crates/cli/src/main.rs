@@ -260,6 +260,10 @@ pub struct ServeArgs {
     /// Requests a token may send at once before the sustained rate applies.
     #[arg(long, default_value_t = 400)]
     rate_limit_burst: u32,
+    /// A host directory whose contents manifests may mount read-only into
+    /// sandboxes (`mounts[].source` must lie under one). Repeatable; none: no mounts.
+    #[arg(long = "allow-mount", value_name = "DIR")]
+    allow_mount: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -496,6 +500,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
     cfg.ready_file = a.ready_file.clone();
     cfg.cgroup_parent = a.cgroup_parent.clone();
+    cfg.allow_mounts = a.allow_mount.clone();
     cfg.gc_grace = Duration::from_secs(a.gc_grace_secs);
     cfg.rate_limit = stasis_server::auth::RateLimit {
         per_sec: a.rate_limit_per_sec,

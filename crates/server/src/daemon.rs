@@ -52,6 +52,8 @@ pub struct DaemonConfig {
     pub gc_grace: Duration,
     /// Per-token request rate limit.
     pub rate_limit: crate::auth::RateLimit,
+    /// Host directories manifests may mount read-only (`--allow-mount`).
+    pub allow_mounts: Vec<PathBuf>,
 }
 
 impl DaemonConfig {
@@ -71,6 +73,7 @@ impl DaemonConfig {
             reaper_interval: Duration::from_millis(250),
             gc_grace: Duration::from_secs(15 * 60),
             rate_limit: crate::auth::RateLimit::default(),
+            allow_mounts: Vec::new(),
         }
     }
 }
@@ -127,11 +130,13 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
         pcfg.shim_args = args.clone();
     }
     pcfg.hide_paths.push(data_dir.clone());
+    pcfg.state_dir = Some(data_dir.join("sandboxes"));
     let process = Arc::new(ProcessBackend::new(pcfg));
 
     let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());
     mcfg.accel = cfg.accel;
     mcfg.base_dir = Some(data_dir.join("sandboxes"));
+    mcfg.mount_roots = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
     let microvm = Arc::new(MicrovmBackend::new(mcfg));
     let accel = microvm.init().await;
     info!(accelerator = ?accel.accelerator, reason = %accel.reason, "microVM accelerator");
@@ -141,6 +146,7 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
     mc.default_backend = cfg.default_backend;
     mc.max_file_bytes = cfg.max_file_bytes;
     mc.reaper_interval = cfg.reaper_interval;
+    mc.allow_mounts = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
     let manager = Manager::new(
         mc,
         meta,

@@ -5,6 +5,7 @@ pub mod api;
 pub mod auth;
 pub mod daemon;
 pub mod manager;
+pub mod mounts;
 pub mod runs;
 pub mod runs_api;
 pub mod snapshots;

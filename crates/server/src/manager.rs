@@ -59,6 +59,8 @@ pub struct ManagerConfig {
     pub reaper_interval: Duration,
     /// How often the snapshot store is garbage-collected.
     pub gc_interval: Duration,
+    /// Canonical host directories that manifest mounts may come from.
+    pub allow_mounts: Vec<PathBuf>,
 }
 
 impl ManagerConfig {
@@ -70,6 +72,7 @@ impl ManagerConfig {
             snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
             reaper_interval: Duration::from_millis(250),
             gc_interval: Duration::from_secs(60),
+            allow_mounts: Vec::new(),
         }
     }
 }
@@ -162,6 +165,15 @@ impl Manager {
         }
     }
 
+    /// The spec with every mount source checked against the operator's
+    /// current allowed roots and replaced by its canonical path: used to
+    /// build or rebuild a sandbox (create, resume, restore).
+    fn checked_spec(&self, rec: &SandboxRecord) -> Result<SandboxSpec> {
+        let mut spec = self.spec(rec);
+        spec.manifest = crate::mounts::resolve(&rec.manifest, &self.cfg.allow_mounts)?;
+        Ok(spec)
+    }
+
     fn slot(&self, id: &SandboxId) -> Arc<Slot> {
         let mut slots = self.slots.lock().expect("slots lock");
         slots
@@ -199,6 +211,7 @@ impl Manager {
     pub async fn create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
         crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
+        crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
         let backend = self.backend(kind)?.clone();
         let caps = backend.capabilities();
@@ -215,10 +228,12 @@ impl Manager {
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, kind, None)
             .await?;
+        let checked = self.checked_spec(&rec);
         let spec = self.spec(&rec);
         let result = async {
-            tokio::fs::create_dir_all(&spec.dir).await?;
-            backend.create(&spec).await
+            let checked = checked?;
+            tokio::fs::create_dir_all(&checked.dir).await?;
+            backend.create(&checked).await
         }
         .await;
         let rec = self.finish_start(ctx, rec, &spec, result, "create").await?;
@@ -743,9 +758,12 @@ impl Manager {
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<(SandboxRecord, OpTiming)> {
         let t0 = std::time::Instant::now();
-        let (backend, spec, rec) = self
+        // Mounts are checked against the allowed roots of now, not of create.
+        let checked = self.checked_spec(&rec)?;
+        let (backend, _, rec) = self
             .begin(&rec, SandboxState::Paused, SandboxState::Resuming)
             .await?;
+        let spec = checked;
         let restore_dir = spec.dir.join("resume-stage");
         let _ = tokio::fs::remove_dir_all(&restore_dir).await;
         let ts = std::time::Instant::now();
@@ -970,6 +988,7 @@ impl Manager {
         };
         manifest.validate()?;
         crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
+        crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         match manifest.backend {
             Some(b) if b != info.backend => {
                 return Err(Error::invalid(format!(
@@ -988,14 +1007,16 @@ impl Manager {
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, info.backend, Some(snapshot))
             .await?;
+        let checked = self.checked_spec(&rec);
         let spec = self.spec(&rec);
         let result = async {
+            let checked = checked?;
             tokio::fs::create_dir_all(&spec.dir).await?;
             let stage = spec.dir.join("restore-stage");
             self.snapshots
                 .restore(&ctx.tenant, snapshot, &stage)
                 .await?;
-            let r = backend.restore(&spec, &stage).await;
+            let r = backend.restore(&checked, &stage).await;
             let _ = tokio::fs::remove_dir_all(&stage).await;
             r
         }

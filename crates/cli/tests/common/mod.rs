@@ -207,6 +207,24 @@ impl Drop for Daemon {
         // Leftover sandboxes of this test: destroy through a fresh daemon would
         // be slow; kill whatever sits in this test's cgroups instead.
         cleanup_cgroups(&self.cgroup_parent);
+        unmount_under(&self.dir);
+    }
+}
+
+/// Detach every mount below `dir` (the process backend's per-sandbox quota
+/// filesystems outlive a killed daemon, like its sandboxes do).
+pub fn unmount_under(dir: &Path) {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut points: Vec<String> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| Path::new(m).starts_with(dir))
+        .map(|m| m.to_string())
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.len()));
+    for p in points {
+        let c = std::ffi::CString::new(p).unwrap();
+        unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
     }
 }
 
