@@ -1334,7 +1334,18 @@ impl MicrovmBackend {
                 None,
                 Duration::from_secs(60),
             )
-            .await?;
+            .await
+            .map_err(|e| {
+                if e.message.contains("unknown variant `configure`") {
+                    // An agent from before boundaries existed cannot apply them.
+                    Error::unsupported(format!(
+                        "the guest image {:?} has an agent too old to apply the manifest's boundaries; rebuild it (scripts/build-guest-image.sh)",
+                        vm.image.name
+                    ))
+                } else {
+                    e
+                }
+            })?;
         expect_ok(r).map_err(|e| e.context("applying the manifest in the guest"))
     }
 
