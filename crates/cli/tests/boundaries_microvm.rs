@@ -5,7 +5,8 @@
 //! One sandbox is reused for every attempt (TCG boots cost seconds): egress
 //! to an allowlisted host loopback port works while every other destination
 //! fails, before and after a pause/resume (the QEMU is replaced by one
-//! loaded from the migration); a disk fill ends in ENOSPC and the VM and
+//! loaded from the migration), and so does the read-only input mount (a
+//! source outside `--allow-mount` is refused); a disk fill ends in ENOSPC and the VM and
 //! daemon carry on; a fork bomb stops at the pids cap. Host listeners count
 //! what reaches them, so a denial is seen on the host side too. Each denied
 //! attempt prints `denied: <what>`, and the total is printed at the end.
@@ -84,7 +85,12 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
     if !image_available() {
         return;
     }
-    let d = Daemon::start(&[]).await;
+    let inputs = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(inputs.path().join("data")).unwrap();
+    std::fs::write(inputs.path().join("data/hello.txt"), "input\n").unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root = inputs.path().display().to_string();
+    let d = Daemon::start(&["--allow-mount", &root]).await;
     let h = d.http();
     let (allowed, allowed_n) = listener("allowed");
     let (other, other_n) = listener("other");
@@ -106,8 +112,23 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
     );
     denied += 1;
 
+    // A mount source outside the operator's allowed roots is refused.
+    let r = h
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"manifest": {"backend": "microvm",
+                "mounts": [{"source": outside.path().display().to_string(), "target": "/in"}]}})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.body["error"]["field"], "mounts[0].source", "{}", r.body);
+    println!("denied: mount source outside --allow-mount");
+    denied += 1;
+
     let id = h
         .create(json!({
+            "mounts": [{"source": format!("{root}/data"), "target": "/in"}],
             "backend": "microvm",
             "lifecycle": {"on_idle": "nothing"},
             "network": {"allow": [format!("127.0.0.1:{allowed}")]},
@@ -118,6 +139,7 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
     h.sh(&id, &format!("cat > /tmp/probe.py <<'EOF'\n{PROBE}\nEOF"))
         .await;
     assert_eq!(h.sh(&id, "test -d /out && echo yes").await, "yes\n");
+    assert_eq!(h.sh(&id, "cat /in/hello.txt").await, "input\n");
 
     for when in ["fresh", "after pause/resume"] {
         if when != "fresh" {
@@ -131,6 +153,18 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
             assert_eq!(p["pause_kind"], "memory", "{p}");
             // The next exec resumes it.
         }
+        // The read-only mount stays read-only (also after the resume, when
+        // its disk was attached to a new QEMU).
+        for (what, cmd) in [
+            ("write into the read-only mount", "echo x > /in/new"),
+            ("remount the read-only mount rw", "mount -o remount,rw /in"),
+        ] {
+            let v = exec_sh(&h, &id, cmd).await;
+            assert_ne!(v["exit_code"], 0, "{when}: {what}: {v}");
+            println!("denied: {when}: {what}");
+            denied += 1;
+        }
+        assert_eq!(h.sh(&id, "cat /in/hello.txt").await, "input\n");
         let (a0, o0) = (
             allowed_n.load(Ordering::SeqCst),
             other_n.load(Ordering::SeqCst),
