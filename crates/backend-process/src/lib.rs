@@ -20,6 +20,7 @@ pub mod disk;
 pub mod fsops;
 pub mod layer;
 pub mod net;
+pub mod outputs;
 pub mod shim;
 
 use async_trait::async_trait;
@@ -214,6 +215,27 @@ impl Sandbox {
                     Err(Error::backend(
                         "the sandbox's init process has died; resume or recreate it",
                     ))
+                }
+            }
+            Run::Stopped => Err(Error::state("sandbox is not running")),
+        }
+    }
+
+    /// PID 1 of a running sandbox, frozen or not (its root stays readable
+    /// while frozen).
+    async fn root_pid(&self) -> Result<i32> {
+        let mut run = self.run.lock().await;
+        match &mut *run {
+            Run::Running {
+                waiter,
+                init_pid,
+                init_fd,
+                ..
+            } => {
+                if alive(waiter, init_fd) {
+                    Ok(*init_pid)
+                } else {
+                    Err(Error::state("sandbox is not running"))
                 }
             }
             Run::Stopped => Err(Error::state("sandbox is not running")),
@@ -623,6 +645,7 @@ impl ProcessBackend {
             workdir: spec.manifest.workdir.clone(),
             hostname: spec.id.as_str().to_string(),
             hide,
+            outputs: spec.manifest.outputs.clone(),
             mounts: spec
                 .manifest
                 .mounts
@@ -1506,6 +1529,21 @@ impl Backend for ProcessBackend {
             .await?;
         }
         Ok(())
+    }
+
+    /// Read from the sandbox's root even while it is paused (frozen): no
+    /// resume needed. A sandbox whose processes are gone (filesystem-only
+    /// pause, daemon restart) answers `invalid_state`; the server resumes it.
+    async fn collect_outputs(&self, id: &SandboxId, out: &Path) -> Result<u64> {
+        let sb = self.get(id)?;
+        let pid = sb.root_pid().await?;
+        let outs = sb.spec.manifest.outputs.clone();
+        let out = out.to_path_buf();
+        tokio::task::spawn_blocking(move || {
+            outputs::collect(&fsops::Root::of_pid(pid)?, &outs, &out)
+        })
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
     }
 
     async fn usage(&self, id: &SandboxId) -> Result<Usage> {

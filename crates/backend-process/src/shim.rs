@@ -56,6 +56,9 @@ pub(crate) struct InitConfig {
     /// Read-only input mounts: (canonical host source, absolute target).
     #[serde(default)]
     pub mounts: Vec<(PathBuf, String)>,
+    /// Output directories, created (inside the root) when missing.
+    #[serde(default)]
+    pub outputs: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -484,6 +487,13 @@ fn init_setup(cfg: &InitConfig) -> Result<(), String> {
     )?;
     for (src, target) in &cfg.mounts {
         input_mount(root, src, target)?;
+    }
+    if !cfg.outputs.is_empty() {
+        let r = crate::fsops::Root::open_dir(root).map_err(|e| format!("open root: {e}"))?;
+        for o in &cfg.outputs {
+            r.mkdir_p(o)
+                .map_err(|e| format!("output dir {o}: {}", e.message))?;
+        }
     }
 
     // /proc

@@ -336,3 +336,96 @@ async fn egress_allowlist_admits_only_listed_tcp() {
     let hif = stasis_backend_process::net::host_if(&e.parent, spec.id.as_str());
     assert!(!std::path::Path::new("/sys/class/net").join(hif).exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_are_collected_without_following_links_even_when_paused() {
+    let e = env("outputs");
+    std::fs::write(e.tmp.path().join("hostfile"), b"host only\n").unwrap();
+    let m = Manifest {
+        outputs: vec!["/workspace/out".into(), "/results".into()],
+        ..Manifest::default()
+    };
+    let spec = e.spec(m);
+    e.be.create(&spec).await.unwrap();
+    // Output dirs exist from the start.
+    let r = run(
+        &e,
+        &spec,
+        sh("test -d /workspace/out && test -d /results && echo yes"),
+    )
+    .await;
+    assert_eq!(out(&r), "yes\n");
+    run(
+        &e,
+        &spec,
+        sh(&format!(
+            "mkdir -p /workspace/out/sub && echo result > /workspace/out/sub/r.txt && \
+             echo top > /results/top.txt && echo private > /workspace/private.txt && \
+             ln -s /etc/passwd /workspace/out/passwd && ln -s ../private.txt /workspace/out/up && \
+             ln -s {} /workspace/out/host && ln -s / /workspace/out/root && mkfifo /workspace/out/fifo",
+            e.tmp.path().join("hostfile").display()
+        )),
+    )
+    .await;
+    let p = e.tmp.path().join("p");
+    e.be.pause(&spec.id, &p, true).await.unwrap();
+    let tarp = e.tmp.path().join("outputs.tar");
+    e.be.collect_outputs(&spec.id, &tarp).await.unwrap();
+    let mut a = tar::Archive::new(std::fs::File::open(&tarp).unwrap());
+    let mut seen = std::collections::BTreeMap::new();
+    for ent in a.entries().unwrap() {
+        let mut ent = ent.unwrap();
+        let path = ent.path().unwrap().to_string_lossy().into_owned();
+        let kind = ent.header().entry_type();
+        let mut body = String::new();
+        std::io::Read::read_to_string(&mut ent, &mut body).unwrap();
+        let link = ent
+            .link_name()
+            .unwrap()
+            .map(|l| l.to_string_lossy().into_owned());
+        seen.insert(path, (kind, body, link));
+    }
+    assert_eq!(seen["workspace/out/sub/r.txt"].1, "result\n");
+    assert_eq!(seen["results/top.txt"].1, "top\n");
+    for l in [
+        "workspace/out/passwd",
+        "workspace/out/up",
+        "workspace/out/host",
+        "workspace/out/root",
+    ] {
+        assert_eq!(seen[l].0, tar::EntryType::Symlink, "{l}");
+        assert_eq!(seen[l].1, "", "{l} was followed");
+    }
+    assert!(!seen.contains_key("workspace/out/fifo"));
+    assert!(!seen.keys().any(|k| k.contains("private.txt")), "{seen:?}");
+    let all: String = seen.values().map(|v| v.1.clone()).collect();
+    assert!(!all.contains("root:x:0") && !all.contains("host only"));
+    e.be.resume(&spec, &p).await.unwrap();
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+}
+
+/// Create-time cost of the disk quota (median of 8 creates each, with and
+/// without a 1 GiB quota filesystem); run with `--ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn bench_disk_quota_create_cost() {
+    let e = env("diskbench");
+    let mut med = Vec::new();
+    for disk_mb in [0u64, 1024] {
+        let mut v = Vec::new();
+        for _ in 0..8 {
+            let mut m = Manifest::default();
+            m.resources.disk_mb = disk_mb;
+            let spec = e.spec(m);
+            let t = std::time::Instant::now();
+            e.be.create(&spec).await.unwrap();
+            v.push(t.elapsed().as_secs_f64() * 1000.0);
+            e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+        }
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        med.push((disk_mb, (v[3] + v[4]) / 2.0));
+    }
+    for (d, m) in &med {
+        println!("create, disk_mb={d}: median {m:.1} ms");
+    }
+}

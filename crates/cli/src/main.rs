@@ -82,6 +82,18 @@ enum Cmd {
     /// Files in a sandbox.
     #[command(subcommand)]
     Files(FilesCmd),
+    /// Collect a sandbox's output directories (manifest `outputs`) into a
+    /// local directory; reads a paused sandbox without resuming it where the
+    /// backend can.
+    Outputs {
+        id: String,
+        /// Directory to extract into (created if missing).
+        #[arg(long)]
+        to: Option<PathBuf>,
+        /// Keep the tar itself at this path instead of extracting.
+        #[arg(long)]
+        tar: Option<PathBuf>,
+    },
     /// Persistent processes (interpreters, shells) in a sandbox.
     #[command(subcommand)]
     Session(SessionCmd),
@@ -651,6 +663,53 @@ async fn run(cli: Cli) -> Result<()> {
             if code != 0 && !json {
                 std::process::exit(code.clamp(1, 255) as i32);
             }
+        }
+        Cmd::Outputs { id, to, tar } => {
+            let (file, keep) = match (&tar, &to) {
+                (Some(t), None) => (t.clone(), true),
+                (None, Some(d)) => {
+                    std::fs::create_dir_all(d)
+                        .map_err(|e| Error::invalid(format!("{}: {e}", d.display())))?;
+                    (d.join(".stasis-outputs.tar"), false)
+                }
+                _ => return Err(Error::invalid("give exactly one of --to DIR or --tar FILE")),
+            };
+            let n = c
+                .download(&format!("/v1/sandboxes/{id}/outputs"), &file, false)
+                .await?;
+            let mut entries = 0u64;
+            if !keep {
+                let dir = to.clone().unwrap_or_default();
+                let r = (|| -> std::io::Result<()> {
+                    let mut a = ::tar::Archive::new(std::fs::File::open(&file)?);
+                    a.set_preserve_permissions(true);
+                    // `unpack` refuses entries that would land outside `dir`
+                    // (absolute paths, `..`, writes through planted symlinks).
+                    for e in a.entries()? {
+                        let mut e = e?;
+                        if e.unpack_in(&dir)? {
+                            entries += 1;
+                        }
+                    }
+                    Ok(())
+                })();
+                let _ = std::fs::remove_file(&file);
+                r.map_err(|e| {
+                    Error::invalid(format!("extract outputs into {}: {e}", dir.display()))
+                })?;
+            }
+            let dest = to.as_ref().or(tar.as_ref()).cloned().unwrap_or_default();
+            print_value(
+                json,
+                &json!({"sandbox": id, "to": dest, "bytes": n, "entries": entries, "extracted": !keep}),
+                |_| {
+                    if keep {
+                        format!("outputs of {id}: {} ({n} bytes)", dest.display())
+                    } else {
+                        format!("outputs of {id}: {entries} entries into {}", dest.display())
+                    }
+                },
+            );
         }
         Cmd::Files(f) => match f {
             FilesCmd::Put { id, local, remote } => {

@@ -906,6 +906,25 @@ async fn export_snapshot(
         .map_err(|e| ApiError(Error::internal(e.to_string())))
 }
 
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/outputs",
+    responses((status = 200, content_type = "application/x-tar", description = "tar of the manifest's output directories (entries named by sandbox path without the leading /; files, directories, symlinks as links)"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn sandbox_outputs(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let ctx = auth.ctx();
+    let (path, len) = st.manager.collect_outputs(&ctx, &sandbox_id(&id)?).await?;
+    let file = tokio::fs::File::open(&path).await.map_err(Error::from)?;
+    let _ = tokio::fs::remove_file(&path).await;
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
+    Response::builder()
+        .header("content-type", "application/x-tar")
+        .header("content-length", len)
+        .body(Body::from_stream(stream))
+        .map_err(|e| ApiError(Error::internal(e.to_string())))
+}
+
 #[utoipa::path(post, path = "/v1/snapshots/import", request_body(content = Vec<u8>, content_type = "application/octet-stream"),
     responses((status = 201, description = "imported snapshot"), (status = 422, body = ErrorBody)))]
 async fn import_snapshot(
@@ -1192,6 +1211,7 @@ pub struct AdminApiDoc;
         get_snapshot,
         delete_snapshot,
         restore_snapshot,
+        sandbox_outputs,
         audit_list,
         audit_verify
     ),
@@ -1322,6 +1342,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/snapshots/{id}/restore", post(restore_snapshot))
         .route("/v1/snapshots/{id}/export", get(export_snapshot))
+        .route("/v1/sandboxes/{id}/outputs", get(sandbox_outputs))
         .route(
             "/v1/snapshots/import",
             post(import_snapshot).layer(DefaultBodyLimit::disable()),

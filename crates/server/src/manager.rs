@@ -438,6 +438,55 @@ impl Manager {
         r
     }
 
+    /// A tar of the sandbox's output directories (manifest `outputs`) in a
+    /// transfer file the caller streams and removes. A paused sandbox is read
+    /// where it lies when its backend can (a frozen process sandbox); else
+    /// it is resumed first, like any other use.
+    pub async fn collect_outputs(&self, ctx: &Ctx, id: &SandboxId) -> Result<(PathBuf, u64)> {
+        let rec = self.meta.get_for(&ctx.tenant, id).await?;
+        let out = self.transfer_path("outputs").await?;
+        let backend = self.backend(rec.backend)?.clone();
+        let mut size = None;
+        if rec.state == SandboxState::Paused {
+            // Hold off lifecycle operations while reading the paused sandbox.
+            let slot = self.slot(id);
+            let _g = slot.lock.clone().read_owned().await;
+            if self.meta.get(id).await?.state == SandboxState::Paused {
+                match backend.collect_outputs(id, &out).await {
+                    Ok(n) => size = Some(n),
+                    Err(e)
+                        if e.code == ErrorCode::InvalidState || e.code == ErrorCode::NotFound => {}
+                    Err(e) => {
+                        let _ = tokio::fs::remove_file(&out).await;
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        let n = match size {
+            Some(n) => n,
+            None => {
+                let (_g, rec) = self.running(ctx, id).await?;
+                let r = backend.collect_outputs(id, &out).await;
+                match self.done(&rec, r).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = tokio::fs::remove_file(&out).await;
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        self.audit(
+            ctx,
+            "download",
+            id.as_str(),
+            serde_json::json!({"object": "outputs", "dirs": rec.manifest.outputs, "bytes": n}),
+        )
+        .await;
+        Ok((out, n))
+    }
+
     pub async fn list_files(
         &self,
         ctx: &Ctx,

@@ -118,6 +118,11 @@ impl Daemon {
         }
     }
 
+    /// Serve flags for the next (re)start.
+    pub fn set_extra(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+    }
+
     pub async fn restart(&mut self) {
         self.kill9();
         self.spawn().await;
