@@ -35,6 +35,7 @@ fn image_dir() -> Option<PathBuf> {
 /// A loopback listener that answers every line with `pong-<name>` and counts
 /// the connections it accepted.
 struct Listener {
+    name: &'static str,
     port: u16,
     accepted: Arc<AtomicUsize>,
 }
@@ -64,7 +65,11 @@ fn serve(l: TcpListener, name: &'static str) -> Listener {
             });
         }
     });
-    Listener { port, accepted }
+    Listener {
+        name,
+        port,
+        accepted,
+    }
 }
 
 struct Cleanup(Arc<MicrovmBackend>, Vec<(SandboxId, PathBuf)>);
@@ -169,7 +174,8 @@ async fn check_egress(
     let res = probe(b, id, &dests).await;
     assert_eq!(res.len(), dests.len(), "{res:?}");
     assert_eq!(
-        res[0].1, "OK pong-allowed",
+        res[0].1,
+        format!("OK pong-{}", allowed.name),
         "{when}: allowlisted destination must work: {res:?}"
     );
     for (d, o) in &res[1..] {
@@ -448,6 +454,25 @@ async fn microvm_boundaries_hold() {
         &mut denied,
     )
     .await;
+
+    // A fork restored under another allowlist: QEMU forwards the new one
+    // only, and the guest's relays follow it.
+    let mut swapped = m.clone();
+    swapped.network.allow = vec![format!("127.0.0.1:{}", other.port)];
+    let f2 = spec_for(swapped);
+    b.restore(&f2, &snap)
+        .await
+        .expect("restore with another allowlist");
+    check_egress(
+        &b,
+        &f2.id,
+        &other,
+        &allowed,
+        "fork with another allowlist",
+        &mut denied,
+    )
+    .await;
+    b.destroy(&f2.id, &f2.dir).await.unwrap();
 
     // A memory restore needs the devices the snapshot was saved with.
     let mut no_net = m.clone();
