@@ -310,3 +310,120 @@ pub async fn bootstrap(meta: &Meta, data_dir: &Path) -> Result<Vec<TokenRecord>>
 
 /// Shared auth state of the router.
 pub type SharedLimiter = Arc<Limiter>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(auth: &[u8]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(
+            axum::http::header::AUTHORIZATION,
+            HeaderValue::from_bytes(auth).unwrap(),
+        );
+        h
+    }
+
+    #[test]
+    fn tokens_are_random_and_well_formed() {
+        let a = generate_token();
+        let b = generate_token();
+        assert_ne!(a, b);
+        assert!(a.starts_with(TOKEN_PREFIX));
+        assert_eq!(a.len(), 4 + 43);
+        assert!(a[4..]
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_'));
+        assert!(generate_token_id().starts_with("tok-"));
+    }
+
+    #[test]
+    fn bearer_header_shapes() {
+        let t = generate_token();
+        assert_eq!(
+            bearer(&headers(format!("Bearer {t}").as_bytes())).unwrap(),
+            t
+        );
+        assert_eq!(
+            bearer(&headers(format!("bearer  {t}").as_bytes())).unwrap(),
+            t
+        );
+        for bad in [
+            b"Basic dXNlcjpwYXNz".to_vec(),
+            b"Bearer".to_vec(),
+            b"Bearer abc".to_vec(),
+            format!("Bearer stk_{}", "A".repeat(200)).into_bytes(),
+            vec![b'B', b'e', b'a', b'r', b'e', b'r', b' ', 0xff],
+        ] {
+            let e = bearer(&headers(&bad)).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Unauthorized, "{bad:?}");
+        }
+        assert_eq!(
+            bearer(&HeaderMap::new()).unwrap_err().code,
+            ErrorCode::Unauthorized
+        );
+    }
+
+    #[test]
+    fn limiter_buckets_are_per_token() {
+        let l = Limiter::new(RateLimit {
+            per_sec: 1,
+            burst: 2,
+        });
+        assert!(l.check("a").is_ok());
+        assert!(l.check("a").is_ok());
+        let wait = l.check("a").unwrap_err();
+        assert!(wait >= 1, "{wait}");
+        assert!(l.check("b").is_ok(), "another token's bucket is separate");
+        let off = Limiter::new(RateLimit {
+            per_sec: 0,
+            burst: 0,
+        });
+        assert!((0..1000).all(|_| off.check("a").is_ok()));
+    }
+
+    #[tokio::test]
+    async fn bootstrap_writes_private_token_files_once() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let meta = Meta::open(&dir.path().join("meta.db")).await.unwrap();
+        let made = bootstrap(&meta, dir.path()).await.unwrap();
+        assert_eq!(made.len(), 2);
+        let tok = std::fs::read_to_string(dir.path().join("token")).unwrap();
+        let adm = std::fs::read_to_string(dir.path().join("admin.token")).unwrap();
+        for f in ["token", "admin.token"] {
+            let m = std::fs::metadata(dir.path().join(f)).unwrap();
+            assert_eq!(m.permissions().mode() & 0o777, 0o600);
+        }
+        let id = identify(&meta, &headers(format!("Bearer {}", tok.trim()).as_bytes()))
+            .await
+            .unwrap();
+        assert_eq!(id.tenant.unwrap().as_str(), DEFAULT_TENANT);
+        assert!(!id.is_admin);
+        let id = identify(&meta, &headers(format!("Bearer {}", adm.trim()).as_bytes()))
+            .await
+            .unwrap();
+        assert!(id.is_admin && id.tenant.is_none());
+        // A second start keeps both; a revoked one is replaced.
+        assert!(bootstrap(&meta, dir.path()).await.unwrap().is_empty());
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("token")).unwrap(),
+            tok
+        );
+        let rec = meta
+            .token_by_hash(&hash_token(tok.trim()))
+            .await
+            .unwrap()
+            .unwrap();
+        meta.revoke_token(&rec.id).await.unwrap();
+        let e = identify(&meta, &headers(format!("Bearer {}", tok.trim()).as_bytes()))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::Unauthorized);
+        assert_eq!(bootstrap(&meta, dir.path()).await.unwrap().len(), 1);
+        assert_ne!(
+            std::fs::read_to_string(dir.path().join("token")).unwrap(),
+            tok
+        );
+    }
+}

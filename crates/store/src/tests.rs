@@ -1140,3 +1140,22 @@ fn put_crash_leaves_whole_snapshot_or_none() {
     );
     assert!(none > 0, "no put was ever killed mid-way");
 }
+
+#[test]
+fn secrets_open_only_for_their_tenant_name_and_key() {
+    let k = test_key();
+    let sealed = k.seal_secret("t-a", "API_KEY", b"value-123");
+    assert!(!sealed.windows(9).any(|w| w == b"value-123"));
+    assert_eq!(
+        k.open_secret("t-a", "API_KEY", &sealed).unwrap(),
+        b"value-123"
+    );
+    for (t, n) in [("t-b", "API_KEY"), ("t-a", "OTHER")] {
+        let e = k.open_secret(t, n, &sealed).unwrap_err();
+        assert_eq!(e.code, ErrorCode::IntegrityError);
+    }
+    let other = MasterKey::generate();
+    assert!(other.open_secret("t-a", "API_KEY", &sealed).is_err());
+    // Fresh nonce every time.
+    assert_ne!(sealed, k.seal_secret("t-a", "API_KEY", b"value-123"));
+}
