@@ -243,6 +243,29 @@ async fn orphaned_quota_mounts_are_cleaned() {
     assert!(!stasis_backend_process::disk::is_mounted(&mp));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn orphaned_egress_tables_are_cleaned() {
+    let e = env("netorphan");
+    let mut m = Manifest::default();
+    m.network.allow = vec!["127.0.0.1:9".into()];
+    let spec = e.spec(m);
+    e.be.create(&spec).await.unwrap();
+    let table = stasis_backend_process::net::table_name(&e.parent, spec.id.as_str());
+    assert_eq!(stasis_backend_process::net::tables(&e.parent), vec![table]);
+    // A restarted daemon that knows the sandbox keeps its table ...
+    let be2 = stasis_backend_process::ProcessBackend::new(e.be.config().clone());
+    be2.cleanup_orphans(std::slice::from_ref(&spec.id))
+        .await
+        .unwrap();
+    assert_eq!(stasis_backend_process::net::tables(&e.parent).len(), 1);
+    // ... one that does not removes it, and the veth goes with the sandbox.
+    be2.cleanup_orphans(&[]).await.unwrap();
+    assert!(stasis_backend_process::net::tables(&e.parent).is_empty());
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+    let hif = stasis_backend_process::net::host_if(&e.parent, spec.id.as_str());
+    assert!(!std::path::Path::new("/sys/class/net").join(hif).exists());
+}
+
 async fn gateway(e: &Env, spec: &stasis_backend::SandboxSpec) -> Option<std::net::Ipv4Addr> {
     let r = out(&run(e, spec, sh("ip route show default")).await);
     r.split_whitespace()

@@ -414,3 +414,65 @@ async fn resource_caps_hold() {
     assert_ne!(r.status, 200, "{}", r.body);
     t.denied("running past lifecycle.max_lifetime_secs");
 }
+
+async fn probe(
+    h: &Http,
+    id: &str,
+    checks: &[String],
+) -> std::collections::BTreeMap<String, (bool, String)> {
+    let mut argv = vec![
+        "/usr/bin/python3".to_string(),
+        "-c".into(),
+        netfix::PROBE.into(),
+    ];
+    argv.extend(checks.iter().cloned());
+    let v = h
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"argv": argv, "timeout_ms": 60000})),
+        )
+        .await;
+    netfix::probe_results(v["stdout"].as_str().unwrap_or(""))
+}
+
+/// The allowlist holds for forks (new veth and table) and after a daemon
+/// killed with SIGKILL comes back (the sandbox is rebuilt with its rules).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_rules_follow_forks_and_restarts() {
+    let mut t = Tally("egress_lifecycle", 0);
+    let fx = netfix::NetFixture::new("cli-egress-life");
+    let mut d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h
+        .create(json!({"network": {"allow": fx.allow()}, "lifecycle": {"on_idle": "nothing"}, "resources": {"disk_mb": 64}}))
+        .await;
+    h.sh(&id, "echo kept > /workspace/f").await;
+    let denied = format!("tcp:127.0.0.1:{}", fx.lo_denied);
+    let mut checks = fx.allowed_checks();
+    checks.push(denied.clone());
+    let kid = h.fork(&id, 1).await.remove(0);
+    for (sb, what) in [(&id, "origin"), (&kid, "fork")] {
+        let r = probe(&h, sb, &checks).await;
+        for c in fx.allowed_checks() {
+            assert!(r[&c].0, "{what}: {c}: {}", r[&c].1);
+        }
+        assert!(!r[&denied].0, "{what}: {}", r[&denied].1);
+        t.denied(&format!(
+            "egress to a non-allowlisted loopback port from the {what}"
+        ));
+    }
+    d.restart().await;
+    let h = d.http();
+    // The next request resumes the sandbox: files back, rules back.
+    assert_eq!(h.sh(&id, "cat /workspace/f").await, "kept\n");
+    let r = probe(&h, &id, &checks).await;
+    for c in fx.allowed_checks() {
+        assert!(r[&c].0, "after restart: {c}: {}", r[&c].1);
+    }
+    assert!(!r[&denied].0, "after restart: {}", r[&denied].1);
+    t.denied("egress to a non-allowlisted loopback port after a daemon restart");
+    for sb in [&id, &kid] {
+        h.ok("DELETE", &format!("/v1/sandboxes/{sb}"), None).await;
+    }
+}
