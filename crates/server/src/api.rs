@@ -302,6 +302,7 @@ impl From<ExecResult> for ExecResponse {
 }
 
 #[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct PathQuery {
     /// Path inside the sandbox (absolute, or relative to the workdir).
     pub path: String,
@@ -311,6 +312,7 @@ pub struct PathQuery {
 }
 
 #[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Only sandboxes in this state (e.g. `paused`).
     #[serde(default)]
@@ -327,6 +329,7 @@ pub struct SessionInput {
 }
 
 #[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct OutputQuery {
     #[serde(default)]
     pub offset: u64,
@@ -377,6 +380,7 @@ pub struct ForkBody {
 }
 
 #[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AuditQuery {
     #[serde(default)]
     pub target: Option<String>,
