@@ -30,7 +30,7 @@ fi
 # (debootstrap, busybox, mkfs.ext4, cpio, xz, kmod), iproute2/util-linux/procps
 # (process backend and its tests), nftables (egress allowlists of process sandboxes), python3 (the default process sandbox's interpreter).
 APT_PACKAGES=(qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs cpio
-    xz-utils zstd kmod b3sum iproute2 util-linux procps python3 ca-certificates nftables)
+    xz-utils zstd kmod b3sum iproute2 util-linux procps python3 python3-venv ca-certificates nftables)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
@@ -52,6 +52,26 @@ if ((TESTS)); then
         command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
     else
         log "moto_server present"
+    fi
+fi
+
+if ((TESTS)); then
+    # The Python client and its test dependencies (the pinned Agents SDK,
+    # pytest) in a virtualenv inside the repository (.venv, git-ignored).
+    # Editable install: source changes need no reinstall; a changed
+    # pyproject.toml does (its hash is the stamp).
+    VENV="$REPO/.venv"
+    stamp=$(sha256sum "$REPO/clients/python/pyproject.toml" | cut -d' ' -f1)
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        log "creating the Python virtualenv $VENV"
+        python3 -m venv "$VENV"
+    fi
+    if [[ "$(cat "$VENV/.stasis-client-stamp" 2>/dev/null)" != "$stamp" ]]; then
+        log "installing the Python client with its test dependencies into $VENV"
+        "$VENV/bin/python" -m pip install -q -e "$REPO/clients/python[agents,test]"
+        echo "$stamp" >"$VENV/.stasis-client-stamp"
+    else
+        log "Python client and test dependencies present"
     fi
 fi
 

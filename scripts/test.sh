@@ -22,6 +22,21 @@ set -e
 sum() { grep -E '^test result:' "$log" | grep -oE "[0-9]+ $1" | awk '{s+=$1} END {print s+0}'; }
 passed=$(sum passed)
 failed=$(sum failed)
+# The Python client's tests (pytest) against the daemon built above; their
+# counts join the total.
+set +e
+STASIS_BIN="$REPO/target/debug/stasis" "$REPO/.venv/bin/python" -m pytest \
+    clients/python/tests -q -p no:cacheprovider 2>&1 | tee "$log"
+pystatus=${PIPESTATUS[0]}
+set -e
+pyline=$(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -1)
+pycount() { grep -oE "[0-9]+ $1" <<<"$pyline" | awk '{s+=$1} END {print s+0}'; }
+passed=$((passed + $(pycount passed)))
+failed=$((failed + $(pycount failed) + $(pycount error)))
+if ((status == 0 && pystatus != 0)); then
+    status=$pystatus
+    ((failed > 0)) || failed=1
+fi
 rm -f "$log"
 echo "tests: $passed passed, $failed failed"
 exit "$status"

@@ -1,0 +1,76 @@
+"""Python client of the stasis HTTP API.
+
+Sync: :class:`Client`, :class:`Sandbox`. Async: :mod:`stasis_client.aio`.
+OpenAI Agents SDK sandbox provider: :mod:`stasis_client.agents_sdk`
+(``pip install 'stasis-client[agents]'``).
+"""
+
+from . import errors
+from .client import Client, ExecStream, Files, Run, Runs, Sandbox, Session
+from .errors import (
+    BackendError,
+    Busy,
+    CodeError,
+    ConnectionFailed,
+    IntegrityError,
+    InternalError,
+    InvalidArgument,
+    InvalidManifest,
+    InvalidState,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    StasisError,
+    Timeout,
+    Unauthorized,
+    Unsupported,
+)
+from .models import (
+    CallOutcome,
+    ExecResult,
+    FileEntry,
+    OutputChunk,
+    ResumeReport,
+    SandboxInfo,
+    SessionInfo,
+    SessionOutput,
+    SnapshotInfo,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "Busy",
+    "CallOutcome",
+    "Client",
+    "CodeError",
+    "ConnectionFailed",
+    "ExecResult",
+    "ExecStream",
+    "FileEntry",
+    "Files",
+    "IntegrityError",
+    "InternalError",
+    "InvalidArgument",
+    "InvalidManifest",
+    "InvalidState",
+    "NotFound",
+    "OutputChunk",
+    "PayloadTooLarge",
+    "RateLimited",
+    "ResumeReport",
+    "Run",
+    "Runs",
+    "Sandbox",
+    "SandboxInfo",
+    "Session",
+    "SessionInfo",
+    "SessionOutput",
+    "SnapshotInfo",
+    "StasisError",
+    "Timeout",
+    "Unauthorized",
+    "Unsupported",
+    "errors",
+]

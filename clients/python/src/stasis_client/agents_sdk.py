@@ -1,0 +1,502 @@
+"""stasis as a sandbox provider of the OpenAI Agents SDK (``openai-agents``).
+
+Tested with openai-agents 0.24.0 (``pip install 'stasis-client[agents]'``)::
+
+    from agents import Runner
+    from agents.run import RunConfig
+    from agents.sandbox import SandboxAgent, SandboxRunConfig
+    from stasis_client.agents_sdk import StasisSandboxClient, StasisSandboxClientOptions
+
+    client = StasisSandboxClient("http://127.0.0.1:7070")
+    config = RunConfig(sandbox=SandboxRunConfig(
+        client=client,
+        options=StasisSandboxClientOptions(manifest={"lifecycle": {"idle_timeout_secs": 30}}),
+    ))
+    result = await Runner.run(SandboxAgent(name="a", model=...), "task", run_config=config)
+
+How the SDK's sandbox interface maps onto stasis:
+
+* ``BaseSandboxClient``: :class:`StasisSandboxClient`, ``backend_id = "stasis"``.
+  ``create()`` returns a session; the stasis sandbox is created when the
+  session starts. ``delete()`` *pauses* the sandbox by default (its memory and
+  files go into a snapshot, its compute is freed; any later request resumes
+  it), because a run that stops for an approval is resumed against the same
+  sandbox; ``StasisSandboxClientOptions(on_delete="destroy")`` destroys it
+  instead, ``"keep"`` leaves it alone. ``resume(state)`` reattaches to the
+  sandbox id in the state; when that sandbox no longer exists (destroyed,
+  expired, failed) it restores a new sandbox from the state's stasis snapshot
+  and moves the session's stasis run (if any) there.
+* ``SandboxSessionState``: :class:`StasisSandboxSessionState` adds the stasis
+  sandbox id, the daemon URL, the stasis-specific manifest fields, the
+  ``on_delete`` policy and the id of the stasis run used for idempotent tool
+  calls. It never holds a token: the client that resumes it brings its own.
+* ``Manifest``: ``root`` becomes the stasis manifest's ``workdir``;
+  ``entries`` (files, dirs, local files/dirs, git repos) are materialized by
+  the SDK itself through this session's exec/read/write; ``environment`` is
+  resolved by the SDK and passed with every exec. stasis-only settings
+  (``backend``, ``image``, ``resources``, ``lifecycle``, ``network.allow``,
+  ``mounts``, ``outputs``, ``secrets``) go in
+  ``StasisSandboxClientOptions.manifest``. Not supported: manifest
+  ``users``/``groups`` (sandbox processes run as one user; refused with a
+  clear error), ``run_as`` users (the SDK's ``sudo -u`` would fail), and the
+  SDK's cloud-bucket mounts (stasis sandboxes have no egress unless
+  allowlisted; use stasis ``mounts`` for read-only inputs).
+* Snapshots: a session gets a :class:`StasisSnapshot` (unless
+  ``native_snapshots=False``: the Runner always passes a snapshot spec, its
+  default being a local tar file, which stasis replaces). The SDK's
+  ``stop()`` (called when a run ends or is interrupted) takes a native stasis
+  snapshot (files *and*, on the microVM backend, memory) instead of a tar of
+  the workspace, and records its id in the state; resuming without the
+  sandbox restores that snapshot. ``StasisSnapshot.persist()/restore()`` with
+  a tar stream are not used and refuse (there is no tar to keep). With
+  ``native_snapshots=False`` the SDK's snapshot (``LocalSnapshotSpec``, ...) goes through
+  the SDK's own tar path, using :meth:`StasisSandboxSession.persist_workspace`
+  / :meth:`~StasisSandboxSession.hydrate_workspace`.
+* Idempotent side effects: :meth:`StasisSandboxSession.tool_call` runs a
+  command as a stasis run tool call with an idempotency key (e.g. the SDK's
+  tool ``call_id``): a retry after a crash or a restore returns the recorded
+  result instead of running it again.
+* Not implemented: PTY sessions (``supports_pty()`` is False, so the SDK's
+  ``write_stdin`` tool is not offered) and exposed ports (stasis sandboxes
+  have no inbound network).
+"""
+
+from __future__ import annotations
+
+import io
+import shlex
+import uuid
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+from agents.sandbox.errors import (
+    ExecTimeoutError,
+    ExecTransportError,
+    SnapshotNotRestorableError,
+    SnapshotPersistError,
+    WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+)
+from agents.sandbox.manifest import Manifest
+from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+from agents.sandbox.session.dependencies import Dependencies
+from agents.sandbox.session.manager import Instrumentation
+from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
+from agents.sandbox.session.sandbox_session import SandboxSession
+from agents.sandbox.session.sandbox_session_state import SandboxSessionState
+from agents.sandbox.session.workspace_payloads import coerce_write_payload
+from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
+from agents.sandbox.types import ExecResult, User
+from pydantic import Field
+
+from ._core import Argv
+from .aio import AsyncClient, AsyncRun, AsyncSandbox
+from .errors import InvalidState, NotFound, StasisError
+from .models import CallOutcome
+
+BACKEND_ID = "stasis"
+
+# Stasis sandbox states in which the sandbox still exists (paused ones resume on use).
+_ALIVE = {"creating", "running", "pausing", "paused", "resuming"}
+
+
+class StasisSandboxClientOptions(BaseSandboxClientOptions):
+    """Options for new stasis sandboxes.
+
+    ``manifest``: stasis manifest fields other than ``workdir`` (which is the
+    SDK manifest's root): ``backend``, ``image``, ``resources``, ``lifecycle``,
+    ``network``, ``mounts``, ``outputs``, ``secrets``, ``env``.
+    ``on_delete``: what the SDK's ``delete()`` does: ``pause`` (default),
+    ``destroy`` or ``keep``. ``snapshot_on_stop``: take a stasis snapshot when
+    the SDK stops the session (needed to rehydrate after the sandbox is gone),
+    kept ``snapshot_ttl_secs`` (default: until deleted). ``record_run``: create
+    a stasis run with the sandbox, so :meth:`StasisSandboxSession.tool_call`
+    keys are recorded from the start and travel in the session state.
+    ``native_snapshots``: use stasis snapshots whatever snapshot spec the SDK
+    passes (the Runner passes its default local tar snapshot when none is
+    configured); False keeps the SDK's spec and its tar path.
+    """
+
+    type: Literal["stasis"] = "stasis"
+    manifest: dict[str, Any] = Field(default_factory=dict)
+    on_delete: Literal["pause", "destroy", "keep"] = "pause"
+    snapshot_on_stop: bool = True
+    snapshot_ttl_secs: Optional[int] = None
+    record_run: bool = True
+    native_snapshots: bool = True
+
+
+class StasisSnapshot(SnapshotBase):
+    """A native stasis snapshot of the session's sandbox (``snapshot_id``: ``snap-...``)."""
+
+    type: Literal["stasis"] = "stasis"
+    snapshot_id: Optional[str] = None
+
+    async def persist(self, data: io.IOBase, *, dependencies: Optional[Dependencies] = None) -> None:
+        _ = (data, dependencies)
+        raise SnapshotPersistError(
+            snapshot_id=self.id,
+            path=Path("<stasis>"),
+            cause=TypeError(
+                "a StasisSnapshot is taken natively by StasisSandboxSession, not from a tar stream"
+            ),
+        )
+
+    async def restore(self, *, dependencies: Optional[Dependencies] = None) -> io.IOBase:
+        _ = dependencies
+        raise SnapshotNotRestorableError(snapshot_id=self.id, path=Path("<stasis>"))
+
+    async def restorable(self, *, dependencies: Optional[Dependencies] = None) -> bool:
+        _ = dependencies
+        return self.snapshot_id is not None
+
+
+class StasisSnapshotSpec(SnapshotSpec):
+    type: Literal["stasis"] = "stasis"
+
+    def build(self, snapshot_id: str) -> SnapshotBase:
+        return StasisSnapshot(id=snapshot_id)
+
+
+class StasisSandboxSessionState(SandboxSessionState):
+    type: Literal["stasis"] = "stasis"
+    sandbox_id: Optional[str] = None
+    base_url: Optional[str] = None
+    stasis_manifest: dict[str, Any] = Field(default_factory=dict)
+    on_delete: Literal["pause", "destroy", "keep"] = "pause"
+    snapshot_on_stop: bool = True
+    snapshot_ttl_secs: Optional[int] = None
+    record_run: bool = True
+    run_id: Optional[str] = None
+
+
+def _exit_code(exit_code: Optional[int], signal: Optional[int]) -> int:
+    if exit_code is not None:
+        return exit_code
+    return 128 + (signal or 9)
+
+
+class StasisSandboxSession(BaseSandboxSession):
+    """An SDK sandbox session backed by one stasis sandbox."""
+
+    state: StasisSandboxSessionState
+
+    def __init__(self, *, state: StasisSandboxSessionState, api: AsyncClient) -> None:
+        self.state = state
+        self._api = api
+        # How the backend was obtained at start: created, reattached or restored.
+        self.origin: Optional[str] = None
+
+    # -- backend lifecycle --
+
+    def _stasis_manifest(self) -> dict[str, Any]:
+        m = dict(self.state.stasis_manifest)
+        m["workdir"] = self.state.manifest.root
+        return m
+
+    async def _sandbox(self) -> AsyncSandbox:
+        if self.state.sandbox_id is None:
+            raise InvalidState("the session has not been started")
+        return AsyncSandbox(self._api, await self._api._run(_op_get(self.state.sandbox_id)))
+
+    async def _ensure_backend_started(self) -> None:
+        if self.state.sandbox_id is not None:
+            try:
+                sbx = await self._sandbox()
+                alive = sbx.state in _ALIVE
+            except NotFound:
+                alive = False
+            if alive:
+                self.origin = "reattached"
+                self._set_start_state_preserved(True)
+                return
+            snap = self.state.snapshot
+            if isinstance(snap, StasisSnapshot) and snap.snapshot_id is not None:
+                old = self.state.sandbox_id
+                sbx = await self._api.restore(snap.snapshot_id, self._stasis_manifest())
+                self.state.sandbox_id = sbx.id
+                self.origin = "restored"
+                self._set_start_state_preserved(True)
+                if self.state.run_id is not None:
+                    await self._move_run(old, sbx.id)
+                return
+        sbx = await self._api.create(self._stasis_manifest())
+        self.state.sandbox_id = sbx.id
+        self.origin = "created"
+        if self.state.record_run and self.state.run_id is None:
+            self.state.run_id = (await self._api.runs.create(sbx.id)).id
+        self._set_start_state_preserved(False)
+
+    async def _move_run(self, old: Optional[str], new: str) -> None:
+        assert self.state.run_id is not None
+        doc = await self._api._run(_op_run_state(self.state.run_id))
+        await self._api.runs.resume(doc, sandbox=new)
+        _ = old
+
+    async def _start_workspace(self) -> None:
+        if not isinstance(self.state.snapshot, StasisSnapshot) or self.origin == "created":
+            # A fresh sandbox gets the manifest applied (or, with an SDK tar
+            # snapshot, the SDK's own restore path).
+            await super()._start_workspace()
+            return
+        # Reattached or restored from its stasis snapshot: the sandbox's files
+        # are the session's workspace; only ephemeral manifest entries are redone.
+        await self._reapply_ephemeral_manifest_on_resume()
+
+    async def _persist_snapshot(self) -> None:
+        if not isinstance(self.state.snapshot, StasisSnapshot):
+            await super()._persist_snapshot()
+            return
+        if not self.state.snapshot_on_stop or self.state.sandbox_id is None:
+            return
+        sbx = await self._sandbox()
+        if sbx.state not in _ALIVE:
+            return
+        # Earlier snapshots are kept: a RunState saved before this stop still
+        # names them. ``snapshot_ttl_secs`` lets the store expire them.
+        snap = await sbx.snapshot(ttl_secs=self.state.snapshot_ttl_secs)
+        self.state.snapshot = StasisSnapshot(id=self.state.snapshot.id, snapshot_id=snap.id)
+
+    async def running(self) -> bool:
+        if self.state.sandbox_id is None:
+            return False
+        try:
+            return (await self._sandbox()).state in _ALIVE
+        except NotFound:
+            return False
+
+    def supports_pty(self) -> bool:
+        return False
+
+    # -- exec and files --
+
+    async def _exec_internal(self, *command: Union[str, Path], timeout: Optional[float] = None) -> ExecResult:
+        argv = [str(c) for c in command]
+        try:
+            env = await self.state.manifest.environment.resolve()
+            sbx = await self._sandbox()
+            r = await sbx.exec(argv, env=env or None, timeout=timeout)
+        except StasisError as e:
+            raise ExecTransportError(command=argv, cause=e) from e
+        if r.timed_out:
+            raise ExecTimeoutError(command=argv, timeout_s=timeout)
+        return ExecResult(stdout=r.stdout, stderr=r.stderr, exit_code=_exit_code(r.exit_code, r.signal))
+
+    async def read(self, path: Path, *, user: Union[str, User, None] = None) -> io.IOBase:
+        if user is not None:
+            await self._check_read_with_exec(path, user=user)
+        target = self.normalize_path(path)
+        try:
+            data = await (await self._sandbox()).files.read(target.as_posix())
+        except NotFound as e:
+            raise WorkspaceReadNotFoundError(path=target, cause=e) from e
+        except StasisError as e:
+            raise WorkspaceArchiveReadError(path=target, cause=e) from e
+        return io.BytesIO(data)
+
+    async def write(self, path: Path, data: io.IOBase, *, user: Union[str, User, None] = None) -> None:
+        payload = coerce_write_payload(path=path, data=data)
+        target = self.normalize_path(path, for_write=True)
+        if user is not None:
+            await self._check_write_with_exec(target, user=user)
+        raw = payload.stream.read()
+        if isinstance(raw, str):
+            raw = raw.encode()
+        try:
+            await (await self._sandbox()).files.write(target.as_posix(), raw)
+        except StasisError as e:
+            raise WorkspaceArchiveWriteError(path=target, cause=e) from e
+
+    async def persist_workspace(self) -> io.IOBase:
+        root = self.state.manifest.root
+        tmp = f"/tmp/.stasis-workspace-{uuid.uuid4().hex}.tar"
+        excludes = " ".join(
+            f"--exclude={shlex.quote('./' + p.as_posix())}"
+            for p in sorted(self._persist_workspace_skip_relpaths(), key=lambda p: p.as_posix())
+        )
+        sbx = await self._sandbox()
+        try:
+            r = await sbx.exec(f"tar -C {shlex.quote(root)} {excludes} -cf {tmp} .")
+            if not r.ok:
+                raise WorkspaceArchiveReadError(
+                    path=Path(root), context={"stderr": r.stderr_text[-2000:]}
+                )
+            data = await sbx.files.read(tmp)
+        except StasisError as e:
+            raise WorkspaceArchiveReadError(path=Path(root), cause=e) from e
+        finally:
+            try:
+                await sbx.exec(["rm", "-f", tmp])
+            except StasisError:
+                pass
+        return io.BytesIO(data)
+
+    async def hydrate_workspace(self, data: io.IOBase) -> None:
+        root = self.state.manifest.root
+        tmp = f"/tmp/.stasis-workspace-{uuid.uuid4().hex}.tar"
+        raw = data.read()
+        sbx = await self._sandbox()
+        try:
+            await sbx.files.write(tmp, raw)
+            r = await sbx.exec(
+                f"mkdir -p {shlex.quote(root)} && tar -C {shlex.quote(root)} -xf {tmp}; s=$?; rm -f {tmp}; exit $s"
+            )
+        except StasisError as e:
+            raise WorkspaceArchiveWriteError(path=Path(root), cause=e) from e
+        if not r.ok:
+            raise WorkspaceArchiveWriteError(path=Path(root), context={"stderr": r.stderr_text[-2000:]})
+
+    # -- stasis extras --
+
+    @property
+    def sandbox_id(self) -> Optional[str]:
+        return self.state.sandbox_id
+
+    async def stasis_sandbox(self) -> AsyncSandbox:
+        """The stasis sandbox behind this session (for pause, fork, sessions, ...)."""
+        return await self._sandbox()
+
+    async def run(self) -> AsyncRun:
+        """The stasis run that records this session's idempotent tool calls
+        (created on first use; its id travels in the session state)."""
+        if self.state.run_id is not None:
+            return await self._api.runs.get(self.state.run_id)
+        run = await self._api.runs.create(self.state.sandbox_id)
+        self.state.run_id = run.id
+        return run
+
+    async def tool_call(
+        self,
+        idempotency_key: str,
+        cmd: Argv,
+        *,
+        side_effecting: bool = True,
+        timeout: Optional[float] = None,
+    ) -> CallOutcome:
+        """Run ``cmd`` once per ``idempotency_key``: the intent is recorded before
+        it runs and the result after; the same key again returns the recorded
+        outcome and runs nothing."""
+        run = await self.run()
+        return await run.call(idempotency_key, cmd, side_effecting=side_effecting, timeout=timeout)
+
+
+def _op_get(sandbox_id: str) -> Any:
+    from ._core import op_get
+
+    return op_get(sandbox_id)
+
+
+def _op_run_state(run_id: str) -> Any:
+    from ._core import op_run_state
+
+    return op_run_state(run_id)
+
+
+class StasisSandboxClient(BaseSandboxClient[Optional[StasisSandboxClientOptions]]):
+    """Creates and resumes SDK sandbox sessions backed by stasis sandboxes.
+
+    Connection arguments as for :class:`stasis_client.aio.AsyncClient`
+    (``base_url``, ``token`` / ``$STASIS_TOKEN`` / ``token_file``, ...).
+    """
+
+    backend_id = BACKEND_ID
+    supports_default_options = True
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        *,
+        token: Optional[str] = None,
+        token_file: Union[str, Path, None] = None,
+        actor: Optional[str] = None,
+        timeout: float = 30.0,
+        api: Optional[AsyncClient] = None,
+        instrumentation: Optional[Instrumentation] = None,
+        dependencies: Optional[Dependencies] = None,
+    ) -> None:
+        self.api = api or AsyncClient(
+            base_url, token=token, token_file=token_file, actor=actor, timeout=timeout
+        )
+        self._instrumentation = instrumentation if instrumentation is not None else Instrumentation()
+        self._dependencies = dependencies
+
+    async def create(
+        self,
+        *,
+        snapshot: Union[SnapshotSpec, SnapshotBase, None] = None,
+        manifest: Optional[Manifest] = None,
+        options: Optional[StasisSandboxClientOptions] = None,
+    ) -> SandboxSession:
+        opts = options if options is not None else StasisSandboxClientOptions()
+        manifest = manifest if manifest is not None else Manifest()
+        self._validate_manifest_for_create(manifest)
+        _check_manifest(manifest, opts.manifest)
+        session_id = uuid.uuid4()
+        state = StasisSandboxSessionState(
+            session_id=session_id,
+            manifest=manifest,
+            snapshot=resolve_snapshot(
+                StasisSnapshotSpec() if opts.native_snapshots or snapshot is None else snapshot,
+                str(session_id),
+            ),
+            base_url=self.api.config.base_url,
+            stasis_manifest=dict(opts.manifest),
+            on_delete=opts.on_delete,
+            snapshot_on_stop=opts.snapshot_on_stop,
+            snapshot_ttl_secs=opts.snapshot_ttl_secs,
+            record_run=opts.record_run,
+        )
+        inner = StasisSandboxSession(state=state, api=self.api)
+        return self._wrap_session(inner, instrumentation=self._instrumentation)
+
+    async def delete(self, session: SandboxSession) -> SandboxSession:
+        inner = session._inner
+        if not isinstance(inner, StasisSandboxSession):
+            raise TypeError("StasisSandboxClient.delete expects a stasis session")
+        sid = inner.state.sandbox_id
+        if sid is None or inner.state.on_delete == "keep":
+            return session
+        try:
+            sbx = await self.api.get(sid)
+            if inner.state.on_delete == "destroy":
+                if sbx.state not in ("destroyed", "destroying"):
+                    await sbx.destroy()
+            elif sbx.state == "running":
+                await sbx.pause()
+        except (NotFound, InvalidState):
+            pass  # already gone, or already paused / pausing
+        return session
+
+    async def resume(self, state: SandboxSessionState) -> SandboxSession:
+        if not isinstance(state, StasisSandboxSessionState):
+            raise TypeError("StasisSandboxClient.resume expects a StasisSandboxSessionState")
+        state.assert_path_grants_rebound()
+        inner = StasisSandboxSession(state=state, api=self.api)
+        return self._wrap_session(inner, instrumentation=self._instrumentation)
+
+    def deserialize_session_state(self, payload: dict[str, object]) -> SandboxSessionState:
+        return self._deserialize_session_state_payload(payload, StasisSandboxSessionState)
+
+
+def _check_manifest(manifest: Manifest, stasis_manifest: dict[str, Any]) -> None:
+    if manifest.users or manifest.groups:
+        raise ValueError(
+            "stasis sandboxes do not provision manifest users or groups "
+            "(every sandbox process runs as the sandbox's one user)"
+        )
+    if "workdir" in stasis_manifest:
+        raise ValueError(
+            "set the workspace with the SDK manifest's root, not the stasis manifest's workdir"
+        )
+
+
+__all__ = [
+    "BACKEND_ID",
+    "StasisSandboxClient",
+    "StasisSandboxClientOptions",
+    "StasisSandboxSession",
+    "StasisSandboxSessionState",
+    "StasisSnapshot",
+    "StasisSnapshotSpec",
+]

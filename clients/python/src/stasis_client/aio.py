@@ -1,0 +1,457 @@
+"""The asynchronous client: the same operations as :mod:`stasis_client.client`,
+driven by ``httpx.AsyncClient``.
+
+    from stasis_client.aio import AsyncSandbox
+
+    async with await AsyncSandbox.create() as sbx:
+        async for chunk in sbx.exec_stream("for i in 1 2 3; do echo $i; sleep 1; done"):
+            print(chunk.data)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
+
+import httpx
+
+from . import _core
+from ._core import Argv, Config, Op, Req, Resp
+from .errors import ConnectionFailed, InvalidArgument, NotFound
+from .models import (
+    CallOutcome,
+    ExecResult,
+    FileEntry,
+    OutputChunk,
+    ResumeReport,
+    SandboxInfo,
+    SessionInfo,
+    SessionOutput,
+    SnapshotInfo,
+)
+
+T = TypeVar("T")
+
+
+class AsyncClient:
+    """Async connection to a stasis daemon (same arguments as :class:`~stasis_client.Client`)."""
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        *,
+        token: Optional[str] = None,
+        token_file: Union[str, Path, None] = None,
+        actor: Optional[str] = None,
+        timeout: float = 30.0,
+        transport: Optional[httpx.AsyncBaseTransport] = None,
+    ) -> None:
+        self.config = Config.make(base_url, token, token_file, actor, timeout)
+        self._http = httpx.AsyncClient(
+            base_url=self.config.base_url,
+            headers=self.config.headers(),
+            timeout=timeout,
+            transport=transport,
+        )
+        self.runs = AsyncRuns(self)
+
+    async def _send(self, r: Req) -> Resp:
+        try:
+            resp = await self._http.request(
+                r.method,
+                r.path,
+                params=r.params or None,
+                json=r.json if r.content is None else None,
+                content=r.content,
+                headers={"content-type": "application/octet-stream"} if r.content is not None else None,
+                timeout=self.config.timeout + r.extra_timeout,
+            )
+        except httpx.TransportError as e:
+            raise ConnectionFailed(
+                f"cannot reach the stasis daemon at {self.config.base_url}: {e}"
+            ) from e
+        _core.check(r, resp.status_code, resp.content)
+        return Resp(resp.status_code, resp.content)
+
+    async def _run(self, op: Op[T]) -> T:
+        try:
+            r = next(op)
+            while True:
+                r = op.send(await self._send(r))
+        except StopIteration as done:
+            return done.value
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "AsyncClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def health(self) -> bool:
+        await self._run(_health())
+        return True
+
+    async def create(self, manifest: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
+        return AsyncSandbox(self, await self._run(_core.op_create(manifest)))
+
+    async def get(self, sandbox_id: str) -> "AsyncSandbox":
+        return AsyncSandbox(self, await self._run(_core.op_get(sandbox_id)))
+
+    async def list(self, state: Optional[str] = None) -> list[SandboxInfo]:
+        return await self._run(_core.op_list(state))
+
+    async def restore(
+        self, snapshot_id: str, manifest: Optional[Mapping[str, Any]] = None
+    ) -> "AsyncSandbox":
+        return AsyncSandbox(self, await self._run(_core.op_restore(snapshot_id, manifest)))
+
+    async def snapshots(self) -> list[SnapshotInfo]:
+        return await self._run(_core.op_snapshot_list())
+
+    async def snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        return await self._run(_core.op_snapshot_get(snapshot_id))
+
+    async def delete_snapshot(self, snapshot_id: str) -> None:
+        await self._run(_core.op_snapshot_delete(snapshot_id))
+
+
+def _health() -> Op[None]:
+    yield _core.req("health")
+    return None
+
+
+def _client_of(client: Optional[AsyncClient], kwargs: dict[str, Any]) -> AsyncClient:
+    if client is not None:
+        if kwargs:
+            raise InvalidArgument("give either a client or connection arguments, not both")
+        return client
+    return AsyncClient(**kwargs)
+
+
+class AsyncSandbox:
+    """A stasis sandbox (async). ``async with`` destroys it on exit."""
+
+    def __init__(self, client: AsyncClient, info: SandboxInfo) -> None:
+        self.client = client
+        self.info = info
+        self.files = AsyncFiles(self)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def state(self) -> str:
+        return self.info.state
+
+    def __repr__(self) -> str:
+        return f"AsyncSandbox({self.id!r}, state={self.info.state!r})"
+
+    @classmethod
+    async def create(
+        cls,
+        manifest: Optional[Mapping[str, Any]] = None,
+        *,
+        client: Optional[AsyncClient] = None,
+        **connect: Any,
+    ) -> "AsyncSandbox":
+        return await _client_of(client, connect).create(manifest)
+
+    @classmethod
+    async def from_snapshot(
+        cls,
+        snapshot_id: str,
+        manifest: Optional[Mapping[str, Any]] = None,
+        *,
+        client: Optional[AsyncClient] = None,
+        **connect: Any,
+    ) -> "AsyncSandbox":
+        return await _client_of(client, connect).restore(snapshot_id, manifest)
+
+    @classmethod
+    async def connect(
+        cls, sandbox_id: str, *, client: Optional[AsyncClient] = None, **connect: Any
+    ) -> "AsyncSandbox":
+        return await _client_of(client, connect).get(sandbox_id)
+
+    async def refresh(self) -> SandboxInfo:
+        self.info = await self.client._run(_core.op_get(self.id))
+        return self.info
+
+    async def pause(self, *, keep_memory: Optional[bool] = None) -> SandboxInfo:
+        self.info = await self.client._run(_core.op_pause(self.id, keep_memory))
+        return self.info
+
+    async def resume(self) -> SandboxInfo:
+        self.info = await self.client._run(_core.op_resume(self.id))
+        return self.info
+
+    async def snapshot(self, *, ttl_secs: Optional[int] = None) -> SnapshotInfo:
+        return await self.client._run(_core.op_snapshot(self.id, ttl_secs))
+
+    async def fork(self, n: int) -> list["AsyncSandbox"]:
+        _, children = await self.client._run(_core.op_fork(self.id, n))
+        return [AsyncSandbox(self.client, c) for c in children]
+
+    async def destroy(self) -> SandboxInfo:
+        self.info = await self.client._run(_core.op_destroy(self.id))
+        return self.info
+
+    async def __aenter__(self) -> "AsyncSandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.info.state not in ("destroyed", "destroying"):
+            await self.destroy()
+
+    async def exec(
+        self,
+        cmd: Argv,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[str, bytes, None] = None,
+        on_output: Optional[Callable[[OutputChunk], Union[None, Awaitable[None]]]] = None,
+    ) -> ExecResult:
+        if on_output is None:
+            body = _core.exec_body(cmd, env, cwd, timeout, stdin)
+            return await self.client._run(_core.op_exec(self.id, body, timeout))
+        stream = self.exec_stream(cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin)
+        async for chunk in stream:
+            r = on_output(chunk)
+            if r is not None:
+                await r
+        assert stream.result is not None
+        return stream.result
+
+    def exec_stream(
+        self,
+        cmd: Argv,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[str, bytes, None] = None,
+    ) -> "AsyncExecStream":
+        return AsyncExecStream(self, _core.exec_body(cmd, env, cwd, timeout, stdin), timeout)
+
+    async def session(
+        self,
+        kind: Union[str, Sequence[str]] = "python",
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+    ) -> "AsyncSession":
+        if isinstance(kind, str):
+            if kind != "python":
+                raise InvalidArgument(f"unknown session kind {kind!r} (give 'python' or an argv)")
+            info = await self.client._run(
+                _core.op_session_start(self.id, _core.PYTHON_ARGV, env, cwd)
+            )
+            s = AsyncSession(self, info, python=True)
+            s._offset = await self.client._run(_core.op_python_setup(self.id, info.id))
+            return s
+        info = await self.client._run(_core.op_session_start(self.id, list(kind), env, cwd))
+        return AsyncSession(self, info, python=False)
+
+    async def sessions(self) -> list[SessionInfo]:
+        return await self.client._run(_core.op_session_list(self.id))
+
+    async def attach_session(
+        self, session_id: str, *, python: bool = False, offset: int = 0
+    ) -> "AsyncSession":
+        for info in await self.sessions():
+            if info.id == session_id:
+                s = AsyncSession(self, info, python=python)
+                s._offset = offset if offset else info.output_end
+                return s
+        raise NotFound(f"session {session_id} not found in sandbox {self.id}")
+
+    async def usage(self) -> dict[str, Any]:
+        return await self.client._run(_usage(self.id))
+
+
+def _usage(sandbox_id: str) -> Op[dict[str, Any]]:
+    resp = yield _core.req("sandbox.usage", ids={"id": sandbox_id})
+    return resp.json()
+
+
+class AsyncExecStream:
+    """Async iterator over a streaming exec's output chunks; ``.result`` at the end."""
+
+    def __init__(self, sbx: AsyncSandbox, body: dict[str, Any], timeout: Optional[float]) -> None:
+        self._sbx = sbx
+        self._body = body
+        self._timeout = timeout
+        self.result: Optional[ExecResult] = None
+
+    async def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        client = self._sbx.client
+        r = _core.req("sandbox.exec_stream", ids={"id": self._sbx.id}, json=self._body)
+        dec = _core.LineDecoder()
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            async with client._http.stream(
+                r.method,
+                r.path,
+                json=r.json,
+                timeout=client.config.timeout + _core.exec_extra_timeout(self._timeout),
+            ) as resp:
+                if resp.status_code not in r.ok:
+                    await resp.aread()
+                    _core.check(r, resp.status_code, resp.content)
+                async for chunk in resp.aiter_bytes():
+                    for line in dec.feed(chunk):
+                        got = _core.stream_line(line, out, err)
+                        if isinstance(got, ExecResult):
+                            self.result = got
+                        else:
+                            yield OutputChunk(*got)
+                for line in dec.finish():
+                    got = _core.stream_line(line, out, err)
+                    if isinstance(got, ExecResult):
+                        self.result = got
+        except httpx.TransportError as e:
+            raise ConnectionFailed(f"exec stream from {client.config.base_url} broke: {e}") from e
+        if self.result is None:
+            raise ConnectionFailed("the exec stream ended without an exit line")
+
+
+class AsyncFiles:
+    def __init__(self, sbx: AsyncSandbox) -> None:
+        self._sbx = sbx
+
+    async def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> None:
+        await self._sbx.client._run(_core.op_write(self._sbx.id, path, data, mode))
+
+    async def read(self, path: str) -> bytes:
+        return await self._sbx.client._run(_core.op_read(self._sbx.id, path))
+
+    async def read_text(self, path: str) -> str:
+        return (await self.read(path)).decode("utf-8")
+
+    async def list(self, path: str = ".") -> list[FileEntry]:
+        return await self._sbx.client._run(_core.op_listdir(self._sbx.id, path))
+
+
+class AsyncSession:
+    def __init__(self, sbx: AsyncSandbox, info: SessionInfo, *, python: bool) -> None:
+        self.sandbox = sbx
+        self.info = info
+        self.python = python
+        self._offset = 0
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    async def run(self, code: str, *, timeout: float = 300.0) -> str:
+        if not self.python:
+            raise InvalidArgument("run() needs a python session; use send()/read()")
+        out, ok, self._offset = await self.sandbox.client._run(
+            _core.op_python_run(self.sandbox.id, self.id, self._offset, code, timeout)
+        )
+        return _core.code_result(out, ok)
+
+    async def send(self, data: Union[str, bytes]) -> None:
+        await self.sandbox.client._run(_core.op_session_send(self.sandbox.id, self.id, data))
+
+    async def read(self, *, offset: Optional[int] = None, wait_ms: int = 0) -> SessionOutput:
+        out = await self.sandbox.client._run(
+            _core.op_session_read(
+                self.sandbox.id, self.id, self._offset if offset is None else offset, wait_ms
+            )
+        )
+        self._offset = out.next_offset
+        return out
+
+    async def kill(self) -> None:
+        await self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+
+
+class AsyncRuns:
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(self, sandbox: Union[str, AsyncSandbox, None] = None) -> "AsyncRun":
+        sid = sandbox.id if isinstance(sandbox, AsyncSandbox) else sandbox
+        return AsyncRun(self._c, await self._c._run(_core.op_run_create(sid)))
+
+    async def get(self, run_id: str) -> "AsyncRun":
+        return AsyncRun(self._c, await self._c._run(_core.op_run_get(run_id)))
+
+    async def list(self) -> list[dict[str, Any]]:
+        return await self._c._run(_core.op_run_list())
+
+    async def resume(
+        self, document: Mapping[str, Any], *, sandbox: Union[str, AsyncSandbox, None] = None
+    ) -> ResumeReport:
+        sid = sandbox.id if isinstance(sandbox, AsyncSandbox) else sandbox
+        return await self._c._run(_core.op_run_resume(document, sid))
+
+
+class AsyncRun:
+    def __init__(self, client: AsyncClient, data: dict[str, Any]) -> None:
+        self._c = client
+        self.data = data
+
+    @property
+    def id(self) -> str:
+        return str(self.data["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.data["status"])
+
+    async def refresh(self) -> "AsyncRun":
+        self.data = await self._c._run(_core.op_run_get(self.id))
+        return self
+
+    async def step(self, kind: str, data: Any = None) -> "AsyncRun":
+        self.data = await self._c._run(_core.op_run_step(self.id, kind, data))
+        return self
+
+    async def call(
+        self,
+        idempotency_key: str,
+        cmd: Argv,
+        *,
+        side_effecting: bool = False,
+        requires_approval: bool = False,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> CallOutcome:
+        o = await self._c._run(
+            _core.op_run_call(
+                self.id,
+                idempotency_key,
+                cmd,
+                side_effecting=side_effecting,
+                requires_approval=requires_approval,
+                cwd=cwd,
+                timeout=timeout,
+                env=env,
+            )
+        )
+        self.data = o.run
+        return o
+
+    async def approve(self, call: str, reason: str = "") -> CallOutcome:
+        o = await self._c._run(_core.op_run_decide(self.id, call, True, reason))
+        self.data = o.run
+        return o
+
+    async def reject(self, call: str, reason: str = "") -> CallOutcome:
+        o = await self._c._run(_core.op_run_decide(self.id, call, False, reason))
+        self.data = o.run
+        return o
+
+    async def state(self) -> dict[str, Any]:
+        return await self._c._run(_core.op_run_state(self.id))

@@ -1,0 +1,494 @@
+"""The synchronous client.
+
+    from stasis_client import Sandbox
+
+    with Sandbox.create(manifest={"lifecycle": {"idle_timeout_secs": 30}}) as sbx:
+        print(sbx.exec("echo hi").text)
+        py = sbx.session("python")
+        py.run("x = 6 * 7")
+        sbx.pause()
+        print(py.run("print(x)"))      # the sandbox resumes transparently
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Callable, Optional, TypeVar, Union
+
+import httpx
+
+from . import _core
+from ._core import Argv, Config, Op, Req, Resp
+from .errors import ConnectionFailed, InvalidArgument
+from .models import (
+    CallOutcome,
+    ExecResult,
+    FileEntry,
+    OutputChunk,
+    ResumeReport,
+    SandboxInfo,
+    SessionInfo,
+    SessionOutput,
+    SnapshotInfo,
+)
+
+T = TypeVar("T")
+
+
+class Client:
+    """A connection to a stasis daemon.
+
+    ``base_url`` defaults to ``$STASIS_URL`` (else ``http://127.0.0.1:7070``).
+    The token is ``token``, else ``$STASIS_TOKEN``, else read from ``token_file``
+    or ``$STASIS_TOKEN_FILE``; it is sent as ``Authorization: Bearer``.
+    """
+
+    def __init__(
+        self,
+        base_url: Optional[str] = None,
+        *,
+        token: Optional[str] = None,
+        token_file: Union[str, Path, None] = None,
+        actor: Optional[str] = None,
+        timeout: float = 30.0,
+        transport: Optional[httpx.BaseTransport] = None,
+    ) -> None:
+        self.config = Config.make(base_url, token, token_file, actor, timeout)
+        self._http = httpx.Client(
+            base_url=self.config.base_url,
+            headers=self.config.headers(),
+            timeout=timeout,
+            transport=transport,
+        )
+        self.runs = Runs(self)
+
+    # -- plumbing --
+
+    def _send(self, r: Req) -> Resp:
+        try:
+            resp = self._http.request(
+                r.method,
+                r.path,
+                params=r.params or None,
+                json=r.json if r.content is None else None,
+                content=r.content,
+                headers={"content-type": "application/octet-stream"} if r.content is not None else None,
+                timeout=self.config.timeout + r.extra_timeout,
+            )
+        except httpx.TransportError as e:
+            raise ConnectionFailed(
+                f"cannot reach the stasis daemon at {self.config.base_url}: {e}"
+            ) from e
+        _core.check(r, resp.status_code, resp.content)
+        return Resp(resp.status_code, resp.content)
+
+    def _run(self, op: Op[T]) -> T:
+        try:
+            r = next(op)
+            while True:
+                r = op.send(self._send(r))
+        except StopIteration as done:
+            return done.value
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- API --
+
+    def health(self) -> bool:
+        self._run(_health())
+        return True
+
+    def create(self, manifest: Optional[Mapping[str, Any]] = None) -> "Sandbox":
+        return Sandbox(self, self._run(_core.op_create(manifest)))
+
+    def get(self, sandbox_id: str) -> "Sandbox":
+        return Sandbox(self, self._run(_core.op_get(sandbox_id)))
+
+    def list(self, state: Optional[str] = None) -> list[SandboxInfo]:
+        return self._run(_core.op_list(state))
+
+    def restore(self, snapshot_id: str, manifest: Optional[Mapping[str, Any]] = None) -> "Sandbox":
+        return Sandbox(self, self._run(_core.op_restore(snapshot_id, manifest)))
+
+    def snapshots(self) -> list[SnapshotInfo]:
+        return self._run(_core.op_snapshot_list())
+
+    def snapshot(self, snapshot_id: str) -> SnapshotInfo:
+        return self._run(_core.op_snapshot_get(snapshot_id))
+
+    def delete_snapshot(self, snapshot_id: str) -> None:
+        self._run(_core.op_snapshot_delete(snapshot_id))
+
+
+def _health() -> Op[None]:
+    yield _core.req("health")
+    return None
+
+
+def _client_of(client: Optional[Client], kwargs: dict[str, Any]) -> Client:
+    if client is not None:
+        if kwargs:
+            raise InvalidArgument("give either a client or connection arguments, not both")
+        return client
+    return Client(**kwargs)
+
+
+class Sandbox:
+    """A stasis sandbox. Used as a context manager it is destroyed on exit."""
+
+    def __init__(self, client: Client, info: SandboxInfo) -> None:
+        self.client = client
+        self.info = info
+        self.files = Files(self)
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def state(self) -> str:
+        return self.info.state
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.id!r}, state={self.info.state!r})"
+
+    # -- constructors --
+
+    @classmethod
+    def create(
+        cls,
+        manifest: Optional[Mapping[str, Any]] = None,
+        *,
+        client: Optional[Client] = None,
+        **connect: Any,
+    ) -> "Sandbox":
+        return _client_of(client, connect).create(manifest)
+
+    @classmethod
+    def from_snapshot(
+        cls,
+        snapshot_id: str,
+        manifest: Optional[Mapping[str, Any]] = None,
+        *,
+        client: Optional[Client] = None,
+        **connect: Any,
+    ) -> "Sandbox":
+        """A new sandbox restored from a snapshot (optionally under another manifest)."""
+        return _client_of(client, connect).restore(snapshot_id, manifest)
+
+    @classmethod
+    def connect(
+        cls, sandbox_id: str, *, client: Optional[Client] = None, **connect: Any
+    ) -> "Sandbox":
+        """Reattach to an existing sandbox by id (it is not resumed until used)."""
+        return _client_of(client, connect).get(sandbox_id)
+
+    # -- lifecycle --
+
+    def refresh(self) -> SandboxInfo:
+        self.info = self.client._run(_core.op_get(self.id))
+        return self.info
+
+    def pause(self, *, keep_memory: Optional[bool] = None) -> SandboxInfo:
+        self.info = self.client._run(_core.op_pause(self.id, keep_memory))
+        return self.info
+
+    def resume(self) -> SandboxInfo:
+        self.info = self.client._run(_core.op_resume(self.id))
+        return self.info
+
+    def snapshot(self, *, ttl_secs: Optional[int] = None) -> SnapshotInfo:
+        return self.client._run(_core.op_snapshot(self.id, ttl_secs))
+
+    def fork(self, n: int) -> list["Sandbox"]:
+        _, children = self.client._run(_core.op_fork(self.id, n))
+        return [Sandbox(self.client, c) for c in children]
+
+    def destroy(self) -> SandboxInfo:
+        self.info = self.client._run(_core.op_destroy(self.id))
+        return self.info
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.info.state not in ("destroyed", "destroying"):
+            self.destroy()
+
+    # -- commands --
+
+    def exec(
+        self,
+        cmd: Argv,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[str, bytes, None] = None,
+        on_output: Optional[Callable[[OutputChunk], None]] = None,
+    ) -> ExecResult:
+        """Run a command (a string goes through ``sh -c``). With ``on_output``,
+        the output is streamed to the callback as it is produced."""
+        if on_output is None:
+            body = _core.exec_body(cmd, env, cwd, timeout, stdin)
+            return self.client._run(_core.op_exec(self.id, body, timeout))
+        stream = self.exec_stream(cmd, env=env, cwd=cwd, timeout=timeout, stdin=stdin)
+        for chunk in stream:
+            on_output(chunk)
+        assert stream.result is not None
+        return stream.result
+
+    def exec_stream(
+        self,
+        cmd: Argv,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+        stdin: Union[str, bytes, None] = None,
+    ) -> "ExecStream":
+        """Iterate over the output chunks of a command as they arrive; the
+        result is in ``.result`` once the iteration ends."""
+        return ExecStream(self, _core.exec_body(cmd, env, cwd, timeout, stdin), timeout)
+
+    # -- sessions --
+
+    def session(
+        self,
+        kind: Union[str, Sequence[str]] = "python",
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+    ) -> "Session":
+        """Start a persistent process. ``"python"`` starts an interpreter whose
+        variables survive between :meth:`Session.run` calls (and pause/resume);
+        a sequence is any argv, driven with ``send``/``read``."""
+        if isinstance(kind, str):
+            if kind != "python":
+                raise InvalidArgument(f"unknown session kind {kind!r} (give 'python' or an argv)")
+            info = self.client._run(_core.op_session_start(self.id, _core.PYTHON_ARGV, env, cwd))
+            s = Session(self, info, python=True)
+            s._offset = self.client._run(_core.op_python_setup(self.id, info.id))
+            return s
+        info = self.client._run(_core.op_session_start(self.id, list(kind), env, cwd))
+        return Session(self, info, python=False)
+
+    def sessions(self) -> list[SessionInfo]:
+        return self.client._run(_core.op_session_list(self.id))
+
+    def attach_session(self, session_id: str, *, python: bool = False, offset: int = 0) -> "Session":
+        """A handle on an existing session (ids are stable across pause/resume)."""
+        for info in self.sessions():
+            if info.id == session_id:
+                s = Session(self, info, python=python)
+                s._offset = offset if offset else info.output_end
+                return s
+        from .errors import NotFound
+
+        raise NotFound(f"session {session_id} not found in sandbox {self.id}")
+
+    def usage(self) -> dict[str, Any]:
+        return self.client._run(_usage(self.id))
+
+
+def _usage(sandbox_id: str) -> Op[dict[str, Any]]:
+    resp = yield _core.req("sandbox.usage", ids={"id": sandbox_id})
+    return resp.json()
+
+
+class ExecStream:
+    """Iterator over a streaming exec's output chunks."""
+
+    def __init__(self, sbx: Sandbox, body: dict[str, Any], timeout: Optional[float]) -> None:
+        self._sbx = sbx
+        self._body = body
+        self._timeout = timeout
+        self.result: Optional[ExecResult] = None
+
+    def __iter__(self) -> Iterator[OutputChunk]:
+        client = self._sbx.client
+        r = _core.req("sandbox.exec_stream", ids={"id": self._sbx.id}, json=self._body)
+        dec = _core.LineDecoder()
+        out: list[bytes] = []
+        err: list[bytes] = []
+        try:
+            with client._http.stream(
+                r.method,
+                r.path,
+                json=r.json,
+                timeout=client.config.timeout + _core.exec_extra_timeout(self._timeout),
+            ) as resp:
+                if resp.status_code not in r.ok:
+                    resp.read()
+                    _core.check(r, resp.status_code, resp.content)
+                for chunk in resp.iter_bytes():
+                    for line in dec.feed(chunk):
+                        got = _core.stream_line(line, out, err)
+                        if isinstance(got, ExecResult):
+                            self.result = got
+                        else:
+                            yield OutputChunk(*got)
+                for line in dec.finish():
+                    got = _core.stream_line(line, out, err)
+                    if isinstance(got, ExecResult):
+                        self.result = got
+        except httpx.TransportError as e:
+            raise ConnectionFailed(f"exec stream from {client.config.base_url} broke: {e}") from e
+        if self.result is None:
+            raise ConnectionFailed("the exec stream ended without an exit line")
+
+
+class Files:
+    """Files inside a sandbox (paths are absolute or relative to its workdir)."""
+
+    def __init__(self, sbx: Sandbox) -> None:
+        self._sbx = sbx
+
+    def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> None:
+        self._sbx.client._run(_core.op_write(self._sbx.id, path, data, mode))
+
+    def read(self, path: str) -> bytes:
+        return self._sbx.client._run(_core.op_read(self._sbx.id, path))
+
+    def read_text(self, path: str) -> str:
+        return self.read(path).decode("utf-8")
+
+    def list(self, path: str = ".") -> list[FileEntry]:
+        return self._sbx.client._run(_core.op_listdir(self._sbx.id, path))
+
+
+class Session:
+    """A persistent process in a sandbox; its id survives pause/resume."""
+
+    def __init__(self, sbx: Sandbox, info: SessionInfo, *, python: bool) -> None:
+        self.sandbox = sbx
+        self.info = info
+        self.python = python
+        self._offset = 0
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    def run(self, code: str, *, timeout: float = 300.0) -> str:
+        """Python sessions: run code in the interpreter's globals and return its
+        output; raises :class:`~stasis_client.errors.CodeError` if it raised."""
+        if not self.python:
+            raise InvalidArgument("run() needs a python session; use send()/read()")
+        out, ok, self._offset = self.sandbox.client._run(
+            _core.op_python_run(self.sandbox.id, self.id, self._offset, code, timeout)
+        )
+        return _core.code_result(out, ok)
+
+    def send(self, data: Union[str, bytes]) -> None:
+        self.sandbox.client._run(_core.op_session_send(self.sandbox.id, self.id, data))
+
+    def read(self, *, offset: Optional[int] = None, wait_ms: int = 0) -> SessionOutput:
+        """Output from ``offset`` (default: where the last read ended)."""
+        out = self.sandbox.client._run(
+            _core.op_session_read(
+                self.sandbox.id, self.id, self._offset if offset is None else offset, wait_ms
+            )
+        )
+        self._offset = out.next_offset
+        return out
+
+    def kill(self) -> None:
+        self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+
+
+class Runs:
+    """Runs, idempotent tool calls and approvals (``client.runs``)."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, sandbox: Union[str, Sandbox, None] = None) -> "Run":
+        sid = sandbox.id if isinstance(sandbox, Sandbox) else sandbox
+        return Run(self._c, self._c._run(_core.op_run_create(sid)))
+
+    def get(self, run_id: str) -> "Run":
+        return Run(self._c, self._c._run(_core.op_run_get(run_id)))
+
+    def list(self) -> list[dict[str, Any]]:
+        return self._c._run(_core.op_run_list())
+
+    def resume(
+        self, document: Mapping[str, Any], *, sandbox: Union[str, Sandbox, None] = None
+    ) -> ResumeReport:
+        """Verify a RunState document; with ``sandbox``, move the run there."""
+        sid = sandbox.id if isinstance(sandbox, Sandbox) else sandbox
+        return self._c._run(_core.op_run_resume(document, sid))
+
+
+class Run:
+    def __init__(self, client: Client, data: dict[str, Any]) -> None:
+        self._c = client
+        self.data = data
+
+    @property
+    def id(self) -> str:
+        return str(self.data["id"])
+
+    @property
+    def status(self) -> str:
+        return str(self.data["status"])
+
+    def refresh(self) -> "Run":
+        self.data = self._c._run(_core.op_run_get(self.id))
+        return self
+
+    def step(self, kind: str, data: Any = None) -> "Run":
+        self.data = self._c._run(_core.op_run_step(self.id, kind, data))
+        return self
+
+    def call(
+        self,
+        idempotency_key: str,
+        cmd: Argv,
+        *,
+        side_effecting: bool = False,
+        requires_approval: bool = False,
+        cwd: Optional[str] = None,
+        timeout: Optional[float] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> CallOutcome:
+        """A tool call with an idempotency key: runs once; a retry with the same
+        key returns the recorded outcome. With ``requires_approval`` it is held
+        (outcome ``awaiting_approval``) until approved."""
+        o = self._c._run(
+            _core.op_run_call(
+                self.id,
+                idempotency_key,
+                cmd,
+                side_effecting=side_effecting,
+                requires_approval=requires_approval,
+                cwd=cwd,
+                timeout=timeout,
+                env=env,
+            )
+        )
+        self.data = o.run
+        return o
+
+    def approve(self, call: str, reason: str = "") -> CallOutcome:
+        o = self._c._run(_core.op_run_decide(self.id, call, True, reason))
+        self.data = o.run
+        return o
+
+    def reject(self, call: str, reason: str = "") -> CallOutcome:
+        o = self._c._run(_core.op_run_decide(self.id, call, False, reason))
+        self.data = o.run
+        return o
+
+    def state(self) -> dict[str, Any]:
+        """The signed RunState document."""
+        return self._c._run(_core.op_run_state(self.id))
