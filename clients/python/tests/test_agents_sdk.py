@@ -47,6 +47,10 @@ async def test_provider_create_exec_files_stop_delete_resume(daemon) -> None:
     assert r.exit_code == 0 and r.stdout == b"hi\n/workspace\n"
     r = await session.exec("exit 4")
     assert r.exit_code == 4
+    from agents.sandbox.errors import ExecTimeoutError
+
+    with pytest.raises(ExecTimeoutError):
+        await session.exec("sleep 30", timeout=0.5)
     await session.write(Path("out/result.txt"), io.BytesIO(b"result"))
     assert [e.path for e in await session.ls("out")] == ["/workspace/out/result.txt"]
     from agents.sandbox.errors import WorkspaceReadNotFoundError

@@ -28,6 +28,9 @@ def test_create_exec_files_destroy(client: Client) -> None:
         assert r.ok and r.text == "ABC\n"
         r = sbx.exec("echo $GREETING", env={"GREETING": "hi there"})
         assert r.text == "hi there\n"
+        r = sbx.exec("echo started; sleep 30", timeout=0.5)
+        assert r.timed_out and r.exit_code is None and not r.ok
+        assert r.text == "started\n"
 
         sbx.files.write("data/in.bin", bytes(range(256)))
         sbx.files.write("run.sh", "#!/bin/sh\necho script\n", mode=0o755)
