@@ -69,6 +69,14 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
+try:
+    import agents  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the installed extras
+    raise ImportError(
+        "stasis_client.agents_sdk needs the OpenAI Agents SDK: "
+        "pip install 'stasis-client[agents]' (tested with openai-agents==0.24.0)"
+    ) from e
+
 from agents.sandbox.errors import (
     ExecTimeoutError,
     ExecTransportError,
