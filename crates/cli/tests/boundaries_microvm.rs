@@ -6,7 +6,8 @@
 //! to an allowlisted host loopback port works while every other destination
 //! fails, before and after a pause/resume (the QEMU is replaced by one
 //! loaded from the migration), and so does the read-only input mount (a
-//! source outside `--allow-mount` is refused); a disk fill ends in ENOSPC and the VM and
+//! source outside `--allow-mount` is refused); outputs of a paused sandbox
+//! come from the output directory only; a disk fill ends in ENOSPC and the VM and
 //! daemon carry on; a fork bomb stops at the pids cap. Host listeners count
 //! what reaches them, so a denial is seen on the host side too. Each denied
 //! attempt prints `denied: <what>`, and the total is printed at the end.
@@ -198,6 +199,45 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
         );
         assert_eq!(allowed_n.load(Ordering::SeqCst), a0 + 1, "{when}");
     }
+
+    // Outputs of a paused microVM: collected (the sandbox is resumed for
+    // it) from the output directory only; a symlink stays a link, a fifo
+    // is left out.
+    h.sh(
+        &id,
+        "echo result > /out/r.txt && ln -s /etc/shadow /out/link && mkfifo /out/fifo",
+    )
+    .await;
+    let p = h
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{id}/pause"),
+            Some(json!({})),
+        )
+        .await;
+    assert_eq!(p["state"], "paused", "{p}");
+    let (status, body) = h
+        .bytes("GET", &format!("/v1/sandboxes/{id}/outputs"), Vec::new())
+        .await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let mut names = Vec::new();
+    for e in tar::Archive::new(&body[..]).entries().unwrap() {
+        let mut e = e.unwrap();
+        let n = e.path().unwrap().display().to_string();
+        if n == "out/r.txt" {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut e, &mut s).unwrap();
+            assert_eq!(s, "result\n");
+        }
+        if n == "out/link" {
+            assert!(e.header().entry_type().is_symlink());
+        }
+        names.push(n);
+    }
+    names.sort();
+    assert_eq!(names, ["out/", "out/link", "out/r.txt"], "outputs");
+    println!("denied: collecting a fifo and following a symlink out of the output dir");
+    denied += 1;
 
     // Disk fill: ENOSPC in the guest; the sandbox and the daemon carry on.
     let v = exec_sh(
