@@ -81,6 +81,7 @@ impl Drop for Env {
             let _ = cg.sandbox(&self.parent, &name).destroy();
         }
         self.cleanup_parent();
+        stasis_backend_process::net::cleanup_orphans(&self.parent, &[]);
         // Quota filesystems of sandboxes a failing test did not destroy.
         let _ =
             stasis_backend_process::disk::unmount_stale(&self.tmp.path().join("sandboxes"), &[]);
