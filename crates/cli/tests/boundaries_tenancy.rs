@@ -173,6 +173,7 @@ async fn cross_tenant_access_is_not_found_everywhere() {
         ("POST", "/pause".into(), Some(json!({}))),
         ("POST", "/resume".into(), None),
         ("GET", "/usage".into(), None),
+        ("GET", "/outputs".into(), None),
         ("POST", "/snapshots".into(), Some(json!({}))),
         ("POST", "/fork".into(), Some(json!({"count": 1}))),
         ("DELETE", "".into(), None),
