@@ -522,7 +522,10 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
 }
 
 async fn run(cli: Cli) -> Result<()> {
-    let is_admin = matches!(cli.cmd, Cmd::Admin(_) | Cmd::Secret(_));
+    let is_admin = matches!(
+        cli.cmd,
+        Cmd::Admin(_) | Cmd::Secret(_) | Cmd::Audit(AuditCmd::Verify)
+    );
     let c = Client::new(&cli.url).with_token(client_token(cli.token.as_deref(), is_admin));
     let json = cli.json;
     match cli.cmd {

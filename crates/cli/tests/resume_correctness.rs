@@ -1000,6 +1000,9 @@ async fn restore_from_store_alone(b: B) {
     let p = pause(&h, &id).await;
     assert_eq!(p["pause_kind"], "memory");
     d.d.kill9();
+    // The node's disk is gone: its mounts (overlay, the writable layer's
+    // quota filesystem) go with it, so the files below can be removed.
+    common::unmount_under(&d.d.dir);
     let mut removed = Vec::new();
     for e in std::fs::read_dir(&d.d.dir).unwrap().flatten() {
         let name = e.file_name().to_string_lossy().to_string();

@@ -283,7 +283,15 @@ async fn idempotent_retry_reject_path_and_signed_state() {
     let acts = audit_actions(&d, &run).await;
     assert!(acts.contains(&("exec".into(), "agent".into())), "{acts:?}");
     assert!(acts.contains(&("reject".into(), "bob".into())), "{acts:?}");
-    let (_, v) = call_as(&d, "t", "GET", "/v1/audit/verify", None).await;
+    let (st, _) = call_as(&d, "t", "GET", "/v1/audit/verify", None).await;
+    assert_eq!(
+        st, 403,
+        "the chain spans tenants: verifying it is for the operator"
+    );
+    let v = d
+        .http_as(Some(&d.admin_token()))
+        .ok("GET", "/v1/audit/verify", None)
+        .await;
     assert_eq!(v["ok"], true, "{v}");
     // The run endpoints are in the OpenAPI document.
     let (_, api) = call_as(&d, "t", "GET", "/openapi.json", None).await;

@@ -226,7 +226,7 @@ async fn daemon_killed_during_gc_keeps_every_live_snapshot() {
     // Kill the daemon at several points during GC runs.
     for delay_ms in [5u64, 20, 60] {
         let url = d.url.clone();
-        let client = d.client();
+        let client = Daemon::client_with(&d.admin_token());
         let gc = tokio::spawn(async move {
             let _ = client.post(format!("{url}/v1/store/gc")).send().await;
         });
@@ -236,7 +236,16 @@ async fn daemon_killed_during_gc_keeps_every_live_snapshot() {
         d.restart().await;
     }
     let h = d.http();
-    let report = h.ok("POST", "/v1/store/gc", None).await;
+    // GC sweeps every tenant's chunks: an operator (admin token) action.
+    let denied = h.call("POST", "/v1/store/gc", None).await;
+    assert_eq!(
+        denied.status, 403,
+        "a tenant token may not run the store's GC"
+    );
+    let report = d
+        .http_as(Some(&d.admin_token()))
+        .ok("POST", "/v1/store/gc", None)
+        .await;
     assert!(
         report["errors"]
             .as_array()
