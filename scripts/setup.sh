@@ -45,6 +45,16 @@ else
 fi
 
 if ((TESTS)); then
+    # PostgreSQL server binaries for the metadata and multi-node tests
+    # (scripts/pg-test-server.sh starts a throwaway cluster on loopback).
+    if ! dpkg-query -W -f='${db:Status-Status}' postgresql 2>/dev/null | grep -qx installed; then
+        log "installing Debian package: postgresql"
+        export DEBIAN_FRONTEND=noninteractive
+        "${SUDO[@]}" apt-get update -q
+        "${SUDO[@]}" apt-get install -y -q --no-install-recommends postgresql
+    else
+        log "postgresql present"
+    fi
     # A real S3-compatible server for the store's S3 tests, on loopback.
     if ! command -v moto_server >/dev/null 2>&1; then
         log "installing moto[server] (S3-compatible test server) from PyPI"

@@ -8,6 +8,10 @@ cd "$REPO"
 scripts/setup.sh --tests
 export STASIS_IMAGE_DIR="$REPO/.stasis/images/default"
 export STASIS_REQUIRE_S3=1
+# A throwaway PostgreSQL cluster on loopback for the metadata and multi-node tests.
+read -r STASIS_TEST_PG_URL PG_DIR < <(scripts/pg-test-server.sh start)
+export STASIS_TEST_PG_URL STASIS_REQUIRE_PG=1
+trap 'scripts/pg-test-server.sh stop "$PG_DIR"' EXIT
 cargo build --locked --workspace --all-targets
 # A bounded run of the lifecycle bench: it exercises the bench command and
 # prints this machine's figures into the CI log.

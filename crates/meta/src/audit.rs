@@ -2,12 +2,16 @@
 //!
 //! Entry n stores `hash_n = blake3(hash_{n-1} || canonical(entry_n))`. Editing
 //! an entry breaks its own hash; deleting one breaks the next entry's link
-//! (and the sequence numbers, which must be dense). SQLite triggers refuse
-//! UPDATE/DELETE on the table; the chain catches edits made around them
-//! (e.g. directly on the database file).
+//! (and the sequence numbers, which must be dense). Triggers refuse
+//! UPDATE/DELETE on the table (SQLite `RAISE(ABORT)`, PostgreSQL plpgsql);
+//! the chain catches edits made around them (e.g. directly on the database
+//! file, or by a superuser who drops the triggers).
 
 use serde::{Deserialize, Serialize};
-use sqlx::{Row, SqlitePool};
+use sqlx::any::AnyRow;
+use sqlx::{AnyPool, Row};
+
+use crate::{Engine, Meta};
 
 use stasis_core::{now_ms, Error, Result, TenantId};
 
@@ -73,15 +77,18 @@ fn db_err(e: sqlx::Error) -> Error {
     Error::internal(format!("audit: {e}"))
 }
 
-pub(crate) async fn append(pool: &SqlitePool, e: NewAuditEntry) -> Result<AuditEntry> {
-    // BEGIN IMMEDIATE takes the write lock up front so two appenders cannot
-    // read the same tail and fork the chain.
-    let mut conn = pool.acquire().await.map_err(db_err)?;
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut *conn)
-        .await
-        .map_err(db_err)?;
+pub(crate) async fn append(meta: &Meta, e: NewAuditEntry) -> Result<AuditEntry> {
+    // Two appenders must not read the same tail and fork the chain: SQLite's
+    // BEGIN IMMEDIATE takes the database write lock up front; on PostgreSQL
+    // an EXCLUSIVE table lock serializes appenders (readers still read).
+    let mut conn = meta.begin().await?;
     let result = async {
+        if meta.engine() == Engine::Postgres {
+            sqlx::query("LOCK TABLE audit IN EXCLUSIVE MODE")
+                .execute(&mut *conn)
+                .await
+                .map_err(db_err)?;
+        }
         let tail = sqlx::query("SELECT seq, hash FROM audit ORDER BY seq DESC LIMIT 1")
             .fetch_optional(&mut *conn)
             .await
@@ -106,7 +113,7 @@ pub(crate) async fn append(pool: &SqlitePool, e: NewAuditEntry) -> Result<AuditE
         );
         sqlx::query(
             "INSERT INTO audit (seq, ts_ms, tenant, actor, action, target, detail, prev_hash, hash)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(seq)
         .bind(ts)
@@ -133,12 +140,11 @@ pub(crate) async fn append(pool: &SqlitePool, e: NewAuditEntry) -> Result<AuditE
         })
     }
     .await;
-    let end = if result.is_ok() { "COMMIT" } else { "ROLLBACK" };
-    sqlx::query(end).execute(&mut *conn).await.map_err(db_err)?;
+    Meta::end(&mut conn, result.is_ok()).await?;
     result
 }
 
-fn decode(r: &sqlx::sqlite::SqliteRow) -> AuditEntry {
+fn decode(r: &AnyRow) -> AuditEntry {
     let detail: String = r.get("detail");
     AuditEntry {
         seq: r.get("seq"),
@@ -154,14 +160,14 @@ fn decode(r: &sqlx::sqlite::SqliteRow) -> AuditEntry {
 }
 
 pub(crate) async fn list(
-    pool: &SqlitePool,
+    pool: &AnyPool,
     tenant: Option<&TenantId>,
     target: Option<&str>,
     limit: i64,
 ) -> Result<Vec<AuditEntry>> {
     let rows = sqlx::query(
-        "SELECT * FROM audit WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR target = ?2)
-         ORDER BY seq DESC LIMIT ?3",
+        "SELECT * FROM audit WHERE ($1 IS NULL OR tenant = $1) AND ($2 IS NULL OR target = $2)
+         ORDER BY seq DESC LIMIT $3",
     )
     .bind(tenant.map(|t| t.as_str().to_string()))
     .bind(target)
@@ -174,7 +180,7 @@ pub(crate) async fn list(
     Ok(out)
 }
 
-pub(crate) async fn verify(pool: &SqlitePool) -> Result<AuditVerification> {
+pub(crate) async fn verify(pool: &AnyPool) -> Result<AuditVerification> {
     let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
         .fetch_all(pool)
         .await
@@ -230,8 +236,17 @@ mod tests {
 
     #[tokio::test]
     async fn chain_detects_edits_and_deletions() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Meta::open(&dir.path().join("m.db")).await.unwrap();
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            chain_detects_edits_and_deletions_on(&db.meta).await;
+        }
+    }
+
+    async fn chain_detects_edits_and_deletions_on(m: &Meta) {
+        let drop_trigger = |name: &str| match m.engine() {
+            Engine::Sqlite => format!("DROP TRIGGER {name}"),
+            Engine::Postgres => format!("DROP TRIGGER {name} ON audit"),
+        };
         let t = TenantId::parse("t-a").unwrap();
         for i in 0..5 {
             m.audit(NewAuditEntry {
@@ -253,11 +268,15 @@ mod tests {
                 .is_err()
         );
         // An attacker who drops the triggers and edits an entry is caught.
-        sqlx::query("DROP TRIGGER audit_no_update")
+        assert!(sqlx::query("DELETE FROM audit WHERE seq = 3")
+            .execute(m.pool())
+            .await
+            .is_err());
+        sqlx::query(&drop_trigger("audit_no_update"))
             .execute(m.pool())
             .await
             .unwrap();
-        sqlx::query("DROP TRIGGER audit_no_delete")
+        sqlx::query(&drop_trigger("audit_no_delete"))
             .execute(m.pool())
             .await
             .unwrap();
@@ -287,5 +306,60 @@ mod tests {
                 .len(),
             1
         );
+    }
+}
+
+#[cfg(test)]
+mod concurrency_tests {
+    use super::*;
+
+    /// Appenders on separate connections (two daemons) never fork the chain.
+    #[tokio::test]
+    async fn concurrent_appenders_keep_one_chain() {
+        let mut metas = vec![];
+        let db = crate::testdb::sqlite().await;
+        metas.push((db.meta.clone(), db.meta.clone()));
+        if let Some(url) = crate::testing::pg_fresh_database_from_env().await.unwrap() {
+            metas.push((
+                Meta::connect(&url).await.unwrap(),
+                Meta::connect(&url).await.unwrap(),
+            ));
+        }
+        for (a, b) in metas {
+            eprintln!("engine {}", a.engine().as_str());
+            let t = TenantId::parse("t-a").unwrap();
+            let entry = |i: usize| NewAuditEntry {
+                tenant: t.clone(),
+                actor: format!("node{}", i % 2),
+                action: "exec".into(),
+                target: format!("sb-{i}"),
+                detail: serde_json::json!({ "i": i }),
+            };
+            let futs = (0..16).map(|i| {
+                let m = if i % 2 == 0 { a.clone() } else { b.clone() };
+                let e = entry(i);
+                async move { m.audit(e).await }
+            });
+            for r in futures_join_all(futs).await {
+                r.unwrap();
+            }
+            let v = a.audit_verify().await.unwrap();
+            assert!(v.ok, "{v:?}");
+            assert_eq!(v.entries, 16);
+        }
+    }
+
+    async fn futures_join_all<F: std::future::Future + Send + 'static>(
+        futs: impl Iterator<Item = F>,
+    ) -> Vec<F::Output>
+    where
+        F::Output: Send + 'static,
+    {
+        let handles: Vec<_> = futs.map(tokio::spawn).collect();
+        let mut out = vec![];
+        for h in handles {
+            out.push(h.await.unwrap());
+        }
+        out
     }
 }

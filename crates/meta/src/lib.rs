@@ -1,13 +1,25 @@
 //! Metadata: sandboxes with their persisted lifecycle state, and the
-//! hash-chained audit log. SQLite (WAL) is the embedded default.
+//! hash-chained audit log. SQLite (WAL) is the embedded default; PostgreSQL
+//! (`postgres://...`) serves several daemons sharing one database.
+//!
+//! Both engines go through sqlx's `Any` driver with one set of queries in
+//! portable SQL (`$N` placeholders, which SQLite accepts too). What differs
+//! per engine is small and lives in [`Engine`]: how a write transaction
+//! starts (SQLite's `BEGIN IMMEDIATE` takes the database write lock; on
+//! PostgreSQL a plain `BEGIN` plus row locks or a table lock where a chain
+//! needs serializing) and the migrations directory (`migrations/` for
+//! SQLite, `migrations-postgres/` for PostgreSQL: same numbering, same
+//! schema meaning, each in its engine's dialect).
 //!
 //! Every state change is a compare-and-set on the row's current state
 //! (`UPDATE ... WHERE state = ?`), checked against the lifecycle state
 //! machine, so two operations racing on one sandbox cannot both win.
 
 use serde::{Deserialize, Serialize};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Row, SqlitePool};
+use sqlx::any::{AnyPoolOptions, AnyRow};
+use sqlx::pool::PoolConnection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+use sqlx::{Any, AnyPool, Connection, Executor, Row};
 use std::path::Path;
 use std::str::FromStr;
 use std::time::Duration;
@@ -17,8 +29,12 @@ use stasis_core::{
 };
 
 mod audit;
+pub mod lease;
 pub mod runs;
 pub mod tenants;
+#[cfg(test)]
+pub(crate) mod testdb;
+pub mod testing;
 pub use audit::{AuditEntry, AuditVerification, NewAuditEntry};
 pub use tenants::{hash_token, Tenant, TokenRecord};
 
@@ -69,6 +85,23 @@ pub struct SandboxRecord {
     pub pause_kind: Option<PauseKind>,
     /// Snapshot this sandbox was restored or forked from.
     pub source_snapshot: Option<SnapshotId>,
+    /// Last periodic checkpoint of the running sandbox (`lifecycle.checkpoint_secs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_snapshot: Option<SnapshotId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_at_ms: Option<i64>,
+    /// Set when another node took the sandbox over after its owner died: the
+    /// snapshot it was restored from, when, and the running time after that
+    /// snapshot that was lost with the dead node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_from_snapshot: Option<SnapshotId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_lost_ms: Option<i64>,
+    /// The node holding the sandbox's lease (it runs there), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 impl SandboxRecord {
@@ -89,41 +122,165 @@ pub struct Patch {
     pub expires_at_ms: Option<Option<i64>>,
     pub pause_snapshot: Option<Option<SnapshotId>>,
     pub pause_kind: Option<Option<PauseKind>>,
+    pub checkpoint_snapshot: Option<Option<SnapshotId>>,
+    pub checkpoint_at_ms: Option<Option<i64>>,
+    pub recovered_from_snapshot: Option<Option<SnapshotId>>,
+    pub recovered_at_ms: Option<Option<i64>>,
+    pub progress_lost_ms: Option<Option<i64>>,
+}
+
+/// What a writer believes about a sandbox's lease: "node `node` holds it
+/// with fencing token `token`". A write carrying a fence succeeds only while
+/// that is still true in the database (checked in the same statement).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fence {
+    pub node: String,
+    pub token: i64,
+}
+
+/// Rows of a sandbox with the node holding its lease.
+const SELECT_SANDBOX: &str = "SELECT s.*, l.node AS lease_node FROM sandboxes s
+     LEFT JOIN leases l ON l.sandbox = s.id";
+
+/// The database engine behind a [`Meta`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+impl Engine {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Engine::Sqlite => "sqlite",
+            Engine::Postgres => "postgres",
+        }
+    }
 }
 
 #[derive(Clone)]
 pub struct Meta {
-    pool: SqlitePool,
+    pool: AnyPool,
+    engine: Engine,
 }
 
-fn db_err(e: sqlx::Error) -> Error {
+pub(crate) fn db_err(e: sqlx::Error) -> Error {
     Error::internal(format!("metadata: {e}"))
+}
+
+/// Hide the password of a database URL (for logs and `doctor`).
+pub fn redact_url(url: &str) -> String {
+    match url.split_once('@') {
+        Some((scheme_user, host)) if scheme_user.contains("://") => {
+            let (scheme, user) = scheme_user.split_once("://").unwrap_or(("", ""));
+            let user = user.split(':').next().unwrap_or("");
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_string(),
+    }
 }
 
 impl Meta {
     /// Open (creating if needed) the SQLite database at `path` and run migrations.
     pub async fn open(path: &Path) -> Result<Self> {
-        let opts = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))
-            .map_err(db_err)?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(opts)
-            .await
-            .map_err(db_err)?;
-        sqlx::migrate!("./migrations")
+        Self::connect(&format!("sqlite://{}", path.display())).await
+    }
+
+    /// Open the metadata database named by `url` and run its engine's
+    /// migrations: `sqlite:///abs/path/meta.db` (created if missing) or
+    /// `postgres://user[:pass]@host[:port]/db`.
+    pub async fn connect(url: &str) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        let bad_url = |why: &str| {
+            Error::invalid(format!(
+                "metadata URL {}: {why} (expected sqlite:///path or postgres://...)",
+                redact_url(url)
+            ))
+        };
+        let (engine, pool) = if let Some(rest) = url.strip_prefix("sqlite://") {
+            let path = rest.split('?').next().unwrap_or(rest);
+            if path.is_empty() {
+                return Err(bad_url("no database path"));
+            }
+            // WAL is a property of the database file: set it once with the
+            // native driver (which also creates the file), then share the
+            // per-connection settings through the pool.
+            let opts = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
+                .map_err(db_err)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal);
+            sqlx::SqliteConnection::connect_with(&opts)
+                .await
+                .map_err(db_err)?
+                .close()
+                .await
+                .map_err(db_err)?;
+            let pool = AnyPoolOptions::new()
+                .max_connections(4)
+                .after_connect(|conn, _| {
+                    Box::pin(async move {
+                        conn.execute(
+                            "PRAGMA busy_timeout = 10000; PRAGMA synchronous = FULL;
+                             PRAGMA foreign_keys = ON;",
+                        )
+                        .await?;
+                        Ok(())
+                    })
+                })
+                .connect(&format!("sqlite://{path}"))
+                .await
+                .map_err(db_err)?;
+            (Engine::Sqlite, pool)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            let pool = AnyPoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect(url)
+                .await
+                .map_err(|e| Error::internal(format!("metadata {}: {e}", redact_url(url))))?;
+            (Engine::Postgres, pool)
+        } else {
+            return Err(bad_url("unknown scheme"));
+        };
+        let migrator = match engine {
+            Engine::Sqlite => sqlx::migrate!("./migrations"),
+            Engine::Postgres => sqlx::migrate!("./migrations-postgres"),
+        };
+        migrator
             .run(&pool)
             .await
             .map_err(|e| Error::internal(format!("metadata migration: {e}")))?;
-        Ok(Meta { pool })
+        Ok(Meta { pool, engine })
     }
 
-    pub fn pool(&self) -> &SqlitePool {
+    pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// A connection inside a write transaction: on SQLite `BEGIN IMMEDIATE`
+    /// (the database write lock up front, so read-then-write cannot
+    /// interleave); on PostgreSQL a plain `BEGIN` (callers compare-and-set
+    /// rows or lock what they read). End it with [`Meta::end`].
+    pub(crate) async fn begin(&self) -> Result<PoolConnection<Any>> {
+        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+        let q = match self.engine {
+            Engine::Sqlite => "BEGIN IMMEDIATE",
+            Engine::Postgres => "BEGIN",
+        };
+        sqlx::query(q).execute(&mut *conn).await.map_err(db_err)?;
+        Ok(conn)
+    }
+
+    /// Commit when `ok`, else roll back.
+    pub(crate) async fn end(conn: &mut PoolConnection<Any>, ok: bool) -> Result<()> {
+        let q = if ok { "COMMIT" } else { "ROLLBACK" };
+        sqlx::query(q).execute(&mut **conn).await.map_err(db_err)?;
+        Ok(())
     }
 
     /// Insert a new sandbox in state `Creating`.
@@ -138,7 +295,7 @@ impl Meta {
         let now = now_ms();
         sqlx::query(
             "INSERT INTO sandboxes (id, tenant, backend, state, manifest, manifest_digest,
-             created_at_ms, updated_at_ms, source_snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             created_at_ms, updated_at_ms, source_snapshot) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(id.as_str())
         .bind(tenant.as_str())
@@ -156,7 +313,7 @@ impl Meta {
     }
 
     pub async fn get(&self, id: &SandboxId) -> Result<SandboxRecord> {
-        let row = sqlx::query("SELECT * FROM sandboxes WHERE id = ?")
+        let row = sqlx::query(&format!("{SELECT_SANDBOX} WHERE id = $1"))
             .bind(id.as_str())
             .fetch_optional(&self.pool)
             .await
@@ -180,10 +337,10 @@ impl Meta {
         tenant: Option<&TenantId>,
         state: Option<SandboxState>,
     ) -> Result<Vec<SandboxRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM sandboxes WHERE (?1 IS NULL OR tenant = ?1) AND (?2 IS NULL OR state = ?2)
-             ORDER BY created_at_ms, id",
-        )
+        let rows = sqlx::query(&format!(
+            "{SELECT_SANDBOX} WHERE ($1 IS NULL OR tenant = $1) AND ($2 IS NULL OR state = $2)
+             ORDER BY created_at_ms, id"
+        ))
         .bind(tenant.map(|t| t.as_str().to_string()))
         .bind(state.map(|s| s.as_str()))
         .fetch_all(&self.pool)
@@ -194,9 +351,9 @@ impl Meta {
 
     /// Every sandbox not yet destroyed (for reconcile and the reaper).
     pub async fn list_live(&self) -> Result<Vec<SandboxRecord>> {
-        let rows = sqlx::query(
-            "SELECT * FROM sandboxes WHERE state != 'destroyed' ORDER BY created_at_ms",
-        )
+        let rows = sqlx::query(&format!(
+            "{SELECT_SANDBOX} WHERE state != 'destroyed' ORDER BY created_at_ms"
+        ))
         .fetch_all(&self.pool)
         .await
         .map_err(db_err)?;
@@ -212,6 +369,20 @@ impl Meta {
         from: SandboxState,
         to: SandboxState,
         patch: Patch,
+    ) -> Result<SandboxRecord> {
+        self.transition_fenced(id, from, to, patch, None).await
+    }
+
+    /// [`Meta::transition`] for a leased sandbox: the write happens only if
+    /// `fence` still holds the lease (same statement), else `invalid_state`
+    /// saying the lease was lost. `None` writes unfenced.
+    pub async fn transition_fenced(
+        &self,
+        id: &SandboxId,
+        from: SandboxState,
+        to: SandboxState,
+        patch: Patch,
+        fence: Option<&Fence>,
     ) -> Result<SandboxRecord> {
         from.check_transition(to)?;
         let mut rec = self.get(id).await?;
@@ -242,11 +413,30 @@ impl Meta {
         if let Some(v) = patch.pause_kind {
             rec.pause_kind = v;
         }
+        if let Some(v) = patch.checkpoint_snapshot {
+            rec.checkpoint_snapshot = v;
+        }
+        if let Some(v) = patch.checkpoint_at_ms {
+            rec.checkpoint_at_ms = v;
+        }
+        if let Some(v) = patch.recovered_from_snapshot {
+            rec.recovered_from_snapshot = v;
+        }
+        if let Some(v) = patch.recovered_at_ms {
+            rec.recovered_at_ms = v;
+        }
+        if let Some(v) = patch.progress_lost_ms {
+            rec.progress_lost_ms = v;
+        }
         let now = now_ms();
         let done = sqlx::query(
-            "UPDATE sandboxes SET state = ?, reason = ?, running_ms = ?, running_since_ms = ?,
-             paused_at_ms = ?, expires_at_ms = ?, pause_snapshot = ?, pause_kind = ?, updated_at_ms = ?
-             WHERE id = ? AND state = ?",
+            "UPDATE sandboxes SET state = $1, reason = $2, running_ms = $3, running_since_ms = $4,
+             paused_at_ms = $5, expires_at_ms = $6, pause_snapshot = $7, pause_kind = $8,
+             updated_at_ms = $9, checkpoint_snapshot = $12, checkpoint_at_ms = $13,
+             recovered_from_snapshot = $14, recovered_at_ms = $15, progress_lost_ms = $16
+             WHERE id = $10 AND state = $11
+             AND ($17 IS NULL OR EXISTS (SELECT 1 FROM leases l
+                  WHERE l.sandbox = $10 AND l.node = $17 AND l.token = $18))",
         )
         .bind(to.as_str())
         .bind(&rec.reason)
@@ -259,10 +449,33 @@ impl Meta {
         .bind(now)
         .bind(id.as_str())
         .bind(from.as_str())
+        .bind(
+            rec.checkpoint_snapshot
+                .as_ref()
+                .map(|s| s.as_str().to_string()),
+        )
+        .bind(rec.checkpoint_at_ms)
+        .bind(
+            rec.recovered_from_snapshot
+                .as_ref()
+                .map(|s| s.as_str().to_string()),
+        )
+        .bind(rec.recovered_at_ms)
+        .bind(rec.progress_lost_ms)
+        .bind(fence.map(|f| f.node.clone()))
+        .bind(fence.map(|f| f.token))
         .execute(&self.pool)
         .await
         .map_err(db_err)?;
         if done.rows_affected() != 1 {
+            if let Some(f) = fence {
+                if !self.fence_holds(id, f).await? {
+                    return Err(Error::state(format!(
+                        "sandbox {id}: node {} no longer holds its lease (fencing token {} is stale)",
+                        f.node, f.token
+                    )));
+                }
+            }
             return Err(Error::state(format!(
                 "sandbox {id} changed state concurrently"
             )));
@@ -274,7 +487,7 @@ impl Meta {
 
     /// Append to the audit log (hash-chained).
     pub async fn audit(&self, entry: NewAuditEntry) -> Result<AuditEntry> {
-        audit::append(&self.pool, entry).await
+        audit::append(self, entry).await
     }
 
     pub async fn audit_list(
@@ -291,16 +504,12 @@ impl Meta {
     }
 }
 
-fn opt_id<T>(
-    row: &sqlx::sqlite::SqliteRow,
-    col: &str,
-    parse: fn(&str) -> Result<T>,
-) -> Result<Option<T>> {
+fn opt_id<T>(row: &AnyRow, col: &str, parse: fn(&str) -> Result<T>) -> Result<Option<T>> {
     let v: Option<String> = row.try_get(col).map_err(db_err)?;
     v.as_deref().map(parse).transpose()
 }
 
-fn decode(row: &sqlx::sqlite::SqliteRow) -> Result<SandboxRecord> {
+fn decode(row: &AnyRow) -> Result<SandboxRecord> {
     let get_s = |c: &str| -> Result<String> { row.try_get::<String, _>(c).map_err(db_err) };
     let manifest: Manifest = serde_json::from_str(&get_s("manifest")?)
         .map_err(|e| Error::internal(format!("stored manifest undecodable: {e}")))?;
@@ -321,6 +530,12 @@ fn decode(row: &sqlx::sqlite::SqliteRow) -> Result<SandboxRecord> {
         pause_snapshot: opt_id(row, "pause_snapshot", SnapshotId::parse)?,
         pause_kind: opt_id(row, "pause_kind", PauseKind::parse)?,
         source_snapshot: opt_id(row, "source_snapshot", SnapshotId::parse)?,
+        checkpoint_snapshot: opt_id(row, "checkpoint_snapshot", SnapshotId::parse)?,
+        checkpoint_at_ms: row.try_get("checkpoint_at_ms").map_err(db_err)?,
+        recovered_from_snapshot: opt_id(row, "recovered_from_snapshot", SnapshotId::parse)?,
+        recovered_at_ms: row.try_get("recovered_at_ms").map_err(db_err)?,
+        progress_lost_ms: row.try_get("progress_lost_ms").map_err(db_err)?,
+        owner: row.try_get("lease_node").map_err(db_err)?,
     })
 }
 
@@ -328,15 +543,15 @@ fn decode(row: &sqlx::sqlite::SqliteRow) -> Result<SandboxRecord> {
 mod tests {
     use super::*;
 
-    async fn meta() -> (tempfile::TempDir, Meta) {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Meta::open(&dir.path().join("meta.db")).await.unwrap();
-        (dir, m)
-    }
-
     #[tokio::test]
     async fn transitions_are_compare_and_set() {
-        let (_d, m) = meta().await;
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            transitions_are_compare_and_set_on(&db.meta).await;
+        }
+    }
+
+    async fn transitions_are_compare_and_set_on(m: &Meta) {
         let id = SandboxId::generate();
         let t = TenantId::parse("t-a").unwrap();
         let rec = m
@@ -394,7 +609,13 @@ mod tests {
 
     #[tokio::test]
     async fn other_tenants_see_not_found() {
-        let (_d, m) = meta().await;
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            other_tenants_see_not_found_on(&db.meta).await;
+        }
+    }
+
+    async fn other_tenants_see_not_found_on(m: &Meta) {
         let id = SandboxId::generate();
         let a = TenantId::parse("t-a").unwrap();
         let b = TenantId::parse("t-b").unwrap();

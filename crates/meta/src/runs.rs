@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use sqlx::pool::PoolConnection;
-use sqlx::{Row, Sqlite};
+use sqlx::{Any, Row};
 
 use stasis_core::{Error, Result, TenantId};
 use stasis_runstate::{
@@ -35,27 +35,12 @@ fn bad(what: &str, e: impl std::fmt::Display) -> Error {
     Error::internal(format!("stored {what} undecodable: {e}"))
 }
 
-async fn begin(meta: &Meta) -> Result<PoolConnection<Sqlite>> {
-    let mut conn = meta.pool.acquire().await.map_err(db_err)?;
-    sqlx::query("BEGIN IMMEDIATE")
-        .execute(&mut *conn)
-        .await
-        .map_err(db_err)?;
-    Ok(conn)
-}
-
-async fn end(conn: &mut PoolConnection<Sqlite>, ok: bool) -> Result<()> {
-    let q = if ok { "COMMIT" } else { "ROLLBACK" };
-    sqlx::query(q).execute(&mut **conn).await.map_err(db_err)?;
-    Ok(())
-}
-
 impl Meta {
     /// Insert a new run (no steps yet).
     pub async fn run_insert(&self, run: &Run) -> Result<()> {
         sqlx::query(
             "INSERT INTO runs (id, tenant, sandbox, status, created_at_ms, updated_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(&run.id)
         .bind(&run.tenant)
@@ -71,7 +56,7 @@ impl Meta {
 
     /// A run with its steps, calls and approvals.
     pub async fn run_get(&self, id: &str) -> Result<Run> {
-        let row = sqlx::query("SELECT * FROM runs WHERE id = ?")
+        let row = sqlx::query("SELECT * FROM runs WHERE id = $1")
             .bind(id)
             .fetch_optional(&self.pool)
             .await
@@ -89,7 +74,7 @@ impl Meta {
             tool_calls: Vec::new(),
             approvals: Vec::new(),
         };
-        for r in sqlx::query("SELECT * FROM run_steps WHERE run = ? ORDER BY seq")
+        for r in sqlx::query("SELECT * FROM run_steps WHERE run = $1 ORDER BY seq")
             .bind(id)
             .fetch_all(&self.pool)
             .await
@@ -106,11 +91,12 @@ impl Meta {
                 data: serde_json::from_str(&data).map_err(|e| bad("step data", e))?,
             });
         }
-        for r in sqlx::query("SELECT * FROM tool_calls WHERE run = ? ORDER BY created_at_ms, rowid")
-            .bind(id)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_err)?
+        for r in
+            sqlx::query("SELECT * FROM tool_calls WHERE run = $1 ORDER BY created_at_ms, rowid")
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_err)?
         {
             let state: String = r.get("state");
             let spec: String = r.get("spec");
@@ -131,7 +117,7 @@ impl Meta {
             });
         }
         for r in
-            sqlx::query("SELECT * FROM approvals WHERE run = ? ORDER BY requested_at_ms, rowid")
+            sqlx::query("SELECT * FROM approvals WHERE run = $1 ORDER BY requested_at_ms, rowid")
                 .bind(id)
                 .fetch_all(&self.pool)
                 .await
@@ -167,7 +153,7 @@ impl Meta {
             "SELECT r.*,
                (SELECT COUNT(*) FROM run_steps s WHERE s.run = r.id) AS n_steps,
                (SELECT COUNT(*) FROM approvals a WHERE a.run = r.id AND a.decision IS NULL) AS n_pending
-             FROM runs r WHERE tenant = ? ORDER BY created_at_ms, id",
+             FROM runs r WHERE tenant = $1 ORDER BY created_at_ms, id",
         )
         .bind(tenant.as_str())
         .fetch_all(&self.pool)
@@ -193,7 +179,7 @@ impl Meta {
     /// Tool calls in `state` across all runs, as (run, call).
     pub async fn calls_in_state(&self, state: CallState) -> Result<Vec<(String, String)>> {
         let rows =
-            sqlx::query("SELECT run, id FROM tool_calls WHERE state = ? ORDER BY created_at_ms")
+            sqlx::query("SELECT run, id FROM tool_calls WHERE state = $1 ORDER BY created_at_ms")
                 .bind(state.as_str())
                 .fetch_all(&self.pool)
                 .await
@@ -204,24 +190,25 @@ impl Meta {
     /// Persist one transition atomically. Fails with `invalid_state` when the
     /// run or call is no longer where the change expects it.
     pub async fn run_apply(&self, c: &Change) -> Result<()> {
-        let mut conn = begin(self).await?;
+        let mut conn = self.begin().await?;
         let r = apply_in(&mut conn, c).await;
-        end(&mut conn, r.is_ok()).await?;
+        Meta::end(&mut conn, r.is_ok()).await?;
         r
     }
 }
 
-async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
+async fn apply_in(conn: &mut PoolConnection<Any>, c: &Change) -> Result<()> {
     c.from_status.check_transition(c.to_status)?;
-    let done =
-        sqlx::query("UPDATE runs SET status = ?, updated_at_ms = ? WHERE id = ? AND status = ?")
-            .bind(c.to_status.as_str())
-            .bind(c.at_ms)
-            .bind(&c.run)
-            .bind(c.from_status.as_str())
-            .execute(&mut **conn)
-            .await
-            .map_err(db_err)?;
+    let done = sqlx::query(
+        "UPDATE runs SET status = $1, updated_at_ms = $2 WHERE id = $3 AND status = $4",
+    )
+    .bind(c.to_status.as_str())
+    .bind(c.at_ms)
+    .bind(&c.run)
+    .bind(c.from_status.as_str())
+    .execute(&mut **conn)
+    .await
+    .map_err(db_err)?;
     if done.rows_affected() != 1 {
         return Err(Error::state(format!(
             "run {} changed concurrently (expected it {})",
@@ -229,13 +216,15 @@ async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
         )));
     }
     if let Some((from, to)) = &c.rebind {
-        let done = sqlx::query("UPDATE runs SET sandbox = ? WHERE id = ? AND sandbox IS ?")
-            .bind(to)
-            .bind(&c.run)
-            .bind(from)
-            .execute(&mut **conn)
-            .await
-            .map_err(db_err)?;
+        let done = sqlx::query(
+            "UPDATE runs SET sandbox = $1 WHERE id = $2 AND sandbox IS NOT DISTINCT FROM $3",
+        )
+        .bind(to)
+        .bind(&c.run)
+        .bind(from)
+        .execute(&mut **conn)
+        .await
+        .map_err(db_err)?;
         if done.rows_affected() != 1 {
             return Err(Error::state(format!(
                 "run {} was rebound concurrently",
@@ -246,7 +235,7 @@ async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
     if let Some(n) = &c.new_call {
         sqlx::query(
             "INSERT INTO tool_calls (id, run, idempotency_key, spec, fingerprint, state, result,
-             error, created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             error, created_at_ms, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
         .bind(&n.id)
         .bind(&c.run)
@@ -271,8 +260,8 @@ async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
     if let Some(u) = &c.call_update {
         u.from.check_transition(u.to)?;
         let done = sqlx::query(
-            "UPDATE tool_calls SET state = ?, result = COALESCE(?, result), error = COALESCE(?, error),
-             updated_at_ms = ? WHERE id = ? AND run = ? AND state = ?",
+            "UPDATE tool_calls SET state = $1, result = COALESCE($2, result), error = COALESCE($3, error),
+             updated_at_ms = $4 WHERE id = $5 AND run = $6 AND state = $7",
         )
         .bind(u.to.as_str())
         .bind(u.result.as_ref().map(|v| v.to_string()))
@@ -292,7 +281,7 @@ async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
         }
     }
     if let Some(a) = &c.new_approval {
-        sqlx::query("INSERT INTO approvals (call, run, requested_at_ms) VALUES (?, ?, ?)")
+        sqlx::query("INSERT INTO approvals (call, run, requested_at_ms) VALUES ($1, $2, $3)")
             .bind(&a.call)
             .bind(&c.run)
             .bind(a.requested_at_ms)
@@ -302,8 +291,8 @@ async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
     }
     if let Some((call, d)) = &c.decision {
         let done = sqlx::query(
-            "UPDATE approvals SET decision = ?, decided_by = ?, decided_at_ms = ?, reason = ?
-             WHERE call = ? AND run = ? AND decision IS NULL",
+            "UPDATE approvals SET decision = $1, decided_by = $2, decided_at_ms = $3, reason = $4
+             WHERE call = $5 AND run = $6 AND decision IS NULL",
         )
         .bind(if d.approved { "approved" } else { "rejected" })
         .bind(&d.by)
@@ -322,7 +311,8 @@ async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
     }
     for s in &c.steps {
         sqlx::query(
-            "INSERT INTO run_steps (run, seq, kind, at_ms, actor, call, data) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO run_steps (run, seq, kind, at_ms, actor, call, data)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
         )
         .bind(&c.run)
         .bind(s.seq)
@@ -334,9 +324,10 @@ async fn apply_in(conn: &mut PoolConnection<Sqlite>, c: &Change) -> Result<()> {
         .execute(&mut **conn)
         .await
         .map_err(|e| match &e {
-            sqlx::Error::Database(d) if d.is_unique_violation() => {
-                Error::state(format!("run {} changed concurrently (step {})", c.run, s.seq))
-            }
+            sqlx::Error::Database(d) if d.is_unique_violation() => Error::state(format!(
+                "run {} changed concurrently (step {})",
+                c.run, s.seq
+            )),
             _ => db_err(e),
         })?;
     }
@@ -362,8 +353,13 @@ mod tests {
 
     #[tokio::test]
     async fn transitions_round_trip_and_are_compare_and_set() {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Meta::open(&dir.path().join("m.db")).await.unwrap();
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            round_trip_on(&db.meta).await;
+        }
+    }
+
+    async fn round_trip_on(m: &Meta) {
         let t = TenantId::parse("t-a").unwrap();
         let run = Run::new(new_run_id(), t.as_str().into(), None, 1);
         m.run_insert(&run).await.unwrap();

@@ -43,7 +43,7 @@ pub struct TokenRecord {
     pub revoked_at_ms: Option<i64>,
 }
 
-fn decode_token(row: &sqlx::sqlite::SqliteRow) -> Result<TokenRecord> {
+fn decode_token(row: &sqlx::any::AnyRow) -> Result<TokenRecord> {
     let tenant: Option<String> = row.try_get("tenant").map_err(db_err)?;
     let is_admin: i64 = row.try_get("is_admin").map_err(db_err)?;
     Ok(TokenRecord {
@@ -56,7 +56,7 @@ fn decode_token(row: &sqlx::sqlite::SqliteRow) -> Result<TokenRecord> {
     })
 }
 
-fn decode_tenant(row: &sqlx::sqlite::SqliteRow) -> Result<Tenant> {
+fn decode_tenant(row: &sqlx::any::AnyRow) -> Result<Tenant> {
     let id: String = row.try_get("id").map_err(db_err)?;
     Ok(Tenant {
         id: TenantId::parse(&id)?,
@@ -70,7 +70,7 @@ impl Meta {
     pub async fn create_tenant(&self, id: &TenantId, name: &str) -> Result<Tenant> {
         let now = now_ms();
         let done = sqlx::query(
-            "INSERT INTO tenants (id, name, created_at_ms) VALUES (?, ?, ?) ON CONFLICT (id) DO NOTHING",
+            "INSERT INTO tenants (id, name, created_at_ms) VALUES ($1, $2, $3) ON CONFLICT (id) DO NOTHING",
         )
         .bind(id.as_str())
         .bind(name)
@@ -94,7 +94,7 @@ impl Meta {
     }
 
     pub async fn get_tenant(&self, id: &TenantId) -> Result<Tenant> {
-        let row = sqlx::query("SELECT id, name, created_at_ms FROM tenants WHERE id = ?")
+        let row = sqlx::query("SELECT id, name, created_at_ms FROM tenants WHERE id = $1")
             .bind(id.as_str())
             .fetch_optional(self.pool())
             .await
@@ -128,7 +128,7 @@ impl Meta {
         }
         sqlx::query(
             "INSERT INTO api_tokens (id, tenant, name, hash, is_admin, created_at_ms)
-             VALUES (?, ?, ?, ?, ?, ?)",
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(id)
         .bind(tenant.map(|t| t.as_str().to_string()))
@@ -143,7 +143,7 @@ impl Meta {
     }
 
     pub async fn get_token(&self, id: &str) -> Result<TokenRecord> {
-        let row = sqlx::query("SELECT * FROM api_tokens WHERE id = ?")
+        let row = sqlx::query("SELECT * FROM api_tokens WHERE id = $1")
             .bind(id)
             .fetch_optional(self.pool())
             .await
@@ -154,7 +154,7 @@ impl Meta {
 
     /// The live (not revoked) token whose text hashes to `token_hash`.
     pub async fn token_by_hash(&self, token_hash: &str) -> Result<Option<TokenRecord>> {
-        let row = sqlx::query("SELECT * FROM api_tokens WHERE hash = ? AND revoked_at_ms IS NULL")
+        let row = sqlx::query("SELECT * FROM api_tokens WHERE hash = $1 AND revoked_at_ms IS NULL")
             .bind(token_hash)
             .fetch_optional(self.pool())
             .await
@@ -166,7 +166,7 @@ impl Meta {
     pub async fn list_tokens(&self, tenant: Option<&TenantId>) -> Result<Vec<TokenRecord>> {
         let rows = match tenant {
             Some(t) => {
-                sqlx::query("SELECT * FROM api_tokens WHERE tenant = ? ORDER BY created_at_ms, id")
+                sqlx::query("SELECT * FROM api_tokens WHERE tenant = $1 ORDER BY created_at_ms, id")
                     .bind(t.as_str())
                     .fetch_all(self.pool())
                     .await
@@ -187,7 +187,7 @@ impl Meta {
     pub async fn revoke_token(&self, id: &str) -> Result<TokenRecord> {
         self.get_token(id).await?;
         let done = sqlx::query(
-            "UPDATE api_tokens SET revoked_at_ms = ? WHERE id = ? AND revoked_at_ms IS NULL",
+            "UPDATE api_tokens SET revoked_at_ms = $1 WHERE id = $2 AND revoked_at_ms IS NULL",
         )
         .bind(now_ms())
         .bind(id)
@@ -207,7 +207,7 @@ impl Meta {
         let existed = self.secret_names(tenant).await?.iter().any(|n| n == name);
         sqlx::query(
             "INSERT INTO secrets (tenant, name, sealed, created_at_ms, updated_at_ms)
-             VALUES (?, ?, ?, ?, ?)
+             VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (tenant, name) DO UPDATE SET sealed = excluded.sealed,
              updated_at_ms = excluded.updated_at_ms",
         )
@@ -223,7 +223,7 @@ impl Meta {
     }
 
     pub async fn delete_secret(&self, tenant: &TenantId, name: &str) -> Result<()> {
-        let done = sqlx::query("DELETE FROM secrets WHERE tenant = ? AND name = ?")
+        let done = sqlx::query("DELETE FROM secrets WHERE tenant = $1 AND name = $2")
             .bind(tenant.as_str())
             .bind(name)
             .execute(self.pool())
@@ -237,7 +237,7 @@ impl Meta {
 
     /// Names of a tenant's secrets, sorted.
     pub async fn secret_names(&self, tenant: &TenantId) -> Result<Vec<String>> {
-        let rows = sqlx::query("SELECT name FROM secrets WHERE tenant = ? ORDER BY name")
+        let rows = sqlx::query("SELECT name FROM secrets WHERE tenant = $1 ORDER BY name")
             .bind(tenant.as_str())
             .fetch_all(self.pool())
             .await
@@ -249,7 +249,7 @@ impl Meta {
 
     /// The sealed value of one secret.
     pub async fn secret_sealed(&self, tenant: &TenantId, name: &str) -> Result<Vec<u8>> {
-        let row = sqlx::query("SELECT sealed FROM secrets WHERE tenant = ? AND name = ?")
+        let row = sqlx::query("SELECT sealed FROM secrets WHERE tenant = $1 AND name = $2")
             .bind(tenant.as_str())
             .bind(name)
             .fetch_optional(self.pool())
@@ -264,15 +264,15 @@ impl Meta {
 mod tests {
     use super::*;
 
-    async fn meta() -> (tempfile::TempDir, Meta) {
-        let dir = tempfile::tempdir().unwrap();
-        let m = Meta::open(&dir.path().join("meta.db")).await.unwrap();
-        (dir, m)
-    }
-
     #[tokio::test]
     async fn tokens_are_found_by_hash_until_revoked() {
-        let (_d, m) = meta().await;
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            tokens_on(&db.meta).await;
+        }
+    }
+
+    async fn tokens_on(m: &Meta) {
         let t = TenantId::parse("t-a").unwrap();
         m.create_tenant(&t, "a").await.unwrap();
         assert_eq!(
@@ -319,7 +319,13 @@ mod tests {
 
     #[tokio::test]
     async fn secrets_are_per_tenant() {
-        let (_d, m) = meta().await;
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            secrets_on(&db.meta).await;
+        }
+    }
+
+    async fn secrets_on(m: &Meta) {
         let a = TenantId::parse("t-a").unwrap();
         let b = TenantId::parse("t-b").unwrap();
         m.create_tenant(&a, "a").await.unwrap();
