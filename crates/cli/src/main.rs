@@ -66,7 +66,7 @@ fn default_data_dir() -> PathBuf {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run the daemon.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Create a sandbox.
     Create(CreateArgs),
     /// List sandboxes.
@@ -245,6 +245,20 @@ pub struct ServeArgs {
     /// Snapshot store URL: file:///dir (default <data-dir>/store) or s3://bucket/prefix.
     #[arg(long, env = "STASIS_STORE")]
     store: Option<String>,
+    /// Metadata database URL: sqlite:///path (default <data-dir>/meta.db) or
+    /// postgres://user[:password]@host[:port]/db (several daemons may share it).
+    #[arg(long, env = "STASIS_META")]
+    meta: Option<String>,
+    /// This node's id among daemons sharing a PostgreSQL database (default <hostname>-<port>).
+    #[arg(long, env = "STASIS_NODE_ID")]
+    node_id: Option<String>,
+    /// URL other nodes forward requests to (default http://<listen address>).
+    #[arg(long, env = "STASIS_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    /// Seconds a node's lease on a running sandbox lasts without a heartbeat;
+    /// a node silent this long is taken as dead and its sandboxes taken over.
+    #[arg(long, default_value_t = 10)]
+    lease_secs: u64,
     /// File holding the store's master key (64 hex digits).
     #[arg(long)]
     master_key_file: Option<PathBuf>,
@@ -495,6 +509,13 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     }
     cfg.accel = a.accel.parse()?;
     cfg.store_url = a.store.clone();
+    cfg.meta_url = a.meta.clone();
+    cfg.node_id = a.node_id.clone();
+    cfg.advertise_url = a.advertise_url.clone();
+    if a.lease_secs == 0 || a.lease_secs > 3600 {
+        return Err(Error::invalid("--lease-secs must be between 1 and 3600"));
+    }
+    cfg.lease = Duration::from_secs(a.lease_secs);
     cfg.key = match (&a.master_key_file, &a.master_key_env, a.insecure_dev_key) {
         (Some(f), None, false) => KeySource::File(f.clone()),
         (None, Some(v), false) => KeySource::Env(v.clone()),

@@ -82,6 +82,9 @@ impl SandboxState {
                 | (Running, Pausing)
                 | (Running, Destroying)
                 | (Running, Failed)
+                // Takeover: the node running it died (its lease expired) and
+                // another node restores it from its newest snapshot.
+                | (Running, Resuming)
                 | (Pausing, Paused)
                 | (Pausing, Running)
                 | (Pausing, Failed)

@@ -92,6 +92,16 @@ pub struct LifecyclePolicy {
     pub paused_ttl_secs: u64,
     /// Running time (paused time excluded) after which the sandbox is destroyed; 0 = no limit.
     pub max_lifetime_secs: u64,
+    /// Take a checkpoint snapshot of the running sandbox this often; 0 = off.
+    /// When the node running it dies, another node resumes it from the newest
+    /// of its last checkpoint and its last pause. Left out of the serialized
+    /// manifest when 0, so existing manifests keep their digest.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub checkpoint_secs: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 impl Default for LifecyclePolicy {
@@ -101,6 +111,7 @@ impl Default for LifecyclePolicy {
             on_idle: OnIdle::Pause,
             paused_ttl_secs: 7 * 24 * 3600,
             max_lifetime_secs: 0,
+            checkpoint_secs: 0,
         }
     }
 }
@@ -263,6 +274,12 @@ impl Manifest {
             return Err(bad(
                 "lifecycle.idle_timeout_secs",
                 "must be at most 30 days",
+            ));
+        }
+        if l.checkpoint_secs > 30 * 24 * 3600 {
+            return Err(bad(
+                "lifecycle.checkpoint_secs",
+                "must be at most 30 days (0 = off)",
             ));
         }
         if l.paused_ttl_secs == 0 || l.paused_ttl_secs > 365 * 24 * 3600 {

@@ -186,6 +186,23 @@ pub struct Sandbox {
     pub pause_snapshot: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_snapshot: Option<String>,
+    /// Last periodic checkpoint (`lifecycle.checkpoint_secs`) and when it was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_snapshot: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_at_ms: Option<i64>,
+    /// Set after another node took the sandbox over because the node running
+    /// it died: the snapshot it was restored from, when, and how much running
+    /// time after that snapshot was lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_from_snapshot: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_lost_ms: Option<i64>,
+    /// Node running the sandbox (several daemons sharing one database).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
     /// Timing of the operation that produced this response, when it was a lifecycle change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
@@ -210,6 +227,12 @@ impl Sandbox {
             pause_kind: r.pause_kind.map(|k| k.as_str().to_string()),
             pause_snapshot: r.pause_snapshot.map(|s| s.to_string()),
             source_snapshot: r.source_snapshot.map(|s| s.to_string()),
+            checkpoint_snapshot: r.checkpoint_snapshot.map(|s| s.to_string()),
+            checkpoint_at_ms: r.checkpoint_at_ms,
+            recovered_from_snapshot: r.recovered_from_snapshot.map(|s| s.to_string()),
+            recovered_at_ms: r.recovered_at_ms,
+            progress_lost_ms: r.progress_lost_ms,
+            node: r.owner,
             timing: None,
         }
     }
@@ -1379,6 +1402,11 @@ pub fn router(state: AppState) -> Router {
         )
         .merge(crate::runs_api::routes())
         .fallback(fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::cluster::forward_layer,
+        ))
+        // Outermost: authenticate before anything, forwarding included.
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::auth::authenticate,

@@ -17,6 +17,7 @@ use stasis_meta::Meta;
 use stasis_store::{MasterKey, Store};
 
 use crate::api::{router, AppState};
+use crate::cluster::{Cluster, ClusterConfig};
 use crate::manager::{Manager, ManagerConfig};
 use crate::snapshots::Snapshots;
 
@@ -39,6 +40,16 @@ pub struct DaemonConfig {
     pub accel: AccelChoice,
     /// Snapshot store URL; default `file://<data_dir>/store`.
     pub store_url: Option<String>,
+    /// Metadata database URL: `sqlite:///path` (default `<data_dir>/meta.db`)
+    /// or `postgres://...` (several daemons may share it).
+    pub meta_url: Option<String>,
+    /// This node's id among daemons sharing a PostgreSQL metadata database
+    /// (default `<hostname>-<port>`).
+    pub node_id: Option<String>,
+    /// URL other nodes forward requests to (default `http://<listen address>`).
+    pub advertise_url: Option<String>,
+    /// Lease of a running sandbox; a node silent this long is taken as dead.
+    pub lease: Duration,
     pub key: KeySource,
     pub max_file_bytes: u64,
     /// Program + args of the process backend's shim (default: this executable).
@@ -65,6 +76,10 @@ impl DaemonConfig {
             default_backend: BackendKind::Process,
             accel: AccelChoice::Auto,
             store_url: None,
+            meta_url: None,
+            node_id: None,
+            advertise_url: None,
+            lease: Duration::from_secs(10),
             key: KeySource::InsecureDev,
             max_file_bytes: 64 * 1024 * 1024,
             process_shim: None,
@@ -96,6 +111,11 @@ pub struct Daemon {
 
 /// Open everything and reconcile; does not serve yet.
 pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
+    open_at(cfg, cfg.listen).await
+}
+
+/// [`open`] for a daemon bound to `bound` (a cluster node advertises it).
+pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     std::fs::create_dir_all(cfg.data_dir.join("sandboxes")).map_err(|e| {
         Error::internal(format!(
             "cannot create data dir {}: {e}",
@@ -106,7 +126,11 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
         .data_dir
         .canonicalize()
         .map_err(|e| Error::internal(format!("data dir {}: {e}", cfg.data_dir.display())))?;
-    let meta = Meta::open(&data_dir.join("meta.db")).await?;
+    let meta_url = cfg
+        .meta_url
+        .clone()
+        .unwrap_or_else(|| format!("sqlite://{}", data_dir.join("meta.db").display()));
+    let meta = Meta::connect(&meta_url).await?;
     // Tenant t-default with <data>/token, and <data>/admin.token (both 0600).
     for t in crate::auth::bootstrap(&meta, &data_dir).await? {
         let file = if t.is_admin { "admin.token" } else { "token" };
@@ -142,6 +166,7 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
     info!(accelerator = ?accel.accelerator, reason = %accel.reason, "microVM accelerator");
 
     let backends: Vec<Arc<dyn Backend>> = vec![process, microvm.clone()];
+    let meta_engine = meta.engine();
     let mut mc = ManagerConfig::new(data_dir.clone());
     mc.default_backend = cfg.default_backend;
     mc.max_file_bytes = cfg.max_file_bytes;
@@ -153,6 +178,34 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
         Snapshots::new(store).with_gc_grace(cfg.gc_grace),
         backends,
     );
+    let cluster = if meta_engine == stasis_meta::Engine::Postgres {
+        let node_id = match &cfg.node_id {
+            Some(n) => n.clone(),
+            None => {
+                let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                    .map(|h| h.trim().to_string())
+                    .unwrap_or_else(|_| "node".into());
+                format!("{host}-{}", bound.port())
+            }
+        };
+        let url = cfg
+            .advertise_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{bound}"));
+        let c = Cluster::start(
+            ClusterConfig {
+                node_id,
+                advertise_url: url,
+                lease: cfg.lease,
+            },
+            manager.meta().clone(),
+        )
+        .await?;
+        manager.set_cluster(c.clone());
+        Some(c)
+    } else {
+        None
+    };
     let report = manager.reconcile().await?;
     for (id, from, to) in &report.changed {
         info!(sandbox = %id, %from, %to, "reconciled");
@@ -163,11 +216,13 @@ pub async fn open(cfg: &DaemonConfig) -> Result<Daemon> {
     let doctor = json!({
         "data_dir": data_dir,
         "store": redact_url(&store_url),
+        "meta": {"engine": meta_engine, "url": stasis_meta::redact_url(&meta_url)},
         "insecure_dev_key": matches!(cfg.key, KeySource::InsecureDev),
         "default_backend": cfg.default_backend,
         "process": stasis_backend_process::probe(),
         "microvm": microvm.doctor().await,
         "reconcile": report,
+        "cluster": cluster.as_ref().map(|c| json!({"node": c.node_id(), "lease_ms": c.lease_ms()})),
     });
     Ok(Daemon { manager, doctor })
 }
@@ -187,17 +242,18 @@ pub async fn run(
     cfg: DaemonConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let daemon = open(&cfg).await?;
+    let listener = tokio::net::TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| Error::internal(format!("cannot listen on {}: {e}", cfg.listen)))?;
+    let addr = listener.local_addr()?;
+    let daemon = open_at(&cfg, addr).await?;
     let reaper = daemon.manager.spawn_reaper();
+    let heartbeat = daemon.manager.spawn_heartbeat();
     let state = AppState {
         manager: daemon.manager.clone(),
         doctor: Arc::new(daemon.doctor),
         limiter: Arc::new(crate::auth::Limiter::new(cfg.rate_limit)),
     };
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|e| Error::internal(format!("cannot listen on {}: {e}", cfg.listen)))?;
-    let addr = listener.local_addr()?;
     info!(%addr, "stasis daemon listening");
     if let Some(f) = &cfg.ready_file {
         let tmp = f.with_extension("tmp");
@@ -209,5 +265,8 @@ pub async fn run(
         .await
         .map_err(|e| Error::internal(format!("server: {e}")));
     reaper.abort();
+    if let Some(h) = heartbeat {
+        h.abort();
+    }
     r
 }

@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod cluster;
 pub mod daemon;
 pub mod manager;
 pub mod mounts;

@@ -29,6 +29,7 @@ use stasis_core::{
 };
 use stasis_meta::{Meta, NewAuditEntry, Patch, PauseKind, SandboxRecord};
 
+use crate::cluster::Cluster;
 use crate::snapshots::{SnapshotInfo, SnapshotKind, Snapshots};
 
 /// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
@@ -97,6 +98,8 @@ pub struct Manager {
     backends: HashMap<BackendKind, Arc<dyn Backend>>,
     slots: StdMutex<HashMap<SandboxId, Arc<Slot>>>,
     last_gc_ms: AtomicI64,
+    /// Set when several daemons share the metadata database.
+    cluster: std::sync::OnceLock<Arc<Cluster>>,
 }
 
 /// A unique, path-safe token (reuses the id generator's randomness).
@@ -126,7 +129,267 @@ impl Manager {
             backends,
             slots: StdMutex::new(HashMap::new()),
             last_gc_ms: AtomicI64::new(now_ms()),
+            cluster: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Join a cluster (before reconcile and serving).
+    pub fn set_cluster(&self, c: Arc<Cluster>) {
+        let _ = self.cluster.set(c);
+    }
+
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.get()
+    }
+
+    /// A state write; in a cluster fenced by this node's lease of the
+    /// sandbox, and the lease is given up when the sandbox stops running here.
+    async fn transition(
+        &self,
+        id: &SandboxId,
+        from: SandboxState,
+        to: SandboxState,
+        patch: Patch,
+    ) -> Result<SandboxRecord> {
+        let Some(c) = self.cluster() else {
+            return self.meta.transition(id, from, to, patch).await;
+        };
+        let fence = c.fence(id);
+        let mut rec = self
+            .meta
+            .transition_fenced(id, from, to, patch, fence.as_ref())
+            .await?;
+        if matches!(
+            to,
+            SandboxState::Paused | SandboxState::Failed | SandboxState::Destroyed
+        ) {
+            c.release(id).await;
+            rec.owner = None;
+        }
+        Ok(rec)
+    }
+
+    /// In a cluster: take the lease of a sandbox this node starts (create,
+    /// restore) or resumes. Fails when another live node holds it.
+    async fn lease_for_start(&self, id: &SandboxId) -> Result<()> {
+        let Some(c) = self.cluster() else {
+            return Ok(());
+        };
+        if c.fence(id).is_some() {
+            return Ok(());
+        }
+        match self
+            .meta
+            .lease_acquire(id, c.node_id(), c.lease_ms())
+            .await?
+        {
+            stasis_meta::lease::Acquire::Acquired { fence, .. } => {
+                c.hold(id, fence);
+                Ok(())
+            }
+            stasis_meta::lease::Acquire::Held(l) => Err(Error::new(
+                ErrorCode::Busy,
+                format!(
+                    "sandbox {id} runs on node {}; try again",
+                    l.node.unwrap_or_default()
+                ),
+            )),
+        }
+    }
+
+    /// In a cluster, before serving a sandbox that should be running: it
+    /// must run here. If its lease is held by another live node, refuse
+    /// (the request should have been forwarded); if the lease expired (its
+    /// node died), take it over from its newest snapshot.
+    async fn ensure_local(&self, ctx: &Ctx, rec: SandboxRecord) -> Result<SandboxRecord> {
+        let Some(c) = self.cluster() else {
+            return Ok(rec);
+        };
+        if !matches!(
+            rec.state,
+            SandboxState::Running | SandboxState::Pausing | SandboxState::Resuming
+        ) || c.fence(&rec.id).is_some()
+        {
+            return Ok(rec);
+        }
+        let t0 = std::time::Instant::now();
+        let (fence, previous) = match self
+            .meta
+            .lease_acquire(&rec.id, c.node_id(), c.lease_ms())
+            .await?
+        {
+            stasis_meta::lease::Acquire::Acquired { fence, previous } => (fence, previous),
+            stasis_meta::lease::Acquire::Held(l) => {
+                return Err(Error::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "sandbox {} runs on node {}; try again",
+                        rec.id,
+                        l.node.unwrap_or_default()
+                    ),
+                ))
+            }
+        };
+        c.hold(&rec.id, fence.clone());
+        let rec = self.meta.get(&rec.id).await?;
+        let from_node = previous.as_ref().and_then(|p| p.node.clone());
+        // The last moment the sandbox is known to have run on the dead node:
+        // its node's last heartbeat or the sandbox's last audited operation,
+        // whichever is later. Progress lost is counted from the snapshot to
+        // there (a lower bound: it may have run until its lease expired).
+        let heartbeat_ms = match &from_node {
+            Some(n) => self.meta.node_get(n).await.map(|n| n.heartbeat_at_ms).ok(),
+            None => None,
+        };
+        let last_op_ms = self
+            .meta
+            .audit_list(None, Some(rec.id.as_str()), 1)
+            .await
+            .ok()
+            .and_then(|v| v.last().map(|e| e.ts_ms));
+        let last_alive_ms = heartbeat_ms
+            .into_iter()
+            .chain(last_op_ms)
+            .chain(Some(rec.updated_at_ms))
+            .max()
+            .unwrap_or(rec.updated_at_ms);
+        warn!(sandbox = %rec.id, from = ?from_node, "taking over a sandbox whose node stopped");
+        self.takeover(ctx, rec, from_node, last_alive_ms, t0).await
+    }
+
+    /// Restore a sandbox whose node died from its newest snapshot, same id.
+    async fn takeover(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+        from_node: Option<String>,
+        last_alive_ms: i64,
+        t0: std::time::Instant,
+    ) -> Result<SandboxRecord> {
+        // Newest of the last checkpoint and the last pause.
+        let mut candidates: Vec<(SnapshotId, i64, bool)> = Vec::new();
+        if let (Some(s), Some(at)) = (&rec.checkpoint_snapshot, rec.checkpoint_at_ms) {
+            candidates.push((s.clone(), at, false));
+        }
+        if let Some(s) = &rec.pause_snapshot {
+            if let Ok(info) = self.snapshots.get(&rec.tenant, s).await {
+                candidates.push((s.clone(), info.created_at_ms, true));
+            }
+        }
+        candidates.sort_by_key(|c| c.1);
+        let Some((snap, snap_at, is_pause)) = candidates.pop() else {
+            let reason = format!(
+                "node {} stopped and no snapshot of this sandbox exists to recover from \
+                 (set lifecycle.checkpoint_secs for periodic checkpoints)",
+                from_node.clone().unwrap_or_default()
+            );
+            let _ = self
+                .transition(
+                    &rec.id,
+                    rec.state,
+                    SandboxState::Failed,
+                    Patch {
+                        reason: Some(Some(reason.clone())),
+                        ..Default::default()
+                    },
+                )
+                .await;
+            return Err(Error::state(reason));
+        };
+        // Pausing -> Running -> Resuming; Running -> Resuming; Resuming stays.
+        let mut state = rec.state;
+        if state == SandboxState::Pausing {
+            self.transition(&rec.id, state, SandboxState::Running, Patch::default())
+                .await?;
+            state = SandboxState::Running;
+        }
+        if state == SandboxState::Running {
+            self.transition(&rec.id, state, SandboxState::Resuming, Patch::default())
+                .await?;
+        }
+        let backend = self.backend(rec.backend)?.clone();
+        let spec = self.spec(&rec);
+        let _ = backend.destroy(&rec.id, &spec.dir).await;
+        let _ = tokio::fs::remove_dir_all(&spec.dir).await;
+        let result = async {
+            tokio::fs::create_dir_all(&spec.dir).await?;
+            // Mounts are checked against the allowed roots of this node, now.
+            let checked = self.checked_spec(&rec)?;
+            let stage = spec.dir.join("takeover-stage");
+            self.snapshots.restore(&rec.tenant, &snap, &stage).await?;
+            let r = if is_pause {
+                backend.resume(&checked, &stage).await
+            } else {
+                backend.restore(&checked, &stage).await
+            };
+            let _ = tokio::fs::remove_dir_all(&stage).await;
+            r
+        }
+        .await;
+        let now = now_ms();
+        let lost = (last_alive_ms - snap_at).max(0);
+        match result {
+            Ok(()) => {
+                self.touch(&rec.id);
+                let reason = format!(
+                    "taken over from node {} (its lease expired); restored from snapshot {snap}, \
+                     {lost} ms of progress lost",
+                    from_node.clone().unwrap_or_default()
+                );
+                let rec = self
+                    .transition(
+                        &rec.id,
+                        SandboxState::Resuming,
+                        SandboxState::Running,
+                        Patch {
+                            reason: Some(Some(reason)),
+                            running_since_ms: Some(Some(now)),
+                            paused_at_ms: Some(None),
+                            expires_at_ms: Some(None),
+                            recovered_from_snapshot: Some(Some(snap.clone())),
+                            recovered_at_ms: Some(Some(now)),
+                            progress_lost_ms: Some(Some(lost)),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                let took_ms = elapsed_ms(t0);
+                info!(sandbox = %rec.id, snapshot = %snap, lost_ms = lost, took_ms, "taken over");
+                self.audit(
+                    ctx,
+                    "takeover",
+                    rec.id.as_str(),
+                    serde_json::json!({
+                        "from_node": from_node,
+                        "to_node": self.cluster().map(|c| c.node_id().to_string()),
+                        "snapshot": snap,
+                        "snapshot_kind": if is_pause { "pause" } else { "checkpoint" },
+                        "progress_lost_ms": lost,
+                        "took_ms": took_ms,
+                    }),
+                )
+                .await;
+                Ok(rec)
+            }
+            Err(e) => {
+                let _ = backend.destroy(&rec.id, &spec.dir).await;
+                let _ = self
+                    .transition(
+                        &rec.id,
+                        SandboxState::Resuming,
+                        SandboxState::Failed,
+                        Patch {
+                            reason: Some(Some(format!(
+                                "takeover from snapshot {snap} failed: {}",
+                                e.message
+                            ))),
+                            ..Default::default()
+                        },
+                    )
+                    .await;
+                Err(e.context("takeover failed"))
+            }
+        }
     }
 
     pub fn meta(&self) -> &Meta {
@@ -228,6 +491,7 @@ impl Manager {
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, kind, None)
             .await?;
+        self.lease_for_start(&id).await?;
         let checked = self.checked_spec(&rec);
         let spec = self.spec(&rec);
         let result = async {
@@ -260,17 +524,16 @@ impl Manager {
         match result {
             Ok(()) => {
                 self.touch(&rec.id);
-                self.meta
-                    .transition(
-                        &rec.id,
-                        SandboxState::Creating,
-                        SandboxState::Running,
-                        Patch {
-                            running_since_ms: Some(Some(now_ms())),
-                            ..Default::default()
-                        },
-                    )
-                    .await
+                self.transition(
+                    &rec.id,
+                    SandboxState::Creating,
+                    SandboxState::Running,
+                    Patch {
+                        running_since_ms: Some(Some(now_ms())),
+                        ..Default::default()
+                    },
+                )
+                .await
             }
             Err(e) => {
                 warn!(sandbox = %rec.id, error = %e, "{what} failed; cleaning up");
@@ -279,7 +542,6 @@ impl Manager {
                 }
                 let _ = tokio::fs::remove_dir_all(&spec.dir).await;
                 let _ = self
-                    .meta
                     .transition(
                         &rec.id,
                         SandboxState::Creating,
@@ -317,6 +579,13 @@ impl Manager {
             let rec = self.meta.get_for(&ctx.tenant, id).await?;
             match rec.state {
                 SandboxState::Running => {
+                    if self.cluster().is_some_and(|c| c.fence(id).is_none()) {
+                        let guard = slot.lock.clone().write_owned().await;
+                        let rec = self.meta.get(id).await?;
+                        self.ensure_local(ctx, rec).await?;
+                        drop(guard);
+                        continue;
+                    }
                     let guard = slot.lock.clone().read_owned().await;
                     let rec = self.meta.get(id).await?;
                     if rec.state == SandboxState::Running {
@@ -611,7 +880,9 @@ impl Manager {
     ) -> Result<(OwnedRwLockWriteGuard<()>, SandboxRecord)> {
         self.meta.get_for(&ctx.tenant, id).await?;
         let guard = self.slot(id).lock.clone().write_owned().await;
-        Ok((guard, self.meta.get(id).await?))
+        let rec = self.meta.get(id).await?;
+        let rec = self.ensure_local(ctx, rec).await?;
+        Ok((guard, rec))
     }
 
     /// Persist the first step of a lifecycle operation (`from` -> `to`) and
@@ -625,10 +896,7 @@ impl Manager {
         rec.state.check_transition(to)?;
         let backend = self.backend(rec.backend)?.clone();
         let spec = self.spec(rec);
-        let rec = self
-            .meta
-            .transition(&rec.id, from, to, Patch::default())
-            .await?;
+        let rec = self.transition(&rec.id, from, to, Patch::default()).await?;
         Ok((backend, spec, rec))
     }
 
@@ -698,7 +966,6 @@ impl Manager {
                     stage.display()
                 );
                 let _ = self
-                    .meta
                     .transition(
                         &rec.id,
                         SandboxState::Pausing,
@@ -716,7 +983,6 @@ impl Manager {
         let now = now_ms();
         let old = rec.pause_snapshot.clone();
         let rec = self
-            .meta
             .transition(
                 &rec.id,
                 SandboxState::Pausing,
@@ -731,10 +997,14 @@ impl Manager {
                     )),
                     pause_snapshot: Some(Some(snap.id.clone())),
                     pause_kind: Some(Some(kind)),
+                    ..Default::default()
                 },
             )
             .await?;
         let _ = tokio::fs::remove_dir_all(&stage).await;
+        if let Some(c) = self.cluster() {
+            c.note_local_pause(&rec.id, Some(&snap.id));
+        }
         if let Some(old) = old.filter(|o| *o != snap.id) {
             if let Err(e) = self.snapshots.delete(&rec.tenant, &old).await {
                 warn!(sandbox = %rec.id, snapshot = %old, error = %e, "old pause snapshot not deleted");
@@ -781,7 +1051,6 @@ impl Manager {
             ),
         };
         let _ = self
-            .meta
             .transition(
                 &rec.id,
                 SandboxState::Pausing,
@@ -807,6 +1076,18 @@ impl Manager {
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<(SandboxRecord, OpTiming)> {
         let t0 = std::time::Instant::now();
+        if let Some(c) = self.cluster() {
+            rec.state.check_transition(SandboxState::Resuming)?;
+            self.lease_for_start(&rec.id).await?;
+            // State this node still holds from an older pause is stale when
+            // another node ran the sandbox since: drop it, use the store.
+            if !c.local_pause_is(&rec.id, rec.pause_snapshot.as_ref()) {
+                if let Ok(b) = self.backend(rec.backend) {
+                    let _ = b.destroy(&rec.id, &self.sandbox_dir(&rec.id)).await;
+                }
+            }
+            c.note_local_pause(&rec.id, None);
+        }
         // Mounts are checked against the allowed roots of now, not of create.
         let checked = self.checked_spec(&rec)?;
         let (backend, _, rec) = self
@@ -839,7 +1120,6 @@ impl Manager {
             Ok(()) => {
                 self.touch(&rec.id);
                 let rec = self
-                    .meta
                     .transition(
                         &rec.id,
                         SandboxState::Resuming,
@@ -879,7 +1159,6 @@ impl Manager {
                     SandboxState::Paused
                 };
                 let _ = self
-                    .meta
                     .transition(
                         &rec.id,
                         SandboxState::Resuming,
@@ -911,7 +1190,6 @@ impl Manager {
     ) -> Result<SandboxRecord> {
         rec.state.check_transition(SandboxState::Destroying)?;
         let rec = self
-            .meta
             .transition(
                 &rec.id,
                 rec.state,
@@ -931,7 +1209,6 @@ impl Manager {
         if let Ok(b) = self.backend(rec.backend) {
             if let Err(e) = b.destroy(&rec.id, &spec.dir).await {
                 let _ = self
-                    .meta
                     .transition(
                         &rec.id,
                         SandboxState::Destroying,
@@ -946,15 +1223,18 @@ impl Manager {
             }
         }
         let _ = tokio::fs::remove_dir_all(&spec.dir).await;
-        if let Some(snap) = &rec.pause_snapshot {
+        for snap in rec
+            .pause_snapshot
+            .iter()
+            .chain(rec.checkpoint_snapshot.iter())
+        {
             if let Err(e) = self.snapshots.delete(&rec.tenant, snap).await {
                 if e.code != ErrorCode::NotFound {
-                    warn!(sandbox = %rec.id, error = %e, "pause snapshot not deleted");
+                    warn!(sandbox = %rec.id, error = %e, "pause or checkpoint snapshot not deleted");
                 }
             }
         }
         let rec = self
-            .meta
             .transition(
                 &rec.id,
                 SandboxState::Destroying,
@@ -1056,6 +1336,7 @@ impl Manager {
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, info.backend, Some(snapshot))
             .await?;
+        self.lease_for_start(&id).await?;
         let checked = self.checked_spec(&rec);
         let spec = self.spec(&rec);
         let result = async {
@@ -1191,7 +1472,31 @@ impl Manager {
     /// Resolve what a killed daemon left behind. Called once at start, before serving.
     pub async fn reconcile(&self) -> Result<ReconcileReport> {
         let mut report = ReconcileReport::default();
-        let live = self.meta.list_live().await?;
+        let mut live = self.meta.list_live().await?;
+        if let Some(c) = self.cluster() {
+            // Only what ran here: its directory is on this node and no other
+            // node holds it. Take the lease (from this node's previous
+            // incarnation) before touching it.
+            let mut mine = Vec::new();
+            for rec in live {
+                if !self.sandbox_dir(&rec.id).exists() {
+                    continue;
+                }
+                if rec.state == SandboxState::Paused || rec.state == SandboxState::Failed {
+                    mine.push(rec);
+                    continue;
+                }
+                if let stasis_meta::lease::Acquire::Acquired { fence, .. } = self
+                    .meta
+                    .lease_acquire(&rec.id, c.node_id(), c.lease_ms())
+                    .await?
+                {
+                    c.hold(&rec.id, fence);
+                    mine.push(rec);
+                }
+            }
+            live = mine;
+        }
         for rec in &live {
             let ctx = Ctx::system(rec.tenant.clone());
             let spec = self.spec(rec);
@@ -1208,20 +1513,19 @@ impl Manager {
                     SandboxState::Creating => {
                         let _ = backend.destroy(&rec.id, &spec.dir).await;
                         let _ = tokio::fs::remove_dir_all(&spec.dir).await;
-                        self.meta
-                            .transition(
-                                &rec.id,
-                                SandboxState::Creating,
-                                SandboxState::Failed,
-                                Patch {
-                                    reason: Some(Some(
-                                        "daemon stopped while the sandbox was being created".into(),
-                                    )),
-                                    ..Default::default()
-                                },
-                            )
-                            .await?
-                            .state
+                        self.transition(
+                            &rec.id,
+                            SandboxState::Creating,
+                            SandboxState::Failed,
+                            Patch {
+                                reason: Some(Some(
+                                    "daemon stopped while the sandbox was being created".into(),
+                                )),
+                                ..Default::default()
+                            },
+                        )
+                        .await?
+                        .state
                     }
                     SandboxState::Running => match backend.recover(&spec).await? {
                         Recovered::Running => {
@@ -1237,20 +1541,19 @@ impl Manager {
                         // The pause never completed: the sandbox goes on running.
                         Recovered::Running => {
                             self.touch(&rec.id);
-                            self.meta
-                                .transition(
-                                    &rec.id,
-                                    SandboxState::Pausing,
-                                    SandboxState::Running,
-                                    Patch {
-                                        reason: Some(Some(
-                                            "daemon stopped during a pause; pause abandoned".into(),
-                                        )),
-                                        ..Default::default()
-                                    },
-                                )
-                                .await?
-                                .state
+                            self.transition(
+                                &rec.id,
+                                SandboxState::Pausing,
+                                SandboxState::Running,
+                                Patch {
+                                    reason: Some(Some(
+                                        "daemon stopped during a pause; pause abandoned".into(),
+                                    )),
+                                    ..Default::default()
+                                },
+                            )
+                            .await?
+                            .state
                         }
                         Recovered::NotRunning => {
                             self.settle_lost(
@@ -1264,37 +1567,35 @@ impl Manager {
                     SandboxState::Resuming => match backend.recover(&spec).await? {
                         Recovered::Running => {
                             self.touch(&rec.id);
-                            self.meta
-                                .transition(
-                                    &rec.id,
-                                    SandboxState::Resuming,
-                                    SandboxState::Running,
-                                    Patch {
-                                        running_since_ms: Some(Some(now_ms())),
-                                        paused_at_ms: Some(None),
-                                        expires_at_ms: Some(None),
-                                        ..Default::default()
-                                    },
-                                )
-                                .await?
-                                .state
+                            self.transition(
+                                &rec.id,
+                                SandboxState::Resuming,
+                                SandboxState::Running,
+                                Patch {
+                                    running_since_ms: Some(Some(now_ms())),
+                                    paused_at_ms: Some(None),
+                                    expires_at_ms: Some(None),
+                                    ..Default::default()
+                                },
+                            )
+                            .await?
+                            .state
                         }
                         // Its snapshot is intact: paused again, the next request resumes it.
                         Recovered::NotRunning => {
-                            self.meta
-                                .transition(
-                                    &rec.id,
-                                    SandboxState::Resuming,
-                                    SandboxState::Paused,
-                                    Patch {
-                                        reason: Some(Some(
-                                            "daemon stopped during a resume; still paused".into(),
-                                        )),
-                                        ..Default::default()
-                                    },
-                                )
-                                .await?
-                                .state
+                            self.transition(
+                                &rec.id,
+                                SandboxState::Resuming,
+                                SandboxState::Paused,
+                                Patch {
+                                    reason: Some(Some(
+                                        "daemon stopped during a resume; still paused".into(),
+                                    )),
+                                    ..Default::default()
+                                },
+                            )
+                            .await?
+                            .state
                         }
                     },
                     SandboxState::Paused => {
@@ -1364,21 +1665,19 @@ impl Manager {
         // Running -> Paused goes through Pausing like any pause, so the state
         // machine needs no crash-only shortcut.
         let from = if from == SandboxState::Running && rec.backend == BackendKind::Process {
-            self.meta
-                .transition(
-                    &rec.id,
-                    SandboxState::Running,
-                    SandboxState::Pausing,
-                    Patch::default(),
-                )
-                .await?;
+            self.transition(
+                &rec.id,
+                SandboxState::Running,
+                SandboxState::Pausing,
+                Patch::default(),
+            )
+            .await?;
             SandboxState::Pausing
         } else {
             from
         };
         let to_state = if rec.backend == BackendKind::Process {
             let rec2 = self
-                .meta
                 .transition(
                     &rec.id,
                     from,
@@ -1394,6 +1693,7 @@ impl Manager {
                         // Resume rebuilds from the writable layer on disk.
                         pause_snapshot: Some(None),
                         pause_kind: Some(Some(PauseKind::Filesystem)),
+                        ..Default::default()
                     },
                 )
                 .await?;
@@ -1402,24 +1702,23 @@ impl Manager {
             }
             rec2.state
         } else {
-            self.meta
-                .transition(
-                    &rec.id,
-                    from,
-                    SandboxState::Failed,
-                    Patch {
-                        reason: Some(Some(format!(
-                            "{why}: its VM is gone{}",
-                            rec.pause_snapshot
-                                .as_ref()
-                                .map(|s| format!("; last pause snapshot {s} can be restored"))
-                                .unwrap_or_default()
-                        ))),
-                        ..Default::default()
-                    },
-                )
-                .await?
-                .state
+            self.transition(
+                &rec.id,
+                from,
+                SandboxState::Failed,
+                Patch {
+                    reason: Some(Some(format!(
+                        "{why}: its VM is gone{}",
+                        rec.pause_snapshot
+                            .as_ref()
+                            .map(|s| format!("; last pause snapshot {s} can be restored"))
+                            .unwrap_or_default()
+                    ))),
+                    ..Default::default()
+                },
+            )
+            .await?
+            .state
         };
         Ok(to_state)
     }
@@ -1433,7 +1732,27 @@ impl Manager {
             let slot = self.slot(&rec.id);
             match rec.state {
                 SandboxState::Running => {
+                    // In a cluster, only the node that runs it applies its policies.
+                    if self.cluster().is_some_and(|c| c.fence(&rec.id).is_none()) {
+                        continue;
+                    }
                     let policy = &rec.manifest.lifecycle;
+                    if policy.checkpoint_secs > 0 {
+                        let last = rec
+                            .checkpoint_at_ms
+                            .or(rec.running_since_ms)
+                            .unwrap_or(rec.created_at_ms);
+                        if now - last >= policy.checkpoint_secs as i64 * 1000 {
+                            if let Ok(guard) = slot.lock.clone().try_write_owned() {
+                                match self.checkpoint(&ctx, &rec.id, guard).await {
+                                    Ok(_) => done.push((rec.id.clone(), "checkpointed")),
+                                    Err(e) => {
+                                        warn!(sandbox = %rec.id, error = %e, "checkpoint failed")
+                                    }
+                                }
+                            }
+                        }
+                    }
                     let over_lifetime = policy.max_lifetime_secs > 0
                         && rec.running_time_ms(now) >= policy.max_lifetime_secs as i64 * 1000;
                     let idle_ms = now - slot.last_active_ms.load(Ordering::Relaxed);
@@ -1500,6 +1819,98 @@ impl Manager {
             }
         }
         Ok(done)
+    }
+
+    /// Periodic checkpoint (`lifecycle.checkpoint_secs`): snapshot the
+    /// running sandbox into the store without stopping it for longer than
+    /// the backend needs, record it (fenced), drop the previous one. Does not
+    /// count as activity, so it never keeps a sandbox from idling.
+    async fn checkpoint(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        _guard: OwnedRwLockWriteGuard<()>,
+    ) -> Result<SnapshotInfo> {
+        let rec = self.meta.get(id).await?;
+        if rec.state != SandboxState::Running {
+            return Err(Error::state(format!("sandbox {id} is {}", rec.state)));
+        }
+        let backend = self.backend(rec.backend)?.clone();
+        let spec = self.spec(&rec);
+        let stage = spec.dir.join("checkpoint-stage");
+        let _ = tokio::fs::remove_dir_all(&stage).await;
+        tokio::fs::create_dir_all(&stage).await?;
+        let at = now_ms();
+        let result = async {
+            let artifacts = backend.snapshot(id, &stage).await?;
+            self.snapshots
+                .put(
+                    &rec,
+                    SnapshotKind::User,
+                    &stage,
+                    &artifacts,
+                    Some(self.cfg.snapshot_ttl),
+                    "checkpoint",
+                )
+                .await
+        }
+        .await;
+        let _ = tokio::fs::remove_dir_all(&stage).await;
+        let snap = result?;
+        let fence = self.cluster().and_then(|c| c.fence(id));
+        match self
+            .meta
+            .set_checkpoint(id, &snap.id, at, fence.as_ref())
+            .await
+        {
+            Ok(Some(old)) => {
+                if let Err(e) = self.snapshots.delete(&rec.tenant, &old).await {
+                    warn!(sandbox = %id, snapshot = %old, error = %e, "old checkpoint not deleted");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let _ = self.snapshots.delete(&rec.tenant, &snap.id).await;
+                return Err(e);
+            }
+        }
+        self.audit(
+            ctx,
+            "checkpoint",
+            id.as_str(),
+            serde_json::json!({"snapshot": snap.id, "raw_bytes": snap.raw_bytes}),
+        )
+        .await;
+        Ok(snap)
+    }
+
+    /// In a cluster: heartbeat (renewing this node's leases) every third
+    /// of the lease; a sandbox whose lease another node took is stopped here
+    /// at once, without any state write (its fence is stale anyway).
+    pub fn spawn_heartbeat(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let c = self.cluster()?.clone();
+        let me = self.clone();
+        Some(tokio::spawn(async move {
+            let every = Duration::from_millis((c.lease_ms() / 3).max(100) as u64);
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                match c.heartbeat().await {
+                    Ok(lost) => {
+                        for id in lost {
+                            warn!(sandbox = %id, "lease taken by another node; stopping it here");
+                            if let Ok(rec) = me.meta.get(&id).await {
+                                if let Ok(b) = me.backend(rec.backend) {
+                                    let _ = b.destroy(&id, &me.sandbox_dir(&id)).await;
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => warn!(error = %e, "heartbeat failed"),
+                }
+            }
+        }))
     }
 
     /// Run the reaper until the returned handle is aborted.
