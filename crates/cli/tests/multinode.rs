@@ -276,7 +276,8 @@ async fn failover_process_backend() {
     );
 
     // Nothing else lost: the shared audit chain verifies from any node.
-    let v = h2.ok("GET", "/v1/audit/verify", None).await;
+    let admin = c.nodes[2].http_as(Some(&c.nodes[1].admin_token()));
+    let v = admin.ok("GET", "/v1/audit/verify", None).await;
     assert_eq!(v["ok"], true, "{v}");
     // Destroy works from any node and removes its snapshots.
     h2.ok("DELETE", &format!("/v1/sandboxes/{running}"), None)
