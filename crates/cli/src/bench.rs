@@ -19,6 +19,8 @@ pub enum BenchCmd {
     Lifecycle(LifecycleArgs),
     /// Dedup, compression and throughput of the snapshot store on real sandbox snapshots.
     Store(StoreArgs),
+    /// Always-running vs pause-on-idle cost from a quick lifecycle measurement (same as `stasis cost`).
+    Cost(crate::cost::CostArgs),
 }
 
 #[derive(Args)]
@@ -43,6 +45,22 @@ pub struct LifecycleArgs {
     setup: String,
 }
 
+impl LifecycleArgs {
+    /// What `stasis cost` measures: pause, resume and snapshot sizes after the
+    /// default setup, without the fork measurement.
+    pub fn for_cost(backend: &str, repeats: usize, images: Option<PathBuf>, accel: &str) -> Self {
+        LifecycleArgs {
+            backend: backend.to_string(),
+            repeats,
+            fork: Some(0),
+            images,
+            accel: accel.to_string(),
+            paused_watch_secs: 2,
+            setup: DEFAULT_SETUP.to_string(),
+        }
+    }
+}
+
 const DEFAULT_SETUP: &str = "python3 -c \"import json, random; random.seed(7); \
 d = [{'i': i, 'v': random.random(), 's': str(i) * 3} for i in range(200000)]; \
 json.dump(d, open('/workspace/data.json', 'w')); print(len(json.load(open('/workspace/data.json'))))\"";
@@ -64,6 +82,7 @@ pub async fn run(cmd: BenchCmd, json_out: bool) -> Result<()> {
     let report = match cmd {
         BenchCmd::Lifecycle(a) => lifecycle(a).await?,
         BenchCmd::Store(a) => store(a).await?,
+        BenchCmd::Cost(a) => return crate::cost::run(a, json_out).await,
     };
     if json_out {
         println!(
@@ -130,7 +149,7 @@ async fn exec_ok(c: &Client, id: &str, argv: &[&str]) -> Result<Value> {
     Ok(r)
 }
 
-async fn lifecycle(a: LifecycleArgs) -> Result<Value> {
+pub async fn lifecycle(a: LifecycleArgs) -> Result<Value> {
     let (d, accel) = start_daemon(a.images.clone(), &a.accel).await?;
     let c = &d.client;
     let manifest = json!({"backend": a.backend, "lifecycle": {"on_idle": "nothing"}});
@@ -236,6 +255,9 @@ async fn lifecycle(a: LifecycleArgs) -> Result<Value> {
         "resume_vs_cold_create_plus_setup": resume / cold_setup.max(1e-9),
     });
     report["setup_command"] = json!(a.setup);
+    // Always-running vs pause-on-idle for the example workload, priced with
+    // the figures above (`stasis cost --from` for another profile or prices).
+    report["cost"] = crate::cost::section(&report)?;
     let forks = a
         .fork
         .unwrap_or(if a.backend == "microvm" { 16 } else { 4 });

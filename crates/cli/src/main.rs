@@ -5,6 +5,7 @@
 
 mod bench;
 mod client;
+mod cost;
 mod demo;
 mod doctor;
 mod runs;
@@ -159,6 +160,8 @@ enum Cmd {
     /// Tenant secrets delivered to sandboxes whose manifest names them (admin token).
     #[command(subcommand)]
     Secret(SecretCmd),
+    /// Cost of an always-running sandbox vs one paused on idle, from measured figures.
+    Cost(cost::CostArgs),
 }
 
 #[derive(Subcommand)]
@@ -1022,6 +1025,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(b) => bench::run(b, json).await?,
         Cmd::Admin(a) => admin(&c, a, json).await?,
         Cmd::Secret(s) => secret(&c, s, json).await?,
+        Cmd::Cost(a) => cost::run(a, json).await?,
     }
     Ok(())
 }

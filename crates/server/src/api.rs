@@ -1325,8 +1325,10 @@ async fn fallback() -> ApiError {
 
 pub fn router(state: AppState) -> Router {
     let body_limit = state.manager.config().max_file_bytes as usize + 64 * 1024;
+    let metrics = state.manager.metrics().clone();
     Router::new()
         .route("/healthz", get(healthz))
+        .route("/metrics", get(crate::metrics::handler))
         .route("/openapi.json", get(openapi))
         .route("/v1/doctor", get(doctor))
         .route("/v1/sandboxes", post(create_sandbox).get(list_sandboxes))
@@ -1410,6 +1412,11 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             crate::auth::authenticate,
+        ))
+        // Outside authentication, so refused requests are counted too.
+        .layer(axum::middleware::from_fn_with_state(
+            metrics,
+            crate::metrics::track,
         ))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::map_response(json_errors))

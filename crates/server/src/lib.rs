@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cluster;
 pub mod daemon;
 pub mod manager;
+pub mod metrics;
 pub mod mounts;
 pub mod runs;
 pub mod runs_api;
@@ -13,4 +14,5 @@ pub mod snapshots;
 pub mod tenancy;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};
+pub use metrics::Metrics;
 pub use snapshots::{SnapshotInfo, SnapshotKind, Snapshots};

@@ -30,6 +30,7 @@ use stasis_core::{
 use stasis_meta::{Meta, NewAuditEntry, Patch, PauseKind, SandboxRecord};
 
 use crate::cluster::Cluster;
+use crate::metrics::{Metrics, Op};
 use crate::snapshots::{SnapshotInfo, SnapshotKind, Snapshots};
 
 /// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
@@ -100,6 +101,7 @@ pub struct Manager {
     last_gc_ms: AtomicI64,
     /// Set when several daemons share the metadata database.
     cluster: std::sync::OnceLock<Arc<Cluster>>,
+    metrics: Metrics,
 }
 
 /// A unique, path-safe token (reuses the id generator's randomness).
@@ -130,6 +132,7 @@ impl Manager {
             slots: StdMutex::new(HashMap::new()),
             last_gc_ms: AtomicI64::new(now_ms()),
             cluster: std::sync::OnceLock::new(),
+            metrics: Metrics::new(),
         })
     }
 
@@ -369,6 +372,7 @@ impl Manager {
                     }),
                 )
                 .await;
+                self.metrics.lease_taken_over();
                 Ok(rec)
             }
             Err(e) => {
@@ -402,6 +406,11 @@ impl Manager {
 
     pub fn config(&self) -> &ManagerConfig {
         &self.cfg
+    }
+
+    /// This daemon's metrics (served at `/metrics`).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     pub fn capabilities(&self) -> Vec<Capabilities> {
@@ -476,6 +485,7 @@ impl Manager {
         crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
+        let timer = self.metrics.op(Op::Create, kind);
         let backend = self.backend(kind)?.clone();
         let caps = backend.capabilities();
         if !caps.available {
@@ -508,6 +518,7 @@ impl Manager {
             serde_json::json!({"backend": kind, "manifest_digest": rec.manifest_digest}),
         )
         .await;
+        timer.ok();
         Ok(rec)
     }
 
@@ -923,6 +934,7 @@ impl Manager {
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<(SandboxRecord, OpTiming)> {
         let t0 = std::time::Instant::now();
+        let timer = self.metrics.op(Op::Pause, rec.backend);
         let (backend, spec, rec) = self
             .begin(&rec, SandboxState::Running, SandboxState::Pausing)
             .await?;
@@ -1023,6 +1035,7 @@ impl Manager {
             serde_json::json!({"why": why, "kind": kind, "snapshot": snap.id, "raw_bytes": snap.raw_bytes, "stored_bytes": snap.stored_bytes}),
         )
         .await;
+        timer.ok();
         Ok((rec, timing))
     }
 
@@ -1076,6 +1089,7 @@ impl Manager {
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<(SandboxRecord, OpTiming)> {
         let t0 = std::time::Instant::now();
+        let timer = self.metrics.op(Op::Resume, rec.backend);
         if let Some(c) = self.cluster() {
             rec.state.check_transition(SandboxState::Resuming)?;
             self.lease_for_start(&rec.id).await?;
@@ -1146,6 +1160,7 @@ impl Manager {
                     serde_json::json!({"ms": timing.total_ms}),
                 )
                 .await;
+                timer.ok();
                 Ok((rec, timing))
             }
             Err(e) => {
@@ -1188,6 +1203,7 @@ impl Manager {
         action: &str,
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<SandboxRecord> {
+        let timer = self.metrics.op(Op::Destroy, rec.backend);
         rec.state.check_transition(SandboxState::Destroying)?;
         let rec = self
             .transition(
@@ -1200,6 +1216,7 @@ impl Manager {
         let rec = self.finish_destroy(rec).await?;
         self.audit(ctx, action, rec.id.as_str(), serde_json::json!({}))
             .await;
+        timer.ok();
         Ok(rec)
     }
 
@@ -1269,6 +1286,7 @@ impl Manager {
         if rec.state != SandboxState::Running {
             return Err(Error::state(format!("sandbox {id} is {}", rec.state)));
         }
+        let timer = self.metrics.op(Op::Snapshot, rec.backend);
         let backend = self.backend(rec.backend)?.clone();
         let spec = self.spec(&rec);
         let stage = spec.dir.join("snapshot-stage");
@@ -1299,6 +1317,7 @@ impl Manager {
             serde_json::json!({"snapshot": snap.id, "raw_bytes": snap.raw_bytes}),
         )
         .await;
+        timer.ok();
         Ok(snap)
     }
 
@@ -1328,6 +1347,7 @@ impl Manager {
             }
             _ => manifest.backend = Some(info.backend),
         }
+        let timer = self.metrics.op(Op::Restore, info.backend);
         let backend = self.backend(info.backend)?.clone();
         let id = SandboxId::generate();
         let slot = self.slot(&id);
@@ -1361,6 +1381,7 @@ impl Manager {
             serde_json::json!({"snapshot": snapshot}),
         )
         .await;
+        timer.ok();
         Ok(rec)
     }
 
@@ -1791,7 +1812,10 @@ impl Manager {
                         }
                     };
                     match r {
-                        Ok(what) => done.push((rec.id.clone(), what)),
+                        Ok(what) => {
+                            self.metrics.reaped(what);
+                            done.push((rec.id.clone(), what))
+                        }
                         Err(e) => warn!(sandbox = %rec.id, error = %e, "idle policy failed"),
                     }
                 }
@@ -1804,7 +1828,10 @@ impl Manager {
                         continue;
                     }
                     match self.do_destroy(&ctx, rec.clone(), "expire", guard).await {
-                        Ok(_) => done.push((rec.id.clone(), "ttl_expired")),
+                        Ok(_) => {
+                            self.metrics.reaped("ttl_expired");
+                            done.push((rec.id.clone(), "ttl_expired"))
+                        }
                         Err(e) => warn!(sandbox = %rec.id, error = %e, "TTL destroy failed"),
                     }
                 }
