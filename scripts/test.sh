@@ -20,10 +20,10 @@ target/debug/stasis bench lifecycle --backend process --repeats 1 --fork 2 --pau
 # runs); end with one total line.
 log=$(mktemp)
 set +e
-cargo test --locked --workspace 2>&1 | tee "$log"
+cargo test --locked --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
-sum() { grep -E '^test result:' "$log" | grep -oE "[0-9]+ $1" | awk '{s+=$1} END {print s+0}'; }
+sum() { { grep -E '^test result:' "$log" || true; } | { grep -oE "[0-9]+ $1" || true; } | awk '{s+=$1} END {print s+0}'; }
 passed=$(sum passed)
 failed=$(sum failed)
 # The Python client's tests (pytest) against the daemon built above; their
@@ -33,8 +33,8 @@ STASIS_BIN="$REPO/target/debug/stasis" "$REPO/.venv/bin/python" -m pytest \
     clients/python/tests -q -p no:cacheprovider 2>&1 | tee "$log"
 pystatus=${PIPESTATUS[0]}
 set -e
-pyline=$(grep -E '[0-9]+ (passed|failed|error)' "$log" | tail -1)
-pycount() { grep -oE "[0-9]+ $1" <<<"$pyline" | awk '{s+=$1} END {print s+0}'; }
+pyline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
+pycount() { { grep -oE "[0-9]+ $1" <<<"$pyline" || true; } | awk '{s+=$1} END {print s+0}'; }
 passed=$((passed + $(pycount passed)))
 failed=$((failed + $(pycount failed) + $(pycount error)))
 if ((status == 0 && pystatus != 0)); then
