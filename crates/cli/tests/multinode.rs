@@ -22,71 +22,8 @@ mod common;
 
 use common::{Daemon, Http};
 use serde_json::{json, Value};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
+use stasis_store::testing::MotoServer;
 use std::time::{Duration, Instant};
-
-struct Moto(std::process::Child);
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn find_in_path(bin: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(bin))
-            .find(|f| f.is_file())
-    })
-}
-
-/// moto_server on a free loopback port with bucket `bucket`; sets the AWS
-/// variables the daemons inherit.
-fn start_moto(bucket: &str) -> Option<Moto> {
-    let Some(bin) = find_in_path("moto_server") else {
-        if std::env::var_os("STASIS_REQUIRE_S3").is_some() {
-            panic!("STASIS_REQUIRE_S3 is set but moto_server is not installed");
-        }
-        eprintln!("multinode test NOT RUN: moto_server not found (pip install 'moto[server]')");
-        return None;
-    };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = std::process::Command::new(bin)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start moto_server");
-    let moto = Moto(child);
-    let t0 = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "moto_server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(s, "PUT /{bucket} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    assert!(out.starts_with("HTTP/1.1 200"), "create bucket: {out}");
-    // Process-wide: the clusters of this binary run one at a time (see
-    // `SERIAL`), so the daemons a cluster starts inherit its own server.
-    std::env::set_var("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}"));
-    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
-    std::env::set_var("AWS_REGION", "us-east-1");
-    std::env::set_var("AWS_ALLOW_HTTP", "true");
-    Some(moto)
-}
 
 const LEASE_SECS: &str = "3";
 
@@ -96,7 +33,7 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 struct Cluster {
     nodes: Vec<Daemon>,
-    _moto: Moto,
+    _moto: MotoServer,
     _serial: tokio::sync::MutexGuard<'static, ()>,
 }
 
@@ -105,7 +42,9 @@ async fn cluster(name: &str) -> Option<Cluster> {
     let pg = stasis_meta::testing::pg_fresh_database_from_env()
         .await
         .expect("test database")?;
-    let moto = start_moto("stasis-multinode")?;
+    let moto = MotoServer::start("stasis-multinode", "multinode test")?;
+    // The daemons a cluster starts inherit its server's address.
+    moto.set_aws_env();
     let store = format!("s3://stasis-multinode/{name}-{}", common::unique("c"));
     let mut nodes = Vec::new();
     for i in 0..3 {

@@ -24,6 +24,7 @@ pub mod bench;
 pub mod crypto;
 mod export;
 mod gc;
+pub mod testing;
 mod types;
 
 pub use crypto::MasterKey;

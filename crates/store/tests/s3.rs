@@ -5,72 +5,9 @@
 use object_store::path::Path as OPath;
 use object_store::ObjectStore;
 use stasis_core::{BackendKind, ErrorCode, TenantId};
+use stasis_store::testing::MotoServer;
 use stasis_store::{GcOptions, MasterKey, NewSnapshot, Store};
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-fn find_in_path(bin: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH").and_then(|p| {
-        std::env::split_paths(&p)
-            .map(|d| d.join(bin))
-            .find(|f| f.is_file())
-    })
-}
-
-struct Moto(std::process::Child);
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn http(port: u16, method: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
-}
-
-fn start_moto() -> Option<(Moto, u16)> {
-    let Some(bin) = find_in_path("moto_server") else {
-        if std::env::var_os("STASIS_REQUIRE_S3").is_some() {
-            panic!("STASIS_REQUIRE_S3 is set but moto_server is not installed (pip install 'moto[server]')");
-        }
-        println!("SKIP s3 test: moto_server not found (pip install 'moto[server]'; set STASIS_REQUIRE_S3=1 to make this fatal)");
-        return None;
-    };
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = std::process::Command::new(bin)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start moto_server");
-    let moto = Moto(child);
-    let t0 = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(60),
-            "moto_server did not start"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let resp = http(port, "PUT", "/stasis-test");
-    assert!(resp.starts_with("HTTP/1.1 200"), "create bucket: {resp}");
-    Some((moto, port))
-}
+use std::path::Path;
 
 fn write_file(p: &Path, len: usize, seed: u64) {
     let mut v = vec![0u8; len];
@@ -80,15 +17,12 @@ fn write_file(p: &Path, len: usize, seed: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_round_trip_tamper_gc() {
-    let Some((_moto, port)) = start_moto() else {
+    let Some(moto) = MotoServer::start("stasis-test", "s3 test") else {
         return;
     };
-    let endpoint = format!("http://127.0.0.1:{port}");
+    let endpoint = moto.endpoint();
     // The only test in this binary: setting the env here is not racy.
-    std::env::set_var("AWS_ENDPOINT_URL", &endpoint);
-    std::env::set_var("AWS_ACCESS_KEY_ID", "testing");
-    std::env::set_var("AWS_SECRET_ACCESS_KEY", "testing");
-    std::env::set_var("AWS_REGION", "us-east-1");
+    moto.set_aws_env();
 
     let url = "s3://stasis-test/deploy-1";
     let key = MasterKey::from_bytes([3u8; 32]);
