@@ -129,6 +129,16 @@ pub struct Patch {
     pub progress_lost_ms: Option<Option<i64>>,
 }
 
+impl Patch {
+    /// A patch that only sets the reason.
+    pub fn reason(reason: impl Into<String>) -> Patch {
+        Patch {
+            reason: Some(Some(reason.into())),
+            ..Default::default()
+        }
+    }
+}
+
 /// What a writer believes about a sandbox's lease: "node `node` holds it
 /// with fencing token `token`". A write carrying a fence succeeds only while
 /// that is still true in the database (checked in the same statement).

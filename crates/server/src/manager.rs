@@ -291,10 +291,7 @@ impl Manager {
                     &rec.id,
                     rec.state,
                     SandboxState::Failed,
-                    Patch {
-                        reason: Some(Some(reason.clone())),
-                        ..Default::default()
-                    },
+                    Patch::reason(reason.clone()),
                 )
                 .await;
             return Err(Error::state(reason));
@@ -382,13 +379,10 @@ impl Manager {
                         &rec.id,
                         SandboxState::Resuming,
                         SandboxState::Failed,
-                        Patch {
-                            reason: Some(Some(format!(
-                                "takeover from snapshot {snap} failed: {}",
-                                e.message
-                            ))),
-                            ..Default::default()
-                        },
+                        Patch::reason(format!(
+                            "takeover from snapshot {snap} failed: {}",
+                            e.message
+                        )),
                     )
                     .await;
                 Err(e.context("takeover failed"))
@@ -557,10 +551,7 @@ impl Manager {
                         &rec.id,
                         SandboxState::Creating,
                         SandboxState::Failed,
-                        Patch {
-                            reason: Some(Some(format!("{what} failed: {}", e.message))),
-                            ..Default::default()
-                        },
+                        Patch::reason(format!("{what} failed: {}", e.message)),
                     )
                     .await;
                 Err(e)
@@ -982,10 +973,7 @@ impl Manager {
                         &rec.id,
                         SandboxState::Pausing,
                         SandboxState::Failed,
-                        Patch {
-                            reason: Some(Some(reason.clone())),
-                            ..Default::default()
-                        },
+                        Patch::reason(reason.clone()),
                     )
                     .await;
                 return Err(Error::backend(reason));
@@ -1068,10 +1056,7 @@ impl Manager {
                 &rec.id,
                 SandboxState::Pausing,
                 to,
-                Patch {
-                    reason: Some(Some(reason.clone())),
-                    ..Default::default()
-                },
+                Patch::reason(reason.clone()),
             )
             .await;
         Error::backend(reason)
@@ -1178,10 +1163,7 @@ impl Manager {
                         &rec.id,
                         SandboxState::Resuming,
                         to,
-                        Patch {
-                            reason: Some(Some(format!("resume failed: {}", e.message))),
-                            ..Default::default()
-                        },
+                        Patch::reason(format!("resume failed: {}", e.message)),
                     )
                     .await;
                 Err(e.context("resume failed"))
@@ -1230,10 +1212,7 @@ impl Manager {
                         &rec.id,
                         SandboxState::Destroying,
                         SandboxState::Failed,
-                        Patch {
-                            reason: Some(Some(format!("destroy failed: {}", e.message))),
-                            ..Default::default()
-                        },
+                        Patch::reason(format!("destroy failed: {}", e.message)),
                     )
                     .await;
                 return Err(e);
@@ -1538,12 +1517,7 @@ impl Manager {
                             &rec.id,
                             SandboxState::Creating,
                             SandboxState::Failed,
-                            Patch {
-                                reason: Some(Some(
-                                    "daemon stopped while the sandbox was being created".into(),
-                                )),
-                                ..Default::default()
-                            },
+                            Patch::reason("daemon stopped while the sandbox was being created"),
                         )
                         .await?
                         .state
@@ -1566,12 +1540,7 @@ impl Manager {
                                 &rec.id,
                                 SandboxState::Pausing,
                                 SandboxState::Running,
-                                Patch {
-                                    reason: Some(Some(
-                                        "daemon stopped during a pause; pause abandoned".into(),
-                                    )),
-                                    ..Default::default()
-                                },
+                                Patch::reason("daemon stopped during a pause; pause abandoned"),
                             )
                             .await?
                             .state
@@ -1608,12 +1577,7 @@ impl Manager {
                                 &rec.id,
                                 SandboxState::Resuming,
                                 SandboxState::Paused,
-                                Patch {
-                                    reason: Some(Some(
-                                        "daemon stopped during a resume; still paused".into(),
-                                    )),
-                                    ..Default::default()
-                                },
+                                Patch::reason("daemon stopped during a resume; still paused"),
                             )
                             .await?
                             .state
@@ -1727,16 +1691,13 @@ impl Manager {
                 &rec.id,
                 from,
                 SandboxState::Failed,
-                Patch {
-                    reason: Some(Some(format!(
-                        "{why}: its VM is gone{}",
-                        rec.pause_snapshot
-                            .as_ref()
-                            .map(|s| format!("; last pause snapshot {s} can be restored"))
-                            .unwrap_or_default()
-                    ))),
-                    ..Default::default()
-                },
+                Patch::reason(format!(
+                    "{why}: its VM is gone{}",
+                    rec.pause_snapshot
+                        .as_ref()
+                        .map(|s| format!("; last pause snapshot {s} can be restored"))
+                        .unwrap_or_default()
+                )),
             )
             .await?
             .state
