@@ -5,6 +5,11 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$REPO"
+# One build per run: the incremental cache would only cost disk.
+export CARGO_INCREMENTAL=0
+# The build, the guest image and the tests' sandboxes need a few GB; say how
+# much there is so a full disk is recognised as such in the log.
+echo "test: $(df -h --output=avail "$REPO" | tail -1 | tr -d ' ') free on the repository's disk" >&2
 scripts/setup.sh --tests
 export STASIS_IMAGE_DIR="$REPO/.stasis/images/default"
 export STASIS_REQUIRE_S3=1
