@@ -84,19 +84,46 @@ pub struct ApiJson<T>(pub T);
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        match axum::Json::<T>::from_request(req, state).await {
+        if !json_content_type(req.headers()) {
+            return Err(ApiError(not_json()));
+        }
+        let body = Bytes::from_request(req, state)
+            .await
+            .map_err(|r| ApiError(bytes_rejection(r)))?;
+        require_object(&body)?;
+        match axum::Json::<T>::from_bytes(&body) {
             Ok(axum::Json(v)) => Ok(ApiJson(v)),
             Err(r) => Err(ApiError(json_rejection(r))),
         }
     }
 }
 
+fn not_json() -> Error {
+    Error::invalid("expected a JSON body with content-type application/json")
+}
+
+/// `application/json` or any `application/...+json`, parameters ignored.
+fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
+    let Some(value) = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
 fn json_rejection(r: JsonRejection) -> Error {
     match r {
         JsonRejection::BytesRejection(b) => bytes_rejection(b),
-        JsonRejection::MissingJsonContentType(_) => {
-            Error::invalid("expected a JSON body with content-type application/json")
-        }
+        JsonRejection::MissingJsonContentType(_) => not_json(),
         other => Error::invalid(other.body_text()),
     }
 }
@@ -411,10 +438,25 @@ pub struct AuditQuery {
     pub limit: Option<i64>,
 }
 
-fn optional_json<T: DeserializeOwned + Default>(body: &Bytes) -> ApiResult<T> {
+/// Every request body is a JSON object. serde's derived structs would also
+/// take a JSON array as their fields in order, so `[]` would pass as a
+/// request whose fields all have defaults.
+fn require_object(body: &[u8]) -> ApiResult<()> {
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{') {
+        Ok(())
+    } else {
+        Err(ApiError(Error::invalid(
+            "the request body must be a JSON object",
+        )))
+    }
+}
+
+/// A body that may be empty (then `T::default()`) or else a JSON object.
+pub(crate) fn optional_json<T: DeserializeOwned + Default>(body: &Bytes) -> ApiResult<T> {
     if body.iter().all(|b| b.is_ascii_whitespace()) {
         return Ok(T::default());
     }
+    require_object(body)?;
     serde_json::from_slice(body).map_err(|e| ApiError(Error::invalid(e.to_string())))
 }
 

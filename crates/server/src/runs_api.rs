@@ -144,11 +144,7 @@ async fn decide(
     approve: bool,
 ) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
     let ctx = auth.ctx();
-    let body: DecisionBody = if body.iter().all(|b| b.is_ascii_whitespace()) {
-        DecisionBody::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError(Error::invalid(e.to_string())))?
-    };
+    let body: DecisionBody = crate::api::optional_json(&body)?;
     let r = runs(&st).await?;
     let o =
         detached(async move { r.decide(&ctx, &id, &call, approve, &body.reason).await }).await?;

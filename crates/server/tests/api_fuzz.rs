@@ -245,6 +245,8 @@ fn json_routes(sb: &str) -> Vec<(&'static str, String)> {
         ("POST", "/v1/runs/resume".into()),
         ("POST", "/v1/runs/run-x/steps".into()),
         ("POST", "/v1/runs/run-x/tool-calls".into()),
+        ("POST", "/v1/runs/run-x/approvals/c1/approve".into()),
+        ("POST", "/v1/runs/run-x/approvals/c1/reject".into()),
         ("POST", "/v1/admin/tenants".into()),
     ]
 }
@@ -294,8 +296,21 @@ fn main() {
         })
     };
 
-    // 1. Hostile bodies on every JSON route.
+    // 1. Hostile bodies on every JSON route: first the non-object bodies a
+    // derived struct would read as a sequence of its fields, then random ones.
     let routes = json_routes(&env.sandbox);
+    for (m, p) in &routes {
+        for body in [&b"[]"[..], b" [ ] ", b"[{}]", b"null", b"\"x\"", b"7"] {
+            let (st, b) = rt.block_on(call(&env, req(&env, m, p, body.to_vec())));
+            check_4xx(
+                &format!("{m} {p} {}", String::from_utf8_lossy(body)),
+                st,
+                &b,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+            total += 1;
+        }
+    }
     runner()
         .run(&(0..routes.len(), hostile_body()), |(i, body)| {
             let (m, p) = &routes[i];
@@ -396,9 +411,10 @@ fn main() {
             let mut r = req(&env, "GET", "/v1/sandboxes", vec![]);
             match kind {
                 0 => {
+                    // An actor of 1-128 characters is valid; anything longer is not.
                     r.headers_mut().insert(
                         "x-stasis-actor",
-                        axum::http::HeaderValue::from_bytes(&vec![b'a'; len]).unwrap(),
+                        axum::http::HeaderValue::from_bytes(&vec![b'a'; 128 + len]).unwrap(),
                     );
                 }
                 1 => {
