@@ -31,30 +31,34 @@ fi
 # (process backend and its tests), nftables (egress allowlists of process sandboxes), python3 (the default process sandbox's interpreter).
 APT_PACKAGES=(qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs cpio
     xz-utils zstd kmod b3sum iproute2 util-linux procps python3 python3-venv ca-certificates nftables)
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-    dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || missing+=("$p")
-done
-if ((${#missing[@]})); then
-    log "installing Debian packages: ${missing[*]}"
+if ((TESTS)); then
+    # PostgreSQL server binaries for the metadata and multi-node tests
+    # (scripts/pg-test-server.sh starts a throwaway cluster on loopback).
+    APT_PACKAGES+=(postgresql)
+fi
+not_installed() {
+    local p out=()
+    for p in "$@"; do
+        dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null | grep -qx installed || out+=("$p")
+    done
+    echo "${out[*]}"
+}
+missing=$(not_installed "${APT_PACKAGES[@]}")
+if [[ -n $missing ]]; then
+    log "installing Debian packages: $missing"
     export DEBIAN_FRONTEND=noninteractive
     "${SUDO[@]}" apt-get update -q
-    "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+    # The whole list, not only what is missing: packages built from one
+    # source (qemu-system-x86, qemu-utils) must move to the same version, and
+    # asked for one alone apt would rather remove an older sibling.
+    "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${APT_PACKAGES[@]}"
+    still=$(not_installed "${APT_PACKAGES[@]}")
+    [[ -z $still ]] || { echo "setup: apt-get left these packages uninstalled: $still" >&2; exit 1; }
 else
     log "Debian packages present"
 fi
 
 if ((TESTS)); then
-    # PostgreSQL server binaries for the metadata and multi-node tests
-    # (scripts/pg-test-server.sh starts a throwaway cluster on loopback).
-    if ! dpkg-query -W -f='${db:Status-Status}' postgresql 2>/dev/null | grep -qx installed; then
-        log "installing Debian package: postgresql"
-        export DEBIAN_FRONTEND=noninteractive
-        "${SUDO[@]}" apt-get update -q
-        "${SUDO[@]}" apt-get install -y -q --no-install-recommends postgresql
-    else
-        log "postgresql present"
-    fi
     # A real S3-compatible server for the store's S3 tests, on loopback.
     if ! command -v moto_server >/dev/null 2>&1; then
         log "installing moto[server] (S3-compatible test server) from PyPI"
