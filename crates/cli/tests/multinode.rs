@@ -6,7 +6,9 @@
 //! exactly one node, and the API reports the progress lost.
 //!
 //! What each variant proves:
-//! - `failover_process_backend` (always; bounded): forwarding to the owner,
+//! - `failover_process_backend` (always; bounded): forwarding to the owner
+//!   (run tool calls included, which run once under their idempotency key
+//!   whichever node gets them, across the takeover too),
 //!   takeover of a running sandbox from its periodic checkpoint (files as of
 //!   the checkpoint; later writes lost and reported as `progress_lost_ms`),
 //!   resume of a paused sandbox on another node from its pause snapshot —
@@ -145,6 +147,43 @@ async fn failover_process_backend() {
     // Any node accepts any request: n1 and n2 forward to the owner n0.
     h1.sh(&running, "echo base > /workspace/base.txt").await;
     assert_eq!(h2.sh(&running, "cat /workspace/base.txt").await, "base\n");
+    // Run tool calls follow the run's sandbox to its owner as well: a call
+    // sent to n1 executes on n0, once; its retry through n2 is the record.
+    let run = h1
+        .ok("POST", "/v1/runs", Some(json!({"sandbox": running})))
+        .await;
+    let calls = format!("/v1/runs/{}/tool-calls", run["id"].as_str().unwrap());
+    let call = json!({"idempotency_key": "mail-1", "kind": "exec", "side_effecting": true,
+                      "argv": ["sh", "-c", "echo sent >> /workspace/mail.log; hostname"]});
+    let first = h1.ok("POST", &calls, Some(call.clone())).await;
+    assert_eq!(first["outcome"], "succeeded", "{first}");
+    assert_eq!(first["replayed"], false, "{first}");
+    let again = h2.ok("POST", &calls, Some(call)).await;
+    assert_eq!(again["replayed"], true, "{again}");
+    assert_eq!(again["call"]["result"], first["call"]["result"]);
+    assert_eq!(h2.sh(&running, "cat /workspace/mail.log").await, "sent\n");
+    // A call reaching a node that does not own the sandbox and may not
+    // forward it (marked as forwarded already) is refused as busy before
+    // anything is recorded, so the same key then runs normally, once.
+    let call0 = json!({"idempotency_key": "mail-0", "kind": "exec", "side_effecting": true,
+                       "argv": ["sh", "-c", "echo early >> /workspace/mail.log"]});
+    let r =
+        h1.c.post(format!("{}{calls}", h1.base))
+            .header(stasis_server::cluster::HOP_HEADER, "n2")
+            .json(&call0)
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 409);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "busy", "{v}");
+    let ok = h1.ok("POST", &calls, Some(call0)).await;
+    assert_eq!(ok["outcome"], "succeeded", "{ok}");
+    assert_eq!(ok["replayed"], false, "{ok}");
+    assert_eq!(
+        h2.sh(&running, "grep -c early /workspace/mail.log").await,
+        "1\n"
+    );
     let p = h1
         .ok(
             "POST",
@@ -190,9 +229,27 @@ async fn failover_process_backend() {
 
     // The running one: requests to n1 and n2 at once; both are served once
     // n0's lease expires, exactly one node takes it over, the other forwards.
-    let (a, b) = tokio::join!(
+    // A run's tool call joins the race: refused as busy while the lease
+    // lives, with nothing recorded, so its retries under the same key run
+    // it exactly once.
+    let after_kill = json!({"idempotency_key": "mail-2", "kind": "exec", "side_effecting": true,
+                            "argv": ["sh", "-c", "echo again >> /workspace/mail.log"]});
+    let (a, b, _) = tokio::join!(
         sh_retry(&h1, &running, "cat /workspace/base.txt"),
-        sh_retry(&h2, &running, "cat /workspace/base.txt")
+        sh_retry(&h2, &running, "cat /workspace/base.txt"),
+        until("the tool call to run", 120, || async {
+            let r = h1.call("POST", &calls, Some(after_kill.clone())).await;
+            if r.status == 200 {
+                assert_eq!(r.body["outcome"], "succeeded", "{}", r.body);
+                return Some(());
+            }
+            assert_eq!(r.body["error"]["code"], "busy", "{} {}", r.status, r.body);
+            None
+        })
+    );
+    assert_eq!(
+        h1.sh(&running, "grep -c again /workspace/mail.log").await,
+        "1\n"
     );
     let takeover_ms = killed_at.elapsed().as_millis();
     assert_eq!(a, "base\n");

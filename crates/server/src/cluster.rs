@@ -245,18 +245,99 @@ fn sandbox_in_path(method: &axum::http::Method, path: &str) -> Option<SandboxId>
     SandboxId::parse(id).ok()
 }
 
-/// Middleware: forward a request about a sandbox leased by another live node.
+/// The run whose sandbox a request executes in: a tool call, or an approval
+/// decision (approving runs the held call).
+fn run_in_path<'a>(method: &axum::http::Method, path: &'a str) -> Option<&'a str> {
+    if method != axum::http::Method::POST {
+        return None;
+    }
+    let (id, tail) = path.strip_prefix("/v1/runs/")?.split_once('/')?;
+    let decision = tail
+        .strip_prefix("approvals/")
+        .and_then(|t| t.split_once('/'))
+        .is_some_and(|(_, verb)| verb == "approve" || verb == "reject");
+    (tail == "tool-calls" || decision).then_some(id)
+}
+
+/// The sandbox a request acts on, directly or through a run. The run is
+/// looked up without its tenant: the node it is forwarded to authorizes, and
+/// answers another tenant's run with the same 404 as a missing one.
+async fn sandbox_of(
+    state: &AppState,
+    method: &axum::http::Method,
+    path: &str,
+) -> Result<Option<SandboxId>> {
+    if let Some(id) = sandbox_in_path(method, path) {
+        return Ok(Some(id));
+    }
+    let Some(run) = run_in_path(method, path) else {
+        return Ok(None);
+    };
+    match state.manager.meta().run_get(run).await {
+        Ok(r) => Ok(r.sandbox.and_then(|s| SandboxId::parse(&s).ok())),
+        Err(e) if e.code == ErrorCode::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Middleware: forward a request about a sandbox leased by another live
+/// node (run tool calls and decisions included: they execute in the run's
+/// sandbox, and a node that does not own it could only answer busy).
 pub async fn forward_layer(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(cluster) = state.manager.cluster() {
         if !req.headers().contains_key(HOP_HEADER) {
-            if let Some(id) = sandbox_in_path(req.method(), req.uri().path()) {
-                match cluster.route(&id).await {
-                    Ok(Route::Forward { url, .. }) => return cluster.forward(&url, req).await,
-                    Ok(Route::Local) => {}
-                    Err(e) => return crate::api::ApiError(e).into_response(),
-                }
+            // Owned: the request (its body is not Sync) stays out of the await.
+            let (method, path) = (req.method().clone(), req.uri().path().to_string());
+            let routed = match sandbox_of(&state, &method, &path).await {
+                Ok(Some(id)) => cluster.route(&id).await,
+                Ok(None) => Ok(Route::Local),
+                Err(e) => Err(e),
+            };
+            match routed {
+                Ok(Route::Forward { url, .. }) => return cluster.forward(&url, req).await,
+                Ok(Route::Local) => {}
+                Err(e) => return crate::api::ApiError(e).into_response(),
             }
         }
     }
     next.run(req).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Method;
+
+    #[test]
+    fn requests_that_execute_in_a_sandbox_are_recognised() {
+        let sb = "sb-0123456789abcdef0123456789abcdef";
+        assert!(sandbox_in_path(&Method::POST, &format!("/v1/sandboxes/{sb}/exec")).is_some());
+        assert!(sandbox_in_path(&Method::DELETE, &format!("/v1/sandboxes/{sb}")).is_some());
+        // Reading the record is served from the database by any node.
+        assert!(sandbox_in_path(&Method::GET, &format!("/v1/sandboxes/{sb}")).is_none());
+        assert!(sandbox_in_path(&Method::POST, "/v1/sandboxes/../etc/exec").is_none());
+
+        assert_eq!(
+            run_in_path(&Method::POST, "/v1/runs/run-1/tool-calls"),
+            Some("run-1")
+        );
+        assert_eq!(
+            run_in_path(&Method::POST, "/v1/runs/run-1/approvals/call-2/approve"),
+            Some("run-1")
+        );
+        assert_eq!(
+            run_in_path(&Method::POST, "/v1/runs/run-1/approvals/call-2/reject"),
+            Some("run-1")
+        );
+        for (m, p) in [
+            (Method::GET, "/v1/runs/run-1/tool-calls"),
+            (Method::POST, "/v1/runs/run-1/steps"),
+            (Method::POST, "/v1/runs/resume"),
+            (Method::POST, "/v1/runs"),
+            (Method::POST, "/v1/runs/run-1/approvals/call-2/forget"),
+            (Method::POST, "/v1/runs/run-1/approvals/approve"),
+        ] {
+            assert_eq!(run_in_path(&m, p), None, "{m} {p}");
+        }
+    }
 }

@@ -204,7 +204,11 @@ impl Manager {
     /// must run here. If its lease is held by another live node, refuse
     /// (the request should have been forwarded); if the lease expired (its
     /// node died), take it over from its newest snapshot.
-    async fn ensure_local(&self, ctx: &Ctx, rec: SandboxRecord) -> Result<SandboxRecord> {
+    pub(crate) async fn ensure_local(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+    ) -> Result<SandboxRecord> {
         let Some(c) = self.cluster() else {
             return Ok(rec);
         };

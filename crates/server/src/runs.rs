@@ -277,6 +277,16 @@ impl Runs {
         Ok(rec)
     }
 
+    /// Before an intent or an approval is recorded: the sandbox is usable
+    /// and, in a cluster, runs on this node (taken over now if its node
+    /// died). A sandbox another live node holds is answered busy with
+    /// nothing recorded, so the same idempotency key can simply be retried;
+    /// refused after the intent, the call would stay recorded as failed.
+    async fn check_executable(&self, ctx: &Ctx, id: &str) -> Result<()> {
+        let rec = self.check_sandbox(ctx, id).await?;
+        self.manager.ensure_local(ctx, rec).await.map(|_| ())
+    }
+
     pub async fn create(&self, ctx: &Ctx, sandbox: Option<String>) -> Result<Run> {
         if let Some(s) = &sandbox {
             self.check_sandbox(ctx, s).await?;
@@ -389,7 +399,7 @@ impl Runs {
             .with_field("env"));
         }
         let sandbox = sandbox_of(&run)?;
-        self.check_sandbox(ctx, sandbox.as_str()).await?;
+        self.check_executable(ctx, sandbox.as_str()).await?;
         let call_id = new_call_id();
         let c = run.request_call(
             call_id.clone(),
@@ -526,7 +536,7 @@ impl Runs {
         if approve {
             // Re-check the sandbox before recording an approval that will run.
             let sandbox = sandbox_of(&run)?;
-            self.check_sandbox(ctx, sandbox.as_str()).await?;
+            self.check_executable(ctx, sandbox.as_str()).await?;
         }
         let c = run.decide(&call_id, approve, &ctx.actor, reason, now_ms())?;
         let run = self.commit(&c).await?;
