@@ -10,7 +10,6 @@ mod common;
 
 use common::{Daemon, Http};
 use serde_json::{json, Value};
-use std::path::Path;
 
 fn process(extra: Value) -> Value {
     let mut m = json!({"backend": "process", "lifecycle": {"on_idle": "nothing"}});
@@ -470,7 +469,7 @@ async fn tokens_and_admin_routes() {
     let db = std::fs::read(d.dir.join("meta.db")).unwrap_or_default();
     let wal = std::fs::read(d.dir.join("meta.db-wal")).unwrap_or_default();
     for t in [&t2, &t3, &d.token(), &d.admin_token()] {
-        assert!(!contains(&db, t.as_bytes()) && !contains(&wal, t.as_bytes()));
+        assert!(!common::contains(&db, t.as_bytes()) && !common::contains(&wal, t.as_bytes()));
     }
 
     println!("auth attempts: {}, all denied", n.0);
@@ -540,33 +539,6 @@ async fn new_tenant_token(admin: &Http, tenant: &str) -> String {
         .as_str()
         .unwrap()
         .to_string()
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// Every file under `dir` (not following symlinks) that contains `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<String> {
-    let mut hits = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(p) = stack.pop() {
-        let Ok(meta) = std::fs::symlink_metadata(&p) else {
-            continue;
-        };
-        if meta.is_dir() {
-            if let Ok(rd) = std::fs::read_dir(&p) {
-                stack.extend(rd.flatten().map(|e| e.path()));
-            }
-        } else if meta.is_file() {
-            if let Ok(data) = std::fs::read(&p) {
-                if contains(&data, needle) {
-                    hits.push(p.display().to_string());
-                }
-            }
-        }
-    }
-    hits
 }
 
 #[tokio::test]
@@ -720,7 +692,7 @@ async fn secrets_reach_the_exec_and_no_stored_artifact() {
         .await
         .unwrap();
     assert!(
-        !contains(&export, secret.as_bytes()),
+        !common::contains(&export, secret.as_bytes()),
         "export holds the secret"
     );
     let audit = a.ok("GET", "/v1/audit", None).await;
@@ -743,7 +715,7 @@ async fn secrets_reach_the_exec_and_no_stored_artifact() {
     let mut scanned = 0usize;
     // 1. Every file in the data dir, raw: metadata DB (+ WAL, SHM), store
     //    objects, sandbox dirs (the writable layer), logs.
-    let hits = files_containing(&d.dir, needle);
+    let hits = common::files_containing(&d.dir, needle);
     assert!(hits.is_empty(), "secret found in {hits:?}");
     for f in ["meta.db", "meta.db-wal"] {
         assert!(d.dir.join(f).exists() || f.ends_with("-wal"), "{f} missing");
@@ -751,37 +723,21 @@ async fn secrets_reach_the_exec_and_no_stored_artifact() {
     scanned += 1;
     // 2. Every snapshot, decrypted through the store: restored to a
     //    directory and scanned, with its record.
-    let store = stasis_store::Store::open(
-        &format!("file://{}", d.dir.join("store").display()),
-        stasis_store::MasterKey::insecure_dev(),
-    )
-    .await
-    .unwrap();
-    let tenant = stasis_core::TenantId::parse("t-default").unwrap();
-    let recs = store.list_snapshots(&tenant).await.unwrap();
+    let snaps = common::decrypted_snapshots(&d.dir).await;
     assert!(
-        recs.len() >= 2,
+        snaps.len() >= 2,
         "expected the user snapshot and the pause snapshot"
     );
-    for r in &recs {
-        let out = tempfile::tempdir().unwrap();
-        let rec = store
-            .restore_snapshot(&tenant, &r.id, out.path(), None)
-            .await
-            .unwrap();
-        assert!(!contains(
-            serde_json::to_string(&rec).unwrap().as_bytes(),
-            needle
-        ));
-        let hits = files_containing(out.path(), needle);
-        assert!(hits.is_empty(), "secret in snapshot {}: {hits:?}", r.id);
-        // The restored layer has the sandbox's files (the scan saw real data).
-        let restored = files_containing(out.path(), b"have-key");
+    for (rec, out) in &snaps {
         assert!(
-            !restored.is_empty(),
-            "snapshot {} lacks /workspace/used",
-            r.id
+            !common::contains(rec.as_bytes(), needle),
+            "secret in a record"
         );
+        let hits = common::files_containing(out.path(), needle);
+        assert!(hits.is_empty(), "secret in snapshot files {hits:?}");
+        // The restored layer has the sandbox's files (the scan saw real data).
+        let restored = common::files_containing(out.path(), b"have-key");
+        assert!(!restored.is_empty(), "snapshot {rec} lacks /workspace/used");
         scanned += 1;
     }
     println!(
@@ -791,5 +747,5 @@ async fn secrets_reach_the_exec_and_no_stored_artifact() {
     // And the value is really in the database, sealed: the name is there.
     let db = std::fs::read(d.dir.join("meta.db")).unwrap();
     let wal = std::fs::read(d.dir.join("meta.db-wal")).unwrap_or_default();
-    assert!(contains(&db, b"API_KEY") || contains(&wal, b"API_KEY"));
+    assert!(common::contains(&db, b"API_KEY") || common::contains(&wal, b"API_KEY"));
 }

@@ -525,3 +525,54 @@ impl Http {
         (status, r.bytes().await.unwrap_or_default().to_vec())
     }
 }
+
+/// Whether `needle` occurs in `hay` (memmem: memory images are hundreds of MB).
+pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && memchr::memmem::find(hay, needle).is_some()
+}
+
+/// Every file under `dir` (not following symlinks) that contains `needle`.
+pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut hits = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            if let Ok(rd) = std::fs::read_dir(&p) {
+                stack.extend(rd.flatten().map(|e| e.path()));
+            }
+        } else if meta.is_file() {
+            if let Ok(data) = std::fs::read(&p) {
+                if contains(&data, needle) {
+                    hits.push(p);
+                }
+            }
+        }
+    }
+    hits
+}
+
+/// Every snapshot of tenant `t-default` in a stopped test daemon's local
+/// store, decrypted and restored into a temporary directory each, with
+/// its record as JSON (for scanning what the store really holds).
+pub async fn decrypted_snapshots(data_dir: &Path) -> Vec<(String, tempfile::TempDir)> {
+    let store = stasis_store::Store::open(
+        &format!("file://{}", data_dir.join("store").display()),
+        stasis_store::MasterKey::insecure_dev(),
+    )
+    .await
+    .unwrap();
+    let tenant = stasis_core::TenantId::parse("t-default").unwrap();
+    let mut out = Vec::new();
+    for r in store.list_snapshots(&tenant).await.unwrap() {
+        let dir = tempfile::tempdir().unwrap();
+        let rec = store
+            .restore_snapshot(&tenant, &r.id, dir.path(), None)
+            .await
+            .unwrap();
+        out.push((serde_json::to_string(&rec).unwrap(), dir));
+    }
+    out
+}
