@@ -351,14 +351,10 @@ async fn microvm_secret_reaches_the_exec_and_no_disk_artifact() {
     let needle = secret.as_bytes();
     let (mut memory_hits, mut memory_images) = (0usize, 0usize);
     let mut count_memory = |dir: &std::path::Path, hits: &[std::path::PathBuf]| {
-        let mut stack = vec![dir.to_path_buf()];
-        while let Some(p) = stack.pop() {
-            if p.is_dir() {
-                stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
-            } else if is_memory_image(&p) {
-                memory_images += 1;
-            }
-        }
+        memory_images += common::files_under(dir)
+            .iter()
+            .filter(|p| is_memory_image(p))
+            .count();
         for p in hits.iter().filter(|p| is_memory_image(p)) {
             memory_hits += 1;
             println!("memory image holding the secret: {}", p.display());

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::extract::rejection::{BytesRejection, JsonRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::http::{request::Parts, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -85,24 +85,25 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         if !json_content_type(req.headers()) {
-            return Err(ApiError(not_json()));
+            return Err(ApiError(Error::invalid(
+                "expected a JSON body with content-type application/json",
+            )));
         }
         let body = Bytes::from_request(req, state)
             .await
             .map_err(|r| ApiError(bytes_rejection(r)))?;
         require_object(&body)?;
+        // From bytes, axum's rejections are only syntax and data errors.
         match axum::Json::<T>::from_bytes(&body) {
             Ok(axum::Json(v)) => Ok(ApiJson(v)),
-            Err(r) => Err(ApiError(json_rejection(r))),
+            Err(r) => Err(ApiError(Error::invalid(r.body_text()))),
         }
     }
 }
 
-fn not_json() -> Error {
-    Error::invalid("expected a JSON body with content-type application/json")
-}
-
-/// `application/json` or any `application/...+json`, parameters ignored.
+/// `application/json` or any `application/...+json`, parameters ignored:
+/// the rule of axum's `Json` extractor, which keeps its check private; the
+/// body is read as bytes first so that it can be checked to be an object.
 fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
     let Some(value) = headers
         .get(axum::http::header::CONTENT_TYPE)
@@ -118,14 +119,6 @@ fn json_content_type(headers: &axum::http::HeaderMap) -> bool {
         .to_ascii_lowercase();
     essence == "application/json"
         || (essence.starts_with("application/") && essence.ends_with("+json"))
-}
-
-fn json_rejection(r: JsonRejection) -> Error {
-    match r {
-        JsonRejection::BytesRejection(b) => bytes_rejection(b),
-        JsonRejection::MissingJsonContentType(_) => not_json(),
-        other => Error::invalid(other.body_text()),
-    }
 }
 
 fn bytes_rejection(r: BytesRejection) -> Error {

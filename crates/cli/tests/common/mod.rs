@@ -531,9 +531,9 @@ pub fn contains(hay: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && memchr::memmem::find(hay, needle).is_some()
 }
 
-/// Every file under `dir` (not following symlinks) that contains `needle`.
-pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut hits = Vec::new();
+/// Every regular file under `dir` (not following symlinks).
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(p) = stack.pop() {
         let Ok(meta) = std::fs::symlink_metadata(&p) else {
@@ -544,14 +544,18 @@ pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
                 stack.extend(rd.flatten().map(|e| e.path()));
             }
         } else if meta.is_file() {
-            if let Ok(data) = std::fs::read(&p) {
-                if contains(&data, needle) {
-                    hits.push(p);
-                }
-            }
+            files.push(p);
         }
     }
-    hits
+    files
+}
+
+/// Every file under `dir` (not following symlinks) that contains `needle`.
+pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|p| std::fs::read(p).is_ok_and(|data| contains(&data, needle)))
+        .collect()
 }
 
 /// Every snapshot of tenant `t-default` in a stopped test daemon's local
