@@ -3,16 +3,18 @@
 # Debian packages, (with --tests) the local S3-compatible test server, and
 # the microVM guest image. Safe to run again: it only does what is missing.
 #
-#   scripts/setup.sh [--tests] [--no-guest]
+#   scripts/setup.sh [--tests] [--no-guest] [--packages-only]
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 TESTS=0
 GUEST=1
+PACKAGES_ONLY=0
 for a in "$@"; do
     case "$a" in
         --tests) TESTS=1 ;;
         --no-guest) GUEST=0 ;;
+        --packages-only) PACKAGES_ONLY=1 ;;
         *) echo "setup: unknown option $a" >&2; exit 2 ;;
     esac
 done
@@ -26,10 +28,12 @@ if [[ $(id -u) -ne 0 ]]; then
     SUDO=(sudo)
 fi
 
-# Host tools: QEMU and qemu-img (microVM backend), the guest image build
-# (debootstrap, busybox, mkfs.ext4, cpio, xz, kmod), iproute2/util-linux/procps
-# (process backend and its tests), nftables (egress allowlists of process sandboxes), python3 (the default process sandbox's interpreter).
-APT_PACKAGES=(qemu-system-x86 qemu-utils busybox-static debootstrap e2fsprogs cpio
+# Host tools: qemu-img (microVM disks), the guest image build (debootstrap,
+# busybox, mkfs.ext4, cpio, xz, kmod), iproute2/util-linux/procps (process
+# backend and its tests), nftables (egress allowlists of process sandboxes),
+# python3 (the default process sandbox's interpreter). QEMU itself is
+# installed by the step below, as one version for its whole package family.
+APT_PACKAGES=(busybox-static debootstrap e2fsprogs cpio
     xz-utils zstd kmod b3sum iproute2 util-linux procps python3 python3-venv ca-certificates nftables)
 if ((TESTS)); then
     # PostgreSQL server binaries for the metadata and multi-node tests
@@ -43,20 +47,106 @@ not_installed() {
     done
     echo "${out[*]}"
 }
+APT_UPDATED=0
+apt_update() {
+    ((APT_UPDATED)) && return 0
+    "${SUDO[@]}" apt-get update -q || { echo "setup: apt-get update failed" >&2; exit 1; }
+    APT_UPDATED=1
+}
+export DEBIAN_FRONTEND=noninteractive
+
+# QEMU: one version for the whole family, from bookworm-backports.
+#
+# Why 10.x from backports and not bookworm's 7.2: the base image of this
+# project's machines ships qemu-utils 10 from bookworm-backports, and
+# qemu-utils 10 Breaks qemu-system-common < 8, so bookworm's qemu-system-x86
+# cannot sit beside it; staying on 10 keeps what the image ships instead of
+# downgrading it. QEMU 10 also brings the mapped-ram/multifd file migration
+# and direct-io that faster pause and restore build on. Every package built
+# from the qemu source that is installed (qemu-system-x86, -common, -data,
+# -gui, -modules-*, qemu-utils, qemu-block-extra, ...) is set to exactly the
+# version backports offers, downgrading or upgrading whatever was there, and
+# seabios comes from backports too (QEMU 10 needs > 1.16.3). A pin keeps a
+# later `apt-get upgrade` from splitting the family again. debian.sources is
+# never edited: the backports source is a file of its own.
+QEMU_SUITE=bookworm-backports
+QEMU_SOURCES=/etc/apt/sources.list.d/stasis-$QEMU_SUITE.sources
+QEMU_PIN=/etc/apt/preferences.d/stasis-qemu
+QEMU_REQUIRED=(qemu-system-x86 qemu-system-common qemu-system-data qemu-utils qemu-block-extra)
+# Installed packages built from the qemu source, "name version" a line.
+qemu_family_installed() {
+    dpkg-query -W -f='${db:Status-Status} ${Package} ${source:Package} ${Version}\n' 2>/dev/null |
+        awk '$1 == "installed" && $3 == "qemu" { print $2, $4 }'
+}
+qemu_consistent() {
+    local fam versions
+    fam=$(qemu_family_installed)
+    [[ -z $(not_installed "${QEMU_REQUIRED[@]}") ]] || return 1
+    versions=$(awk '{ print $2 }' <<<"$fam" | sort -u)
+    [[ $(wc -l <<<"$versions") -eq 1 ]] || return 1
+    # The version setup chose: from backports (its "~bpo" suffix), 10 or newer.
+    [[ $versions == *bpo* ]] && dpkg --compare-versions "$versions" ge 1:10 && [[ -f $QEMU_PIN ]]
+}
+if qemu_consistent; then
+    log "QEMU $(qemu_family_installed | awk 'NR==1 { print $2 }') present (one version across its family)"
+else
+    if ! grep -rqsE "^(Suites:.*[[:space:]]|deb .*[[:space:]])$QEMU_SUITE([[:space:]]|$)" \
+        /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        log "adding the $QEMU_SUITE apt source ($QEMU_SOURCES)"
+        "${SUDO[@]}" tee "$QEMU_SOURCES" >/dev/null <<SRC
+# Written by stasis scripts/setup.sh: QEMU comes from here (see its pin file $QEMU_PIN).
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: $QEMU_SUITE
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+        APT_UPDATED=0
+    fi
+    "${SUDO[@]}" tee "$QEMU_PIN" >/dev/null <<PIN
+# Written by stasis scripts/setup.sh: the whole QEMU family (and seabios, which it
+# needs) from $QEMU_SUITE, so that one version is installed across it.
+Package: qemu-* seabios
+Pin: release n=$QEMU_SUITE
+Pin-Priority: 990
+PIN
+    apt_update
+    qv=$(apt-cache policy qemu-system-x86 | awk '/Candidate:/ { print $2; exit }')
+    if [[ -z $qv || $qv == "(none)" || $qv != *bpo* ]]; then
+        echo "setup: apt offers no qemu-system-x86 from $QEMU_SUITE (candidate: ${qv:-none}); cannot install QEMU" >&2
+        exit 1
+    fi
+    sv=$(apt-cache policy seabios | awk '/Candidate:/ { print $2; exit }')
+    want=("${QEMU_REQUIRED[@]}")
+    while read -r pkg _; do
+        [[ -n $pkg && " ${want[*]} " != *" $pkg "* ]] && want+=("$pkg")
+    done < <(qemu_family_installed)
+    args=()
+    for p in "${want[@]}"; do args+=("$p=$qv"); done
+    log "installing QEMU $qv for its whole family: ${want[*]}"
+    if ! "${SUDO[@]}" apt-get install -y -q --no-install-recommends --allow-downgrades \
+        "${args[@]}" "seabios=$sv" >/tmp/stasis-setup-apt.log 2>&1; then
+        tail -n 20 /tmp/stasis-setup-apt.log >&2
+        echo "setup: apt-get could not install QEMU $qv across its family (log above, whole log in /tmp/stasis-setup-apt.log)" >&2
+        exit 1
+    fi
+    if ! qemu_consistent; then
+        echo "setup: after installing, the QEMU family is not one version: $(qemu_family_installed | tr '\n' ' ')" >&2
+        exit 1
+    fi
+fi
+
 missing=$(not_installed "${APT_PACKAGES[@]}")
 if [[ -n $missing ]]; then
     log "installing Debian packages: $missing"
-    export DEBIAN_FRONTEND=noninteractive
-    "${SUDO[@]}" apt-get update -q
-    # The whole list, not only what is missing: packages built from one
-    # source (qemu-system-x86, qemu-utils) must move to the same version, and
-    # asked for one alone apt would rather remove an older sibling.
-    "${SUDO[@]}" apt-get install -y -q --no-install-recommends "${APT_PACKAGES[@]}"
+    apt_update
+    "${SUDO[@]}" apt-get install -y -q --no-install-recommends $missing
     still=$(not_installed "${APT_PACKAGES[@]}")
     [[ -z $still ]] || { echo "setup: apt-get left these packages uninstalled: $still" >&2; exit 1; }
 else
     log "Debian packages present"
 fi
+((PACKAGES_ONLY)) && { log "done (packages only)"; exit 0; }
 
 if ((TESTS)); then
     # A real S3-compatible server for the store's S3 tests, on loopback.

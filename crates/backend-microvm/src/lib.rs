@@ -293,6 +293,13 @@ fn image_json_digest(json: &[u8]) -> Option<String> {
     Some(h.finalize().to_hex().to_string())
 }
 
+/// Whether a memory image saved under QEMU `saved` loads under `running`:
+/// the same upstream version ("10.0.2"; Debian revisions of one upstream
+/// version share its migration format).
+fn same_qemu(saved: &str, running: &str) -> bool {
+    saved == running && saved != "unknown"
+}
+
 /// `meta.json` of a pause or snapshot.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SnapshotMeta {
@@ -1217,6 +1224,17 @@ impl MicrovmBackend {
                 return Err(Error::unsupported(format!(
                     "snapshot format {} is not loadable by this backend (format {META_FORMAT})",
                     m.format
+                )));
+            }
+            // A memory image loads only into the QEMU version that saved it:
+            // microvm is not a versioned machine type, so nothing promises
+            // that another version reads the device state (a disk-only
+            // snapshot has none and is portable). Refused before anything
+            // starts; the snapshot is left as it is.
+            if with_memory && !same_qemu(&m.qemu_version, &self.qemu_version) {
+                return Err(Error::incompatible_snapshot(format!(
+                    "snapshot memory was saved by QEMU {} and this node runs QEMU {}: a memory image loads only into the QEMU version that saved it",
+                    m.qemu_version, self.qemu_version
                 )));
             }
             if m.image_digest != image.digest {
@@ -2437,6 +2455,14 @@ impl Backend for MicrovmBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_images_load_only_under_the_qemu_that_saved_them() {
+        assert!(same_qemu("10.0.2", "10.0.2"));
+        assert!(!same_qemu("7.2.19", "10.0.2"));
+        assert!(!same_qemu("10.0.2", "10.0.3"));
+        assert!(!same_qemu("unknown", "unknown"));
+    }
 
     #[test]
     fn image_names_are_checked() {

@@ -86,6 +86,9 @@ pub struct Launch {
     pub inputs: Vec<(PathBuf, String)>,
 }
 
+/// The microvm firmware: qboot, which boots -kernel directly.
+pub const FIRMWARE: &str = "qboot.rom";
+
 pub const DEFAULT_APPEND: &str = "console=ttyS0 reboot=t panic=-1 quiet";
 
 impl Launch {
@@ -99,7 +102,11 @@ impl Launch {
         // it, so the RAM block has the same name in every migration stream
         // and any saved state loads into any RAM backing.
         let machine = "microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem";
-        push(&["-name", &name, "-M", machine]);
+        // qboot loads -kernel/-initrd straight from fw_cfg. QEMU 8+ made
+        // SeaBIOS microvm's default firmware, and with option ROMs off it
+        // finds no kernel, so the firmware is named (a bare name is looked
+        // up in QEMU's data directory; qemu-system-data ships it).
+        push(&["-name", &name, "-M", machine, "-bios", FIRMWARE]);
         let accel = match (self.accel, self.tcg_tb_mb) {
             (Accel::Tcg, Some(mb)) => format!("tcg,tb-size={mb}"),
             (a, _) => a.as_str().to_string(),
@@ -347,7 +354,7 @@ mod tests {
     #[test]
     fn builds_the_agreed_command_line() {
         let a = launch().args().join(" ");
-        let want = "-name stasis-sb-1 -M microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem \
+        let want = "-name stasis-sb-1 -M microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem -bios qboot.rom \
             -accel tcg -cpu max -m 256 -smp 1 -object memory-backend-ram,id=mem,size=256M -nodefaults -no-user-config -nographic -no-reboot \
             -kernel /img/vmlinux -initrd /img/initrd.img \
             -append console=ttyS0 reboot=t panic=-1 quiet -serial file:console.log \

@@ -446,6 +446,21 @@ async fn microvm_pause_resume_fork_and_bad_input() {
         assert!(e.message.contains("memory.ram"), "{e}");
         assert!(qemus_of(&d.id).is_empty());
     }
+    // A memory image saved by another QEMU version: refused before any QEMU
+    // starts, with its own code, the artifacts left as they were.
+    let other = root.path().join("other-qemu");
+    copy_dir(&snap, &other);
+    let mut meta: SnapshotMeta =
+        serde_json::from_slice(&std::fs::read(other.join("meta.json")).unwrap()).unwrap();
+    meta.qemu_version = "7.2.19".into();
+    std::fs::write(other.join("meta.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
+    let before = std::fs::read(other.join("memory.state")).unwrap();
+    let e = b.restore(&d, &other).await.unwrap_err();
+    eprintln!("other QEMU version: {e}");
+    assert_eq!(e.code, ErrorCode::IncompatibleSnapshot, "{e}");
+    assert!(e.message.contains("7.2.19"), "{e}");
+    assert!(qemus_of(&d.id).is_empty());
+    assert_eq!(std::fs::read(other.join("memory.state")).unwrap(), before);
     // The good snapshot is untouched and still restores.
     let d2 = spec(root.path(), &img, &reaper);
     b.restore(&d2, &snap)

@@ -498,17 +498,33 @@ fn read_manifest_arg(arg: &str) -> Result<Value> {
     serde_json::from_str(&text).map_err(|e| Error::invalid(format!("manifest is not JSON: {e}")))
 }
 
+/// `p` as an absolute path: resolved (symlinks and `..`) where it exists,
+/// else joined to the working directory.
+fn absolute_path(flag: &str, p: &std::path::Path) -> Result<PathBuf> {
+    if p.as_os_str().is_empty() {
+        return Err(Error::invalid(format!("{flag}: empty path")));
+    }
+    match std::fs::canonicalize(p) {
+        Ok(c) => Ok(c),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::path::absolute(p)
+            .map_err(|e| Error::invalid(format!("{flag} {}: {e}", p.display()))),
+        Err(e) => Err(Error::invalid(format!("{flag} {}: {e}", p.display()))),
+    }
+}
+
 fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     use stasis_server::daemon::{DaemonConfig, KeySource};
-    let data_dir = match &a.data_dir {
-        Some(d) => d.clone(),
-        None => default_data_dir(),
-    };
+    // Every path is made absolute here, once: the daemon hands them to
+    // QEMU, qemu-img and sandbox shims whose working directories differ.
+    let data_dir = absolute_path(
+        "--data-dir",
+        &a.data_dir.clone().unwrap_or_else(default_data_dir),
+    )?;
     let mut cfg = DaemonConfig::new(data_dir.clone());
     cfg.listen = a.listen;
     cfg.default_backend = stasis_core::BackendKind::parse(&a.default_backend)?;
     if let Some(i) = &a.images {
-        cfg.images_dir = i.clone();
+        cfg.images_dir = absolute_path("--images", i)?;
     }
     cfg.accel = a.accel.parse()?;
     cfg.store_url = a.store.clone();
@@ -520,7 +536,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     }
     cfg.lease = Duration::from_secs(a.lease_secs);
     cfg.key = match (&a.master_key_file, &a.master_key_env, a.insecure_dev_key) {
-        (Some(f), None, false) => KeySource::File(f.clone()),
+        (Some(f), None, false) => KeySource::File(absolute_path("--master-key-file", f)?),
         (None, Some(v), false) => KeySource::Env(v.clone()),
         (None, None, true) => {
             eprintln!("stasis: WARNING: --insecure-dev-key: snapshots are encrypted with a publicly known key; never use this in production");
@@ -534,9 +550,26 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         _ => return Err(Error::invalid("give only one of --master-key-file, --master-key-env, --insecure-dev-key")),
     };
     cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
-    cfg.ready_file = a.ready_file.clone();
+    cfg.ready_file = match &a.ready_file {
+        Some(f) => Some(absolute_path("--ready-file", f)?),
+        None => None,
+    };
     cfg.cgroup_parent = a.cgroup_parent.clone();
-    cfg.allow_mounts = a.allow_mount.clone();
+    cfg.allow_mounts = a
+        .allow_mount
+        .iter()
+        .map(|d| {
+            let p = absolute_path("--allow-mount", d)?;
+            if p.is_dir() {
+                Ok(p)
+            } else {
+                Err(Error::invalid(format!(
+                    "--allow-mount {}: not a directory",
+                    d.display()
+                )))
+            }
+        })
+        .collect::<Result<_>>()?;
     cfg.gc_grace = Duration::from_secs(a.gc_grace_secs);
     cfg.rate_limit = stasis_server::auth::RateLimit {
         per_sec: a.rate_limit_per_sec,
@@ -1257,5 +1290,23 @@ fn nix_kill(pid: u32) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_paths_are_made_absolute() {
+        let cwd = std::env::current_dir().unwrap();
+        let p = absolute_path("--images", std::path::Path::new("no-such-dir/images")).unwrap();
+        assert_eq!(p, cwd.join("no-such-dir/images"));
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("a")).unwrap();
+        let p = absolute_path("--images", &d.path().join("a/../a")).unwrap();
+        assert_eq!(p, d.path().canonicalize().unwrap().join("a"));
+        let e = absolute_path("--images", std::path::Path::new("")).unwrap_err();
+        assert!(e.message.contains("--images"), "{e}");
     }
 }

@@ -30,6 +30,9 @@ pub enum ErrorCode {
     Timeout,
     /// Snapshot data failed verification (422).
     IntegrityError,
+    /// A snapshot this node cannot load, e.g. a memory image taken under
+    /// another QEMU version (422). Nothing was changed; another node may load it.
+    IncompatibleSnapshot,
     /// This machine or backend cannot do it (501).
     Unsupported,
     /// Backend failed (500); the sandbox may have gone to Failed.
@@ -47,7 +50,7 @@ impl ErrorCode {
             ErrorCode::NotFound => 404,
             ErrorCode::InvalidState | ErrorCode::Busy => 409,
             ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::IntegrityError => 422,
+            ErrorCode::IntegrityError | ErrorCode::IncompatibleSnapshot => 422,
             ErrorCode::RateLimited => 429,
             ErrorCode::Unsupported => 501,
             ErrorCode::Timeout => 504,
@@ -68,6 +71,7 @@ impl ErrorCode {
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Timeout => "timeout",
             ErrorCode::IntegrityError => "integrity_error",
+            ErrorCode::IncompatibleSnapshot => "incompatible_snapshot",
             ErrorCode::Unsupported => "unsupported",
             ErrorCode::BackendError => "backend_error",
             ErrorCode::Internal => "internal",
@@ -123,6 +127,9 @@ impl Error {
     }
     pub fn integrity(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::IntegrityError, message)
+    }
+    pub fn incompatible_snapshot(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::IncompatibleSnapshot, message)
     }
     pub fn timeout(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::Timeout, message)

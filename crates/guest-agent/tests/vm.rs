@@ -64,6 +64,9 @@ fn start_qemu(image: &Path, dir: &Path, incoming: Option<&str>) -> Vm {
     cmd.current_dir(dir).args([
         "-M",
         "microvm,x-option-roms=off,isa-serial=on,rtc=on",
+        // qboot boots -kernel directly (QEMU 8+ defaults microvm to SeaBIOS).
+        "-bios",
+        "qboot.rom",
         "-accel",
         "tcg",
         "-cpu",
