@@ -69,7 +69,8 @@ use tokio::sync::mpsc;
 
 use stasis_agent_proto::{Reply, Request, MAX_FRAME};
 use stasis_backend::{
-    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
+    failpoint, Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered,
+    SandboxSpec, Usage,
 };
 use stasis_core::{
     BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Manifest, Result, SandboxId,
@@ -914,6 +915,7 @@ impl MicrovmBackend {
         let state = out.join(MEMORY_STATE);
         let mut qmp = vm.qmp.lock().await;
         qmp.execute("stop", None).await?;
+        failpoint::hit("save.stopped");
         let ram_file = vm.ram == RamBacking::SharedMemfd;
         let r: Result<()> = async {
             // Always set it: a VM re-attached after a daemon restart may run
@@ -960,6 +962,7 @@ impl MicrovmBackend {
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            failpoint::hit("save.migrated");
             if ram_file {
                 // The VM is stopped: its RAM is consistent. Copy the memfd out
                 // (only its allocated pages: the copy is sparse).
@@ -968,6 +971,7 @@ impl MicrovmBackend {
                 tokio::task::spawn_blocking(move || copy_data_extents(&src, &dst))
                     .await
                     .map_err(|e| Error::internal(e.to_string()))??;
+                failpoint::hit("save.ram-copied");
             }
             Ok(())
         }
@@ -1000,14 +1004,10 @@ impl MicrovmBackend {
         Ok((size, ram_file))
     }
 
-    fn write_meta(
-        &self,
-        vm: &Vm,
-        out: &Path,
-        memory: bool,
-        ram_file: bool,
-    ) -> Result<Vec<Artifact>> {
-        let mut arts = Vec::new();
+    /// Write `out/meta.json` (atomically: a crash leaves the old file or
+    /// none), with the blake3 and size of the memory files already in `out`.
+    /// Needs no disk: a pause writes it while QEMU still holds the state.
+    fn write_meta(&self, vm: &Vm, out: &Path, memory: bool, ram_file: bool) -> Result<()> {
         let mut meta = SnapshotMeta {
             format: META_FORMAT,
             image: vm.image.name.clone(),
@@ -1028,35 +1028,54 @@ impl MicrovmBackend {
             vcpus: vm.vcpus,
         };
         if memory {
-            let state = out.join(MEMORY_STATE);
-            let (hash, size) = hash_file(&state)?;
+            let (hash, size) = hash_file(&out.join(MEMORY_STATE))?;
             meta.memory_state_blake3 = Some(hash);
             meta.memory_state_bytes = size;
+            if ram_file {
+                meta.memory_ram_blake3 = Some(hash_file(&out.join(MEMORY_RAM))?.0);
+            }
+        }
+        let tmp = out.join(".meta.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&meta)?)?;
+        std::fs::rename(&tmp, out.join(META))?;
+        Ok(())
+    }
+
+    /// The artifacts of a complete artifact directory, as its meta.json
+    /// lists them (memory files, then the disk, then meta.json).
+    fn artifacts_of(&self, out: &Path) -> Result<Vec<Artifact>> {
+        let meta = self
+            .read_meta(out)?
+            .ok_or_else(|| Error::backend(format!("no {META} in {}", out.display())))?;
+        let size = |name: &str| -> Result<u64> {
+            std::fs::metadata(out.join(name))
+                .map(|m| m.len())
+                .map_err(|e| Error::backend(format!("{name} in {}: {e}", out.display())))
+        };
+        let mut arts = Vec::new();
+        if meta.memory {
             arts.push(Artifact {
                 name: MEMORY_STATE.into(),
                 kind: ArtifactKind::Memory,
-                size,
+                size: size(MEMORY_STATE)?,
             });
-            if ram_file {
-                meta.memory_ram_blake3 = Some(hash_file(&out.join(MEMORY_RAM))?.0);
+            if meta.ram_file {
                 arts.push(Artifact {
                     name: MEMORY_RAM.into(),
                     kind: ArtifactKind::Memory,
-                    size: std::fs::metadata(out.join(MEMORY_RAM))?.len(),
+                    size: size(MEMORY_RAM)?,
                 });
             }
         }
         arts.push(Artifact {
             name: DISK_ARTIFACT.into(),
             kind: ArtifactKind::Disk,
-            size: std::fs::metadata(out.join(DISK_ARTIFACT))?.len(),
+            size: size(DISK_ARTIFACT)?,
         });
-        let bytes = serde_json::to_vec_pretty(&meta)?;
-        std::fs::write(out.join(META), &bytes)?;
         arts.push(Artifact {
             name: META.into(),
             kind: ArtifactKind::Meta,
-            size: bytes.len() as u64,
+            size: size(META)?,
         });
         Ok(arts)
     }
@@ -1116,6 +1135,7 @@ impl MicrovmBackend {
             .map_err(|e| Error::internal(e.to_string()))??;
         if consume {
             util::move_file(&disk, &tmp_top)?;
+            failpoint::hit("pause.disk-top-moved");
         } else {
             std::fs::copy(&disk, &tmp_top)?;
         }
@@ -1134,7 +1154,15 @@ impl MicrovmBackend {
                 ],
             )
             .await?;
-            qemu_img(&self.config.qemu_img, out, &["commit", "-q", ".top.qcow2"]).await?;
+            // -d: the top keeps its data, so a flatten interrupted at any
+            // point can be redone from the files left (see `pause_leftovers`).
+            qemu_img(
+                &self.config.qemu_img,
+                out,
+                &["commit", "-q", "-d", ".top.qcow2"],
+            )
+            .await?;
+            failpoint::hit("pause.disk-committed");
             std::fs::rename(&tmp_base, &dst)?;
             Ok(())
         }
@@ -1397,6 +1425,64 @@ impl MicrovmBackend {
     }
 
     /// Remove a VM from the table and stop its QEMU (quit, then kill).
+    /// Finish a pause whose QEMU is gone (a daemon killed mid-pause) from
+    /// what it left: `out/meta.json` is written only once the memory state is
+    /// complete, and the files must match its blake3; the disk overlay is
+    /// then in `out` (done), in the sandbox dir (not moved yet) or in
+    /// `out/.top.qcow2` (flatten interrupted: put back and redone; the flatten
+    /// never empties it). `None` when nothing in `out` is provably complete.
+    async fn finish_pause(&self, spec: &SandboxSpec, out: &Path) -> Result<Option<Vec<Artifact>>> {
+        if self.vms.lock().unwrap().contains_key(&spec.id) || !out.is_dir() {
+            return Ok(None);
+        }
+        let meta = match self.read_meta(out) {
+            Ok(Some(m)) if m.format == META_FORMAT => m,
+            Ok(_) => return Ok(None),
+            Err(e) => {
+                tracing::warn!(sandbox = %spec.id, "interrupted pause: {e}");
+                return Ok(None);
+            }
+        };
+        if meta.memory {
+            let want = meta.memory_state_blake3.clone().unwrap_or_default();
+            let mut r = self
+                .verify(
+                    &out.join(MEMORY_STATE),
+                    &want,
+                    Some(meta.memory_state_bytes),
+                )
+                .await;
+            if r.is_ok() && meta.ram_file {
+                let want = meta.memory_ram_blake3.clone().unwrap_or_default();
+                r = self.verify(&out.join(MEMORY_RAM), &want, None).await;
+            }
+            if let Err(e) = r {
+                tracing::warn!(sandbox = %spec.id, "interrupted pause left no usable memory state: {e}");
+                return Ok(None);
+            }
+        }
+        if !out.join(DISK_ARTIFACT).is_file() {
+            let disk = spec.dir.join(qemu::DISK);
+            let top = out.join(".top.qcow2");
+            if !disk.is_file() && top.is_file() {
+                std::fs::rename(&top, &disk)?;
+            }
+            if !disk.is_file() {
+                tracing::warn!(sandbox = %spec.id, "interrupted pause: its disk is nowhere");
+                return Ok(None);
+            }
+            self.export_disk(&spec.dir, out, true).await?;
+        }
+        for f in [qemu::BASE_DISK, MEMORY_RAM] {
+            let _ = std::fs::remove_file(spec.dir.join(f));
+        }
+        cleanup_dir_files(&spec.dir);
+        for f in [".top.qcow2", ".base.qcow2", ".meta.json.tmp"] {
+            let _ = std::fs::remove_file(out.join(f));
+        }
+        self.artifacts_of(out).map(Some)
+    }
+
     async fn quit_vm(&self, vm: &Vm) {
         {
             let mut q = vm.qmp.lock().await;
@@ -2142,28 +2228,41 @@ impl Backend for MicrovmBackend {
         let vm = self.vm(id)?;
         std::fs::create_dir_all(out)?;
         let t = Instant::now();
-        let saved: Result<bool> = async {
+        let saved: Result<()> = async {
             let r = self.call(&vm, Request::Sync, None, Duration::ZERO).await;
             expect_ok(r?).map_err(|e| e.context("sync"))?;
-            if keep_memory {
-                Ok(self.save_memory(&vm, out).await?.1)
+            let ram_file = if keep_memory {
+                self.save_memory(&vm, out).await?.1
             } else {
-                Ok(false)
+                false
+            };
+            // meta.json, with the blake3 of the memory files, is written
+            // while QEMU still holds the state: once QEMU is gone, a
+            // meta.json that verifies is the proof that the memory state is
+            // complete (see `pause_leftovers`).
+            if let Err(e) = self.write_meta(&vm, out, keep_memory, ram_file) {
+                if keep_memory {
+                    let _ = vm.qmp.lock().await.execute("cont", None).await;
+                }
+                return Err(e);
             }
+            failpoint::hit("pause.meta-written");
+            Ok(())
         }
         .await;
-        let ram_file = match saved {
-            Ok(rf) => rf,
-            Err(e) => return Err(self.op_failed(&vm, out, e, "pause").await),
-        };
+        if let Err(e) = saved {
+            return Err(self.op_failed(&vm, out, e, "pause").await);
+        }
         // From here the VM goes away; the artifacts are complete once the disk
         // has been moved out.
         self.vms.lock().unwrap().remove(id);
         self.quit_vm(&vm).await;
+        failpoint::hit("pause.quit");
         let td = Instant::now();
         let r = async {
             self.export_disk(&vm.dir, out, true).await?;
-            self.write_meta(&vm, out, keep_memory, ram_file)
+            failpoint::hit("pause.disk-exported");
+            self.artifacts_of(out)
         }
         .await;
         cleanup_dir_files(&vm.dir);
@@ -2249,7 +2348,8 @@ impl Backend for MicrovmBackend {
             .disk_ms = td.elapsed().as_millis() as u64;
         // Guest time jumped by the stop: put it right.
         let _ = self.set_time(&vm).await;
-        self.write_meta(&vm, out, true, ram_file)
+        self.write_meta(&vm, out, true, ram_file)?;
+        self.artifacts_of(out)
     }
 
     async fn restore(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
@@ -2408,6 +2508,15 @@ impl Backend for MicrovmBackend {
                 Ok(Recovered::NotRunning)
             }
         }
+    }
+
+    async fn pause_leftovers(&self, spec: &SandboxSpec, out: &Path) -> Result<PauseLeftovers> {
+        self.finish_pause(spec, out)
+            .await
+            .map(|artifacts| PauseLeftovers {
+                artifacts,
+                files_kept: false,
+            })
     }
 
     async fn cleanup_orphans(&self, known: &[SandboxId]) -> Result<()> {

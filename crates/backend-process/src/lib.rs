@@ -35,7 +35,8 @@ use tokio::process::{Child, ChildStdin, Command};
 use tokio::sync::{mpsc, Notify};
 
 use stasis_backend::{
-    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
+    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered,
+    SandboxSpec, Usage,
 };
 use stasis_core::{
     BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Result, SandboxId,
@@ -1485,6 +1486,21 @@ impl Backend for ProcessBackend {
         // Processes from before a daemon restart have lost their pipes: end them.
         self.stop(&sb, &mut run).await?;
         Ok(Recovered::NotRunning)
+    }
+
+    /// The processes are gone after a daemon restart; the writable layer
+    /// (an upper dir, or the quota filesystem's image holding it) is what a
+    /// resume rebuilds from, whatever step the pause had reached.
+    async fn pause_leftovers(&self, spec: &SandboxSpec, _out: &Path) -> Result<PauseLeftovers> {
+        let files_kept = if spec.manifest.resources.disk_mb > 0 {
+            disk::image(&spec.dir).is_file()
+        } else {
+            spec.dir.join("upper").is_dir()
+        };
+        Ok(PauseLeftovers {
+            artifacts: None,
+            files_kept,
+        })
     }
 
     async fn cleanup_orphans(&self, known: &[SandboxId]) -> Result<()> {
