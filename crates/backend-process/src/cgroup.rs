@@ -9,7 +9,12 @@
 //! <hierarchy>/<parent>/<sandbox-id>/init      the sandbox's init (+ its host-side waiter)
 //! <hierarchy>/<parent>/<sandbox-id>/x<N>      one leaf per exec (kill its tree on timeout)
 //! <hierarchy>/<parent>/<sandbox-id>/s<N>      one leaf per persistent session
+//! <hierarchy>/<parent>/.supervisors/<sandbox-id>   the sandbox's supervisor
 //! ```
+//!
+//! The supervisor (see `supervisor.rs`) sits beside the sandbox's node, not
+//! under it: freezing the sandbox must not freeze it, and the sandbox's
+//! memory and pids limits do not count it.
 //!
 //! Processes live only in leaves, which keeps v2's "no internal processes"
 //! rule, and limits set on the sandbox node apply to all leaves (memory,
@@ -178,14 +183,27 @@ impl Cgroups {
         }
     }
 
+    /// The cgroup of one sandbox's supervisor: `<parent>/.supervisors/<id>`.
+    pub fn supervisor(&self, parent: &str, id: &str) -> SandboxCgroup {
+        let p = format!("{parent}/{SUPERVISORS}");
+        SandboxCgroup {
+            cg: self.clone(),
+            rel: PathBuf::from(&p).join(id),
+            parent: p,
+        }
+    }
+
     /// Names of the sandbox cgroups under `parent` (in any hierarchy).
     pub fn list_sandboxes(&self, parent: &str) -> Vec<String> {
         let mut out = Vec::new();
         for h in self.hierarchies() {
             if let Ok(rd) = fs::read_dir(h.join(parent)) {
                 for e in rd.flatten() {
-                    if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                        out.push(e.file_name().to_string_lossy().into_owned());
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    // `.supervisors` is not a sandbox (ids never start with a dot).
+                    if e.file_type().map(|t| t.is_dir()).unwrap_or(false) && !name.starts_with('.')
+                    {
+                        out.push(name);
                     }
                 }
             }
@@ -195,6 +213,9 @@ impl Cgroups {
         out
     }
 }
+
+/// Directory (under each backend parent) holding the supervisors' cgroups.
+pub const SUPERVISORS: &str = ".supervisors";
 
 /// Subdirectories (recursive, deepest first) of a cgroup directory.
 fn subdirs_deepest_first(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -323,6 +344,26 @@ impl SandboxCgroup {
             }
         }
         Ok(())
+    }
+
+    /// Create this cgroup (and missing ancestors) without any limit and
+    /// return the `cgroup.procs` files a process writes its pid into to join
+    /// it (the supervisor's cgroup).
+    pub fn create_plain(&self) -> io::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        for h in self.cg.hierarchies() {
+            let mut cur = h.clone();
+            for comp in self.rel.components() {
+                let next = cur.join(comp);
+                mkdir(&next)?;
+                if self.cg.version == Version::V1 {
+                    init_cpuset(&cur, &next)?;
+                }
+                cur = next;
+            }
+            files.push(cur.join("cgroup.procs"));
+        }
+        Ok(files)
     }
 
     /// Create a leaf and return the `cgroup.procs` files a process must write
