@@ -31,8 +31,8 @@
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
-use std::os::fd::AsRawFd;
-use std::path::PathBuf;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -49,6 +49,16 @@ use crate::shim::{ExecConfig, ExecStatus, InitConfig};
 
 /// Name of the supervisor's socket in the sandbox's `run/` directory.
 pub const SOCKET_NAME: &str = "supervisor.sock";
+
+/// The socket in `dir`, addressed through an open descriptor of `dir`
+/// (`/proc/self/fd/<n>/supervisor.sock`): a unix socket address holds at
+/// most 107 bytes, a data directory's path may be longer. Keep the returned
+/// descriptor open while the path is used.
+pub(crate) fn socket_via_fd(dir: &Path) -> std::io::Result<(OwnedFd, PathBuf)> {
+    let d = std::fs::File::open(dir)?;
+    let p = PathBuf::from(format!("/proc/self/fd/{}/{SOCKET_NAME}", d.as_raw_fd()));
+    Ok((d.into(), p))
+}
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct SupervisorConfig {
@@ -124,7 +134,8 @@ pub(crate) fn run_supervise(cfg: SupervisorConfig) -> i32 {
 async fn serve(cfg: SupervisorConfig, cg: SandboxCgroup, report: impl Fn(&str)) -> i32 {
     let socket = cfg.run_dir.join(SOCKET_NAME);
     let _ = std::fs::remove_file(&socket);
-    let listener = match UnixListener::bind(&socket) {
+    let bound = socket_via_fd(&cfg.run_dir).and_then(|(_dir, p)| UnixListener::bind(p));
+    let listener = match bound {
         Ok(l) => l,
         Err(e) => {
             report(&format!("error bind {}: {e}", socket.display()));

@@ -13,7 +13,7 @@ use tokio::net::UnixStream;
 use stasis_agent_proto::{asynch, Body, Frame, Reply, Request, PROTOCOL_VERSION};
 use stasis_core::{Error, ErrorCode, Result};
 
-use crate::supervisor::{SupervisorConfig, SOCKET_NAME};
+use crate::supervisor::{socket_via_fd, SupervisorConfig, SOCKET_NAME};
 
 /// Longest a supervisor may take to answer, beyond a read's own wait (a
 /// session kill waits up to 10 s for the leaf to empty).
@@ -24,7 +24,8 @@ const ANSWER_GRACE: Duration = Duration::from_secs(30);
 pub(crate) struct SupervisorHandle {
     pub pid: i32,
     pidfd: Arc<OwnedFd>,
-    socket: PathBuf,
+    /// The sandbox's `run/` directory, holding the socket.
+    run_dir: PathBuf,
 }
 
 /// Whether the process behind a pidfd has exited (the pidfd polls readable).
@@ -61,7 +62,8 @@ impl SupervisorHandle {
             return Err(gone("process exited"));
         }
         let exchange = async {
-            let mut conn = UnixStream::connect(&self.socket).await.map_err(gone)?;
+            let (_dir, path) = socket_via_fd(&self.run_dir).map_err(gone)?;
+            let mut conn = UnixStream::connect(&path).await.map_err(gone)?;
             let frame = Frame {
                 id: 1,
                 body: Body::Request(req),
@@ -152,7 +154,7 @@ pub(crate) async fn spawn(
         SupervisorHandle {
             pid: sup,
             pidfd: Arc::new(pidfd),
-            socket: cfg.run_dir.join(SOCKET_NAME),
+            run_dir: cfg.run_dir.clone(),
         },
         init,
     ))
@@ -163,7 +165,8 @@ pub(crate) async fn spawn(
 /// init's pid from its `Hello`.
 pub(crate) async fn attach(run_dir: &Path) -> Result<(SupervisorHandle, i32)> {
     let socket = run_dir.join(SOCKET_NAME);
-    let mut conn = tokio::time::timeout(Duration::from_secs(5), UnixStream::connect(&socket))
+    let (_dir, path) = socket_via_fd(run_dir).map_err(gone)?;
+    let mut conn = tokio::time::timeout(Duration::from_secs(5), UnixStream::connect(&path))
         .await
         .map_err(|_| gone("connect timed out"))?
         .map_err(gone)?;
@@ -202,7 +205,7 @@ pub(crate) async fn attach(run_dir: &Path) -> Result<(SupervisorHandle, i32)> {
         SupervisorHandle {
             pid,
             pidfd: Arc::new(pidfd),
-            socket,
+            run_dir: run_dir.to_path_buf(),
         },
         init,
     ))

@@ -304,3 +304,31 @@ async fn supervisor_death_is_reported_and_recovered() {
     assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
     e.cleanup_parent();
 }
+
+/// A unix socket address holds at most 107 bytes; a sandbox directory
+/// deeper than that still gets a supervisor, and a restart reattaches to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_sandbox_paths_work() {
+    let e = env("sup-long");
+    let mut spec = e.spec(stasis_core::Manifest::default());
+    let deep = e
+        .tmp
+        .path()
+        .join("d".repeat(120))
+        .join("sandboxes")
+        .join(spec.id.as_str());
+    std::fs::create_dir_all(&deep).unwrap();
+    spec.dir = deep;
+    assert!(spec.dir.join("run/supervisor.sock").as_os_str().len() > 108);
+    e.be.create(&spec).await.unwrap();
+    let s =
+        e.be.session_start(&spec.id, session(&["sh", "-c", "echo hello; sleep 100"]))
+            .await
+            .unwrap();
+    let be2 = ProcessBackend::new(e.be.config().clone());
+    assert_eq!(be2.recover(&spec).await.unwrap(), Recovered::Running);
+    read_until(&be2, &spec, &s.id, 0, "hello\n").await;
+    be2.destroy(&spec.id, &spec.dir).await.unwrap();
+    assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
+    e.cleanup_parent();
+}
