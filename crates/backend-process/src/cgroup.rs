@@ -54,6 +54,12 @@ pub struct Cgroups {
     /// v2: the unified mount. v1: controller -> mount point of its hierarchy.
     pub v2_root: PathBuf,
     pub v1: BTreeMap<String, PathBuf>,
+    /// v1 only: hierarchies without a controller we use, through which a
+    /// service manager tracks its services (`name=systemd`, the hybrid
+    /// cgroup2 mount). Our processes also move there, best effort, to the
+    /// same relative path: a `systemctl restart` of the daemon, which kills
+    /// its service's cgroup, must not reach sandboxes or their supervisors.
+    pub service: Vec<PathBuf>,
 }
 
 fn read_trim(p: &Path) -> io::Result<String> {
@@ -83,6 +89,7 @@ impl Cgroups {
         v2_controllers: impl Fn(&Path) -> String,
     ) -> Result<Cgroups, String> {
         let mut v2_mounts = Vec::new();
+        let mut named = Vec::new();
         let mut v1 = BTreeMap::new();
         for line in mountinfo.lines() {
             // ... mount_point ... - fstype source super_options
@@ -103,6 +110,9 @@ impl Cgroups {
                             v1.entry(opt.to_string()).or_insert(mount_point.clone());
                         }
                     }
+                    if post[2].split(',').any(|o| o.starts_with("name=")) {
+                        named.push(mount_point);
+                    }
                 }
                 _ => {}
             }
@@ -115,6 +125,7 @@ impl Cgroups {
                     version: Version::V2,
                     v2_root: root.clone(),
                     v1: BTreeMap::new(),
+                    service: Vec::new(),
                 });
             }
         }
@@ -129,11 +140,36 @@ impl Cgroups {
                 missing.join(",")
             ));
         }
+        let mut service = named;
+        service.extend(v2_mounts);
+        service.sort();
+        service.dedup();
         Ok(Cgroups {
             version: Version::V1,
             v2_root: PathBuf::new(),
             v1,
+            service,
         })
+    }
+
+    /// After joining the cgroups whose `cgroup.procs` files are `joined`:
+    /// move the calling process, best effort, to the same relative path in
+    /// the service-tracking hierarchies (see [`Cgroups::service`]).
+    pub fn escape_service(&self, joined: &[PathBuf]) {
+        let hs = self.hierarchies();
+        let Some(rel) = joined.iter().find_map(|f| {
+            let dir = f.parent()?;
+            hs.iter().find_map(|h| dir.strip_prefix(h).ok())
+        }) else {
+            return;
+        };
+        let me = std::process::id().to_string();
+        for s in &self.service {
+            let d = s.join(rel);
+            if fs::create_dir_all(&d).is_ok() {
+                let _ = fs::write(d.join("cgroup.procs"), &me);
+            }
+        }
     }
 
     /// Every distinct hierarchy root this backend creates cgroups in.
@@ -385,6 +421,9 @@ impl SandboxCgroup {
         for d in self.dirs(name) {
             let _ = fs::remove_dir(d);
         }
+        for s in &self.cg.service {
+            let _ = fs::remove_dir(s.join(&self.rel).join(name));
+        }
     }
 
     /// Pids in the whole sandbox (or one leaf).
@@ -495,6 +534,14 @@ impl SandboxCgroup {
     /// Kill everything and remove the sandbox's cgroups. Idempotent.
     pub fn destroy(&self) -> io::Result<()> {
         self.kill("")?;
+        // Service-tracking copies (empty once everything is dead).
+        for s in &self.cg.service {
+            let mut dirs = Vec::new();
+            subdirs_deepest_first(&s.join(&self.rel), &mut dirs);
+            for d in dirs {
+                let _ = fs::remove_dir(d);
+            }
+        }
         for h in self.dirs("") {
             let mut dirs = Vec::new();
             subdirs_deepest_first(&h, &mut dirs);
@@ -600,6 +647,7 @@ mod tests {
 39 35 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
 40 35 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
 41 35 0:36 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+42 35 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
 ";
 
     #[test]
@@ -608,6 +656,14 @@ mod tests {
         assert_eq!(c.version, Version::V1);
         assert_eq!(c.v1["freezer"], Path::new("/sys/fs/cgroup/freezer"));
         assert_eq!(c.hierarchies().len(), 5);
+        // The hybrid cgroup2 mount and named hierarchies track services.
+        assert_eq!(
+            c.service,
+            vec![
+                PathBuf::from("/sys/fs/cgroup/systemd"),
+                PathBuf::from("/sys/fs/cgroup/unified")
+            ]
+        );
     }
 
     #[test]

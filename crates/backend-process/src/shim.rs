@@ -163,6 +163,9 @@ fn join_cgroups(files: &[PathBuf]) -> Result<(), String> {
     for f in files {
         fs::write(f, &pid).map_err(|e| format!("join cgroup {}: {e}", f.display()))?;
     }
+    if let Ok(cgs) = crate::cgroup::Cgroups::detect() {
+        cgs.escape_service(files);
+    }
     Ok(())
 }
 

@@ -113,6 +113,7 @@ pub(crate) fn run_supervise(cfg: SupervisorConfig) -> i32 {
                     return 1;
                 }
             }
+            cgs.escape_service(&procs);
             let rt = match tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(1)
                 .max_blocking_threads(4)

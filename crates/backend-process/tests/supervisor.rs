@@ -332,3 +332,63 @@ async fn long_sandbox_paths_work() {
     assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
     e.cleanup_parent();
 }
+
+/// On a cgroup v1 host a service manager tracks the daemon through its own
+/// hierarchies (`name=systemd`, the hybrid cgroup2 mount): the sandbox's
+/// processes and its supervisor leave the daemon's cgroup there too, so a
+/// service restart that kills the daemon's cgroup does not reach them; and
+/// destroy removes those cgroups as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_leave_the_daemons_service_cgroup() {
+    let cgs = stasis_backend_process::cgroup::Cgroups::detect().unwrap();
+    if cgs.service.is_empty() {
+        eprintln!("no service-tracking hierarchy on this host (cgroup v2): nothing to check");
+        return;
+    }
+    let e = env("sup-service");
+    let spec = e.create().await;
+    let s =
+        e.be.session_start(&spec.id, session(&["sleep", "108"]))
+            .await
+            .unwrap();
+    let sup = supervisor_pids(&e, &spec)[0];
+    let init: i32 = std::fs::read_to_string(spec.dir.join("run/init.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let t = Instant::now();
+    while host_pids_with("sleep 108").is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sleeper = host_pids_with("sleep 108")[0];
+    let sub = |p: &str| format!("/{}/{}", e.parent, p);
+    for (pid, want) in [
+        (sup, sub(&format!(".supervisors/{}", spec.id))),
+        (init, sub(&format!("{}/init", spec.id))),
+        (sleeper, sub(&format!("{}/", spec.id))),
+    ] {
+        let cg = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        for line in cg.lines() {
+            let mut f = line.splitn(3, ':');
+            let (_, ctl, path) = (f.next(), f.next().unwrap(), f.next().unwrap());
+            if ctl.starts_with("name=") || ctl.is_empty() {
+                assert!(path.starts_with(&want), "pid {pid}: {line} (want {want})");
+            }
+        }
+    }
+    e.be.session_kill(&spec.id, &s.id).await.unwrap();
+    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
+    for svc in &cgs.service {
+        let d = svc.join(&e.parent).join(spec.id.as_str());
+        assert!(!d.exists(), "{} left behind", d.display());
+        let d = svc
+            .join(&e.parent)
+            .join(stasis_backend_process::cgroup::SUPERVISORS)
+            .join(spec.id.as_str());
+        assert!(!d.exists(), "{} left behind", d.display());
+    }
+    assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
+    e.cleanup_parent();
+}
