@@ -1555,8 +1555,10 @@ impl Manager {
                         }
                     },
                     SandboxState::Paused => {
-                        // Nothing should run; a process-backend sandbox paused
-                        // with memory lost its frozen processes with the daemon.
+                        // Nothing should run: a process-backend sandbox paused
+                        // with memory is still frozen under its supervisor
+                        // (recover reports it not running; the next resume
+                        // thaws it). A running one contradicts the record.
                         let r = backend.recover(&spec).await?;
                         if r == Recovered::Running {
                             let _ = backend.destroy(&rec.id, &spec.dir).await;

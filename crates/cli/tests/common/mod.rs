@@ -281,6 +281,7 @@ pub fn cgroup_roots() -> Vec<PathBuf> {
         "freezer",
         "cpu,cpuacct",
         "unified",
+        "systemd",
     ] {
         let p = PathBuf::from("/sys/fs/cgroup").join(c);
         if p.is_dir() {
