@@ -28,6 +28,7 @@ pub mod outputs;
 pub mod shim;
 pub mod supervisor;
 mod supervisor_client;
+pub mod userns;
 
 use async_trait::async_trait;
 use std::collections::{BTreeMap, HashMap};
@@ -107,6 +108,10 @@ pub struct ProcessConfig {
     /// `<data-dir>/sandboxes`): orphan cleanup unmounts quota filesystems
     /// left under it by sandboxes the server no longer knows.
     pub state_dir: Option<PathBuf>,
+    /// Host uid/gid ranges of the sandboxes' user namespaces (see
+    /// [`userns`]); `None` runs sandboxes without one (host root with
+    /// reduced capabilities).
+    pub userns: Option<userns::UsernsConfig>,
 }
 
 impl Default for ProcessConfig {
@@ -120,6 +125,7 @@ impl Default for ProcessConfig {
             hide_paths: Vec::new(),
             init_timeout: Duration::from_secs(20),
             state_dir: None,
+            userns: Some(userns::UsernsConfig::default()),
         }
     }
 }
@@ -610,7 +616,15 @@ impl ProcessBackend {
         }
         // Covering `/` would hide the whole root.
         hide.retain(|p| p.is_absolute() && p.parent().is_some());
+        let idmap = match self.cfg.userns {
+            Some(u) => {
+                let dir = spec.dir.clone();
+                Some(blocking(move || userns::allocate(&u, &dir)).await?)
+            }
+            None => None,
+        };
         let cfg = InitConfig {
+            idmap,
             cgroup_procs: procs,
             lower: Self::lower(spec)?,
             upper: layer_root(spec).join("upper"),
@@ -1087,9 +1101,15 @@ impl Backend for ProcessBackend {
         let p = fsops::normalize(sb.workdir(), path)?;
         let pid = sb.pid().await?;
         let data = data.to_vec();
-        tokio::task::spawn_blocking(move || fsops::Root::of_pid(pid)?.write_file(&p, &data, mode))
-            .await
-            .map_err(|e| Error::internal(e.to_string()))?
+        // Files are created as the sandbox's root (its host uid), so the
+        // sandbox owns and can change what the file API writes.
+        tokio::task::spawn_blocking(move || {
+            userns::as_sandbox_root(pid, || {
+                fsops::Root::of_pid(pid)?.write_file(&p, &data, mode)
+            })
+        })
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
     }
 
     async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {
@@ -1354,7 +1374,11 @@ impl Backend for ProcessBackend {
             }
         }
         if dir.is_absolute() {
-            blocking(move || disk::unmount(&dir)).await?;
+            blocking(move || {
+                userns::release(&dir);
+                disk::unmount(&dir)
+            })
+            .await?;
         }
         Ok(())
     }

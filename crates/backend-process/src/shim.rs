@@ -62,6 +62,10 @@ pub(crate) struct InitConfig {
     /// Output directories, created (inside the root) when missing.
     #[serde(default)]
     pub outputs: Vec<String>,
+    /// The sandbox's host id range (see [`crate::userns`]); `None`: no user
+    /// namespace (processes are host root with reduced capabilities).
+    #[serde(default)]
+    pub idmap: Option<crate::userns::IdMap>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -194,6 +198,15 @@ fn run_init(path: &str) -> i32 {
         report(&format!("error {e}"));
         return 1;
     }
+    // The user namespace is made first: its helper must not become the
+    // new PID namespace's first process.
+    let userns = match cfg.idmap.as_ref().map(crate::userns::create).transpose() {
+        Ok(u) => u,
+        Err(e) => {
+            report(&format!("error {e}"));
+            return 1;
+        }
+    };
     // Own session: terminal signals to the daemon's process group (Ctrl-C)
     // do not reach sandboxes; the daemon ends them explicitly.
     let _ = nix::unistd::setsid();
@@ -222,7 +235,7 @@ fn run_init(path: &str) -> i32 {
         }
         Ok(ForkResult::Child) => {
             drop(r);
-            match init_setup(&cfg) {
+            match init_setup(&cfg, userns) {
                 Err(e) => {
                     let _ = w.write_all(format!("error {e}").as_bytes());
                     std::process::exit(1);
@@ -236,6 +249,7 @@ fn run_init(path: &str) -> i32 {
         }
         Ok(ForkResult::Parent { child }) => {
             drop(w);
+            drop(userns);
             let mut msg = String::new();
             let _ = r.read_to_string(&mut msg);
             if msg == "ok" {
@@ -328,7 +342,18 @@ fn bind_ro(src: &Path, target: &Path) -> Result<(), String> {
 /// made fd to fd, read-only, nosuid, nodev from the start. Not recursive:
 /// mounts below the source are not carried in. Only the (empty) mount point
 /// lands in the writable layer; the content never does.
-fn input_mount(root: &Path, src: &Path, target: &str) -> Result<(), String> {
+///
+/// With a user namespace the bind is also idmapped through it, so host
+/// owners keep their ids inside (host root's files are root's, readable as
+/// before, and writes fail with EROFS, not EACCES); on a filesystem that
+/// cannot be idmapped the plain bind is kept (host root's files then appear
+/// as `nobody`: readable when world-readable).
+fn input_mount(
+    root: &Path,
+    src: &Path,
+    target: &str,
+    userns: Option<&OwnedFd>,
+) -> Result<(), String> {
     let c = CString::new(src.as_os_str().as_encoded_bytes())
         .map_err(|_| format!("mount source {} has NUL", src.display()))?;
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
@@ -394,13 +419,7 @@ fn input_mount(root: &Path, src: &Path, target: &str) -> Result<(), String> {
         return Err(e("open_tree"));
     }
     let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
-    let rc = unsafe {
+    let setattr = |attr: MountAttr| unsafe {
         libc::syscall(
             libc::SYS_mount_setattr,
             tree.as_raw_fd(),
@@ -410,6 +429,24 @@ fn input_mount(root: &Path, src: &Path, target: &str) -> Result<(), String> {
             std::mem::size_of::<MountAttr>(),
         )
     };
+    let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    let mut rc = -1;
+    if let Some(ns) = userns {
+        rc = setattr(MountAttr {
+            attr_set: ro | MOUNT_ATTR_IDMAP,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: ns.as_raw_fd() as u64,
+        });
+    }
+    if rc != 0 {
+        rc = setattr(MountAttr {
+            attr_set: ro,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        });
+    }
     if rc != 0 {
         return Err(e("mount_setattr read-only"));
     }
@@ -437,6 +474,7 @@ const OPEN_TREE_CLONE: u32 = 1;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 
@@ -468,7 +506,13 @@ struct MountAttr {
 ///   from the host, a private devpts instance and a /dev/shm tmpfs.
 /// - `/tmp` and the workdir are plain directories of the overlay (so they
 ///   persist in the writable layer like everything else).
-fn init_setup(cfg: &InitConfig) -> Result<(), String> {
+///
+/// With a user namespace (`userns`), the lower layer and the writable
+/// layer's directory are idmapped mounts of it (attached on a scratch tmpfs
+/// at the root mount point, which the overlay then covers), everything is
+/// created with the sandbox root's host ids (fsuid), and PID 1 joins the
+/// user namespace as its root last, after every mount (see [`crate::userns`]).
+fn init_setup(cfg: &InitConfig, userns: Option<OwnedFd>) -> Result<(), String> {
     do_mount(
         None,
         Path::new("/"),
@@ -485,11 +529,15 @@ fn init_setup(cfg: &InitConfig) -> Result<(), String> {
         }
     }
     let root = &cfg.root;
+    let (lower, upper, work) = match (&userns, &cfg.idmap) {
+        (Some(ns), Some(map)) => idmapped_layers(cfg, ns, map.host)?,
+        _ => (cfg.lower.clone(), cfg.upper.clone(), cfg.work.clone()),
+    };
     let opts = format!(
         "lowerdir={},upperdir={},workdir={},redirect_dir=off,metacopy=off,index=off",
-        cfg.lower.display(),
-        cfg.upper.display(),
-        cfg.work.display()
+        lower.display(),
+        upper.display(),
+        work.display()
     );
     do_mount(
         Some("overlay"),
@@ -499,7 +547,7 @@ fn init_setup(cfg: &InitConfig) -> Result<(), String> {
         Some(&opts),
     )?;
     for (src, target) in &cfg.mounts {
-        input_mount(root, src, target)?;
+        input_mount(root, src, target, userns.as_ref())?;
     }
     if !cfg.outputs.is_empty() {
         let r = crate::fsops::Root::open_dir(root).map_err(|e| format!("open root: {e}"))?;
@@ -519,6 +567,21 @@ fn init_setup(cfg: &InitConfig) -> Result<(), String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         None,
     )?;
+    if let Some(map) = &cfg.idmap {
+        // The network namespace stays owned by the host's user namespace,
+        // so root inside has no CAP_NET_BIND_SERVICE/CAP_NET_RAW over it:
+        // let every sandbox id bind low ports and open ICMP echo sockets.
+        let ipv4 = proc_.join("sys/net/ipv4");
+        for (k, v) in [
+            ("ip_unprivileged_port_start", "0".to_string()),
+            (
+                "ping_group_range",
+                format!("{} {}", map.host, map.host + map.size - 1),
+            ),
+        ] {
+            fs::write(ipv4.join(k), v).map_err(|e| format!("sysctl net.ipv4.{k}: {e}"))?;
+        }
+    }
     for p in ["sys", "sysrq-trigger", "irq", "bus"] {
         let t = proc_.join(p);
         if t.exists() {
@@ -616,9 +679,50 @@ fn init_setup(cfg: &InitConfig) -> Result<(), String> {
     nix::unistd::sethostname(&cfg.hostname).map_err(|e| format!("sethostname: {e}"))?;
     lo_up()?;
 
+    if let Some(ns) = userns {
+        use std::os::fd::AsFd;
+        crate::userns::enter(ns.as_fd())?;
+    }
     // PID 1 keeps no privileges it does not need either.
     drop_privileges()?;
     Ok(())
+}
+
+/// Attach idmapped mounts of the lower layer and of the writable layer's
+/// directory on a scratch tmpfs at the root mount point, and switch this
+/// thread's fs ids to the sandbox root's host ids (so the overlay, which
+/// keeps its mounter's credentials, writes inside ids 0 to disk). Returns
+/// the overlay's lower, upper and work dirs.
+fn idmapped_layers(
+    cfg: &InitConfig,
+    ns: &OwnedFd,
+    host: u32,
+) -> Result<(PathBuf, PathBuf, PathBuf), String> {
+    let (Some(lr), Some(up), Some(wk)) = (
+        cfg.upper.parent(),
+        cfg.upper.file_name(),
+        cfg.work.file_name(),
+    ) else {
+        return Err("bad layer paths".into());
+    };
+    if cfg.work.parent() != Some(lr) {
+        return Err("upper and work dirs must share a directory".into());
+    }
+    let root = &cfg.root;
+    do_mount(
+        Some("tmpfs"),
+        root,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("size=16k,mode=700"),
+    )?;
+    let (l, u) = (root.join("lower"), root.join("layer"));
+    mkdir_p(&l)?;
+    mkdir_p(&u)?;
+    crate::userns::mount_idmapped(&cfg.lower, &l, ns)?;
+    crate::userns::mount_idmapped(lr, &u, ns)?;
+    crate::userns::set_fs_ids(host)?;
+    Ok((l, u.join(up), u.join(wk)))
 }
 
 fn set_mode(p: &Path, mode: u32) -> Result<(), String> {
@@ -977,7 +1081,6 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
         | CloneFlags::CLONE_NEWCGROUP;
     // setns(pidfd, flags) enters all namespaces at once (Linux 5.8+).
     setns(&pidfd, all).map_err(|e| format!("setns into sandbox: {e}"))?;
-    drop(pidfd);
     // setns(mnt) moved our root and cwd to the sandbox's (pivoted) root.
     let argv: Vec<CString> = cfg
         .argv
@@ -1032,6 +1135,15 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
                     libc::dup2(1, 2);
                 }
             }
+            // Last namespace: the sandbox's user namespace, as its root
+            // (a no-op for a sandbox started without one).
+            {
+                use std::os::fd::AsFd;
+                if let Err(e) = crate::userns::enter(pidfd.as_fd()) {
+                    fail("setup", 125, e);
+                }
+            }
+            drop(pidfd);
             if let Err(e) = nix::unistd::chdir(cwd.as_str()) {
                 fail(
                     "cwd",
@@ -1075,6 +1187,7 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
         }
         ForkResult::Parent { child } => {
             drop(w);
+            drop(pidfd);
             let mut msg = String::new();
             let _ = r.read_to_string(&mut msg);
             let status = loop {

@@ -1,0 +1,481 @@
+//! User namespaces of process sandboxes: root inside a sandbox is an
+//! unprivileged uid/gid range on the host.
+//!
+//! Each sandbox gets a *slot* `n` of a configured range ([`UsernsConfig`]):
+//! inside ids `0..size` are host ids `base + n*size ..`. The slot is claimed
+//! with an exclusive file `<state dir>/.userns/<n>` naming the sandbox and
+//! recorded in `<sandbox dir>/userns`, so a resume or a daemon restart keeps
+//! the same mapping (a running sandbox keeps it anyway: its supervisor, PID 1
+//! and sessions live in the user namespace created at start). `destroy`
+//! frees the slot; a claim whose sandbox dir is gone is taken over.
+//!
+//! Ownership on disk never depends on the slot: the shim mounts the lower
+//! layer and the writable layer through *idmapped mounts* of the sandbox's
+//! user namespace, so the upper layer stores inside ids (a file made by root
+//! inside is uid 0 in `upper/`), exactly as before. Snapshots, restore and
+//! fork into a sandbox with another slot therefore need no chown pass, and
+//! `fs.tar` stays portable between sandboxes and hosts.
+//!
+//! The mount, network, UTS, IPC, PID and cgroup namespaces stay owned by the
+//! host's user namespace (the shim creates them as host root and joins the
+//! sandbox's user namespace last), so root inside has its capabilities only
+//! over its own user namespace: it cannot mount, configure the network,
+//! change the hostname, load modules or reach files of unmapped owners
+//! (host root's files appear as `nobody`) even without the seccomp filter.
+
+use serde::{Deserialize, Serialize};
+use std::ffi::CString;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+/// The host id ranges sandboxes are mapped to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UsernsConfig {
+    /// First host uid/gid of slot 0.
+    pub base: u32,
+    /// Ids per sandbox (inside ids `0..size`).
+    pub size: u32,
+    /// Number of slots (sandboxes mapped at once).
+    pub slots: u32,
+}
+
+impl Default for UsernsConfig {
+    fn default() -> Self {
+        // 100000 + n*65536 up to the top of the 32-bit id space, like
+        // /etc/subuid ranges of rootless containers.
+        UsernsConfig {
+            base: 100_000,
+            size: 65_536,
+            slots: 65_000,
+        }
+    }
+}
+
+/// One sandbox's mapping: inside `0..size` = host `host..host+size`
+/// (the same for uids and gids).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdMap {
+    pub host: u32,
+    pub size: u32,
+}
+
+impl UsernsConfig {
+    fn map(&self, slot: u32) -> IdMap {
+        IdMap {
+            host: self.base + slot * self.size,
+            size: self.size,
+        }
+    }
+
+    /// Check the range fits the 32-bit id space (and spares id 2^32-1).
+    pub fn validate(&self) -> Result<(), String> {
+        let end = self.base as u64 + self.size as u64 * self.slots as u64;
+        if self.base == 0 || self.size == 0 || self.slots == 0 || end >= u32::MAX as u64 {
+            return Err(format!(
+                "user namespace range base {} + {} slots of {} ids does not fit 1..2^32-1",
+                self.base, self.slots, self.size
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Record {
+    slot: u32,
+    map: IdMap,
+}
+
+fn claims_dir(sandbox_dir: &Path) -> Option<PathBuf> {
+    sandbox_dir.parent().map(|p| p.join(".userns"))
+}
+
+fn id_of(sandbox_dir: &Path) -> String {
+    sandbox_dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// The mapping of the sandbox whose state dir is `dir`: the recorded one
+/// (still claimed by it), else a newly claimed free slot.
+pub fn allocate(cfg: &UsernsConfig, dir: &Path) -> io::Result<IdMap> {
+    cfg.validate().map_err(io::Error::other)?;
+    let claims = claims_dir(dir).ok_or_else(|| io::Error::other("sandbox dir has no parent"))?;
+    fs::create_dir_all(&claims)?;
+    let id = id_of(dir);
+    let rec_path = dir.join("userns");
+    if let Ok(data) = fs::read(&rec_path) {
+        if let Ok(rec) = serde_json::from_slice::<Record>(&data) {
+            let claim = claims.join(rec.slot.to_string());
+            let owner = fs::read_to_string(&claim).ok();
+            if rec.slot < cfg.slots && rec.map == cfg.map(rec.slot) {
+                if owner.as_deref() == Some(id.as_str()) {
+                    return Ok(rec.map);
+                }
+                if owner.is_none() && try_claim(&claim, &id)? {
+                    return Ok(rec.map);
+                }
+            }
+        }
+    }
+    for slot in 0..cfg.slots {
+        let claim = claims.join(slot.to_string());
+        let taken = match fs::read_to_string(&claim) {
+            Ok(owner) => {
+                // A claim of a sandbox whose dir is gone is stale.
+                if owner == id || !dir.with_file_name(&owner).is_dir() || owner.is_empty() {
+                    let _ = fs::remove_file(&claim);
+                    !try_claim(&claim, &id)?
+                } else {
+                    true
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => !try_claim(&claim, &id)?,
+            Err(e) => return Err(e),
+        };
+        if taken {
+            continue;
+        }
+        let map = cfg.map(slot);
+        let tmp = dir.join("userns.tmp");
+        fs::write(&tmp, serde_json::to_vec(&Record { slot, map })?)?;
+        fs::rename(&tmp, &rec_path)?;
+        return Ok(map);
+    }
+    Err(io::Error::other(format!(
+        "all {} user namespace id ranges are in use",
+        cfg.slots
+    )))
+}
+
+fn try_claim(claim: &Path, id: &str) -> io::Result<bool> {
+    match File::options().write(true).create_new(true).open(claim) {
+        Ok(mut f) => {
+            f.write_all(id.as_bytes())?;
+            Ok(true)
+        }
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Free the slot of a destroyed sandbox (only a claim naming it).
+pub fn release(dir: &Path) {
+    let Some(claims) = claims_dir(dir) else {
+        return;
+    };
+    let Ok(data) = fs::read(dir.join("userns")) else {
+        return;
+    };
+    let Ok(rec) = serde_json::from_slice::<Record>(&data) else {
+        return;
+    };
+    let claim = claims.join(rec.slot.to_string());
+    if fs::read_to_string(&claim).ok().as_deref() == Some(id_of(dir).as_str()) {
+        let _ = fs::remove_file(claim);
+    }
+}
+
+/// The mapping of inside uid 0 of a live process: `Some(host uid)` when it
+/// is in a user namespace other than the host's.
+pub fn root_of_pid(pid: i32) -> Option<u32> {
+    let map = fs::read_to_string(format!("/proc/{pid}/uid_map")).ok()?;
+    for l in map.lines() {
+        let f: Vec<u32> = l
+            .split_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        if f.len() == 3 && f[0] == 0 {
+            return (f[1] != 0).then_some(f[1]);
+        }
+    }
+    None
+}
+
+// ------------------------------------------------------------ shim side
+
+fn err(what: &str) -> String {
+    format!("{what}: {}", io::Error::last_os_error())
+}
+
+/// Create a user namespace with `map` (uids and gids) and return its fd. A
+/// helper child unshares it and waits while we, host root, write its maps.
+/// Call before unsharing the PID namespace (the helper is a plain child).
+pub(crate) fn create(map: &IdMap) -> Result<OwnedFd, String> {
+    let (mut ready_r, ready_w) = pipe()?;
+    let (done_r, done_w) = pipe()?;
+    match unsafe { nix::unistd::fork() }.map_err(|e| format!("fork: {e}"))? {
+        nix::unistd::ForkResult::Child => {
+            drop(ready_r);
+            drop(done_w);
+            let mut w = ready_w;
+            let ok = unsafe { libc::unshare(libc::CLONE_NEWUSER) } == 0;
+            let _ = w.write_all(if ok { b"k" } else { b"e" });
+            drop(w);
+            let mut b = [0u8; 1];
+            let mut r = done_r;
+            let _ = r.read(&mut b);
+            unsafe { libc::_exit(0) }
+        }
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(ready_w);
+            drop(done_r);
+            let mut b = [0u8; 1];
+            let n = ready_r.read(&mut b).unwrap_or(0);
+            let res = if n == 1 && b[0] == b'k' {
+                let line = format!("0 {} {}\n", map.host, map.size);
+                let p = format!("/proc/{child}");
+                fs::write(format!("{p}/uid_map"), &line)
+                    .map_err(|e| format!("write uid_map: {e}"))
+                    .and_then(|_| {
+                        fs::write(format!("{p}/gid_map"), &line)
+                            .map_err(|e| format!("write gid_map: {e}"))
+                    })
+                    .and_then(|_| {
+                        File::open(format!("{p}/ns/user"))
+                            .map(OwnedFd::from)
+                            .map_err(|e| format!("open user namespace: {e}"))
+                    })
+            } else {
+                Err("unshare user namespace failed (user namespaces disabled?)".to_string())
+            };
+            drop(done_w);
+            let _ = nix::sys::wait::waitpid(child, None);
+            res
+        }
+    }
+}
+
+fn pipe() -> Result<(File, File), String> {
+    let (r, w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    Ok((File::from(r), File::from(w)))
+}
+
+const OPEN_TREE_CLONE: u32 = 1;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// Attach, on `target`, a clone of the mount at `src` (not its submounts)
+/// idmapped through `userns`: on-disk id `i` is seen as host id `host + i`,
+/// i.e. as id `i` inside the sandbox.
+pub(crate) fn mount_idmapped(src: &Path, target: &Path, userns: &OwnedFd) -> Result<(), String> {
+    let c = CString::new(src.as_os_str().as_encoded_bytes()).map_err(|_| "path has NUL")?;
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            (OPEN_TREE_CLONE | libc::O_CLOEXEC as u32) as libc::c_uint,
+        )
+    };
+    if tree < 0 {
+        return Err(err(&format!("open_tree {}", src.display())));
+    }
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    let empty = c"";
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(err(&format!(
+            "idmapped mount of {} (the kernel or filesystem must support idmapped mounts)",
+            src.display()
+        )));
+    }
+    let t = CString::new(target.as_os_str().as_encoded_bytes()).map_err(|_| "path has NUL")?;
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(err(&format!("move_mount onto {}", target.display())));
+    }
+    Ok(())
+}
+
+/// Raise the effective capabilities back to the permitted ones (a change
+/// of fsuid away from 0 clears the file-related ones).
+fn raise_caps() -> Result<(), String> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut hdr = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    unsafe {
+        if libc::syscall(libc::SYS_capget, &mut hdr as *mut Header, data.as_mut_ptr()) != 0 {
+            return Err(err("capget"));
+        }
+        for d in &mut data {
+            d.effective = d.permitted;
+        }
+        if libc::syscall(libc::SYS_capset, &hdr as *const Header, data.as_ptr()) != 0 {
+            return Err(err("capset"));
+        }
+    }
+    Ok(())
+}
+
+/// Make the calling *thread* create files as `host` (uid and gid; through
+/// the sandbox's idmapped writable layer they are owned by root inside),
+/// keeping its capabilities. `setfsuid`/`setfsgid` are per thread.
+pub(crate) fn set_fs_ids(host: u32) -> Result<(), String> {
+    unsafe {
+        libc::setfsgid(host);
+        libc::setfsuid(host);
+        if libc::setfsuid(u32::MAX) as u32 != host || libc::setfsgid(u32::MAX) as u32 != host {
+            return Err(format!("setfsuid/setfsgid {host} failed"));
+        }
+    }
+    raise_caps()
+}
+
+/// Undo [`set_fs_ids`] on the calling thread.
+pub(crate) fn reset_fs_ids() {
+    unsafe {
+        libc::setfsuid(0);
+        libc::setfsgid(0);
+    }
+}
+
+/// Run `f` on this thread with files created as the sandbox's root (when
+/// the sandbox whose PID 1 is `pid` has a user namespace). For the daemon's
+/// file API, which writes through the sandbox's overlay as host root.
+pub fn as_sandbox_root<T>(
+    pid: i32,
+    f: impl FnOnce() -> stasis_core::Result<T>,
+) -> stasis_core::Result<T> {
+    match root_of_pid(pid) {
+        None => f(),
+        Some(host) => {
+            set_fs_ids(host).map_err(stasis_core::Error::internal)?;
+            let r = f();
+            reset_fs_ids();
+            r
+        }
+    }
+}
+
+/// Join the user namespace `ns` (a namespace fd or a pidfd) and become
+/// root (uid/gid 0, no supplementary groups) in it. `Ok(false)`: `ns` is
+/// the caller's own user namespace (a sandbox started without one).
+pub(crate) fn enter(ns: BorrowedFd<'_>) -> Result<bool, String> {
+    if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWUSER) } != 0 {
+        if io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            return Ok(false);
+        }
+        return Err(err("join the sandbox's user namespace"));
+    }
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0 {
+            return Err(err("setgroups"));
+        }
+        if libc::setresgid(0, 0, 0) != 0 {
+            return Err(err("setresgid 0"));
+        }
+        if libc::setresuid(0, 0, 0) != 0 {
+            return Err(err("setresuid 0"));
+        }
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_are_distinct_persisted_and_freed() {
+        let t = tempfile::tempdir().unwrap();
+        let cfg = UsernsConfig {
+            base: 200_000,
+            size: 65_536,
+            slots: 3,
+        };
+        let dirs: Vec<PathBuf> = (0..3).map(|i| t.path().join(format!("sb{i}"))).collect();
+        for d in &dirs {
+            fs::create_dir_all(d).unwrap();
+        }
+        let maps: Vec<IdMap> = dirs.iter().map(|d| allocate(&cfg, d).unwrap()).collect();
+        let mut hosts: Vec<u32> = maps.iter().map(|m| m.host).collect();
+        hosts.sort();
+        assert_eq!(hosts, vec![200_000, 265_536, 331_072]);
+        // Same sandbox again (resume, daemon restart): same mapping.
+        for (d, m) in dirs.iter().zip(&maps) {
+            assert_eq!(allocate(&cfg, d).unwrap(), *m);
+        }
+        // Full.
+        let extra = t.path().join("sb3");
+        fs::create_dir_all(&extra).unwrap();
+        let e = allocate(&cfg, &extra).unwrap_err();
+        assert!(e.to_string().contains("in use"), "{e}");
+        // A destroyed sandbox frees its slot; one whose dir vanished too.
+        release(&dirs[1]);
+        assert_eq!(allocate(&cfg, &extra).unwrap(), maps[1]);
+        fs::remove_dir_all(&dirs[2]).unwrap();
+        let extra2 = t.path().join("sb4");
+        fs::create_dir_all(&extra2).unwrap();
+        assert_eq!(allocate(&cfg, &extra2).unwrap(), maps[2]);
+        // The first sandbox still has its own.
+        assert_eq!(allocate(&cfg, &dirs[0]).unwrap(), maps[0]);
+    }
+
+    #[test]
+    fn ranges_must_fit_the_id_space() {
+        let ok = UsernsConfig::default();
+        assert!(ok.validate().is_ok());
+        for bad in [
+            UsernsConfig { base: 0, ..ok },
+            UsernsConfig { size: 0, ..ok },
+            UsernsConfig { slots: 0, ..ok },
+            UsernsConfig {
+                slots: 70_000,
+                ..ok
+            },
+        ] {
+            assert!(bad.validate().is_err(), "{bad:?}");
+        }
+    }
+}
