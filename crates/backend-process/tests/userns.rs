@@ -352,6 +352,20 @@ async fn sandbox_works_normally_in_its_user_namespace() {
         "{o}"
     );
 
+    // Low ports and ICMP echo sockets, without CAP_NET_* over the network
+    // namespace (per-namespace sysctls); raw sockets stay refused.
+    let r = run(
+        &e,
+        &spec,
+        sh("python3 -c 'import socket as s\n\
+            a=s.socket(); a.bind((\"127.0.0.1\", 80)); print(\"bound\", a.getsockname()[1])\n\
+            s.socket(s.AF_INET, s.SOCK_DGRAM, s.IPPROTO_ICMP); print(\"icmp\")\n\
+            try: s.socket(s.AF_INET, s.SOCK_RAW, s.IPPROTO_ICMP)\n\
+            except PermissionError: print(\"raw refused\")' 2>&1"),
+    )
+    .await;
+    assert_eq!(out(&r), "bound 80\nicmp\nraw refused\n", "{r:?}");
+
     // A python session survives pause (frozen) and resume.
     let s =
         e.be.session_start(id, session(&["python3", "-i", "-u", "-q"]))
