@@ -390,10 +390,16 @@ pub fn as_sandbox_root<T>(
     match root_of_pid(pid) {
         None => f(),
         Some(host) => {
+            // Reset even if `f` panics (the thread goes back to the pool).
+            struct Reset;
+            impl Drop for Reset {
+                fn drop(&mut self) {
+                    reset_fs_ids()
+                }
+            }
+            let _reset = Reset;
             set_fs_ids(host).map_err(stasis_core::Error::internal)?;
-            let r = f();
-            reset_fs_ids();
-            r
+            f()
         }
     }
 }
