@@ -416,3 +416,43 @@ async fn sandbox_works_normally_in_its_user_namespace() {
     e.be.destroy(&spec2.id, &spec2.dir).await.unwrap();
     e.cleanup_parent();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_restart_keeps_each_sandboxs_range() {
+    let e = env("usernsrestart");
+    let spec = e.create().await;
+    let id = &spec.id;
+    let host = map_of(init_pid(&spec), "uid_map").0;
+
+    // "Restart": a new backend instance knows nothing but the specs.
+    let be2 = ProcessBackend::new(e.be.config().clone());
+    be2.recover(&spec).await.unwrap();
+    // Its file API writes with the recovered sandbox's ids.
+    be2.write_file(id, "after.txt", b"x", None).await.unwrap();
+    let view = format!(
+        "/proc/{}/root{}/after.txt",
+        init_pid(&spec),
+        spec.manifest.workdir
+    );
+    assert_eq!(std::fs::metadata(&view).unwrap().uid(), host);
+    // A new sandbox does not get the range of the recovered one.
+    let spec2 = e.spec(Manifest::default());
+    be2.create(&spec2).await.unwrap();
+    assert_ne!(map_of(init_pid(&spec2), "uid_map").0, host);
+    // A rebuild (filesystem-only pause, resume) keeps the range.
+    let p = e.tmp.path().join("p");
+    be2.pause(id, &p, false).await.unwrap();
+    be2.resume(&spec, &p).await.unwrap();
+    assert_eq!(map_of(init_pid(&spec), "uid_map").0, host);
+    let r = be2
+        .exec(id, sh("stat -c %u after.txt"), None)
+        .await
+        .unwrap();
+    assert_eq!(out(&r), "0\n");
+    be2.destroy(&spec.id, &spec.dir).await.unwrap();
+    be2.destroy(&spec2.id, &spec2.dir).await.unwrap();
+    // Destroy frees the ranges.
+    let claims = spec.dir.parent().unwrap().join(".userns");
+    assert_eq!(std::fs::read_dir(&claims).unwrap().count(), 0);
+    e.cleanup_parent();
+}
