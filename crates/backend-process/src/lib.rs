@@ -1,7 +1,8 @@
 //! stasis process backend: Linux namespaces (mount, pid, net, ipc, uts, cgroup), an
 //! empty network namespace, cgroup limits (v2 when the host has it, else v1),
 //! seccomp + dropped capabilities, and an overlayfs writable layer over a
-//! read-only root filesystem.
+//! read-only root filesystem; sandbox processes run in a user namespace of
+//! their own, as an unprivileged host uid range (see [`userns`]).
 //!
 //! Shape:
 //! - each sandbox has a PID 1 (built by the shim's `init` mode, see

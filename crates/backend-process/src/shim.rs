@@ -9,10 +9,12 @@
 //! leading arguments ([`crate::ProcessConfig::shim_args`]) are ignored.
 //!
 //! Modes:
-//! - `init CONFIG`: joins the sandbox's `init` cgroup leaf, unshares mount,
+//! - `init CONFIG`: joins the sandbox's `init` cgroup leaf, creates the
+//!   sandbox's user namespace (when the config has an id map), unshares mount,
 //!   pid, net, ipc and uts namespaces and forks the sandbox's PID 1, which
 //!   builds the root filesystem (see [`InitConfig`]), pivots into it, brings
-//!   `lo` up, drops privileges and then only reaps orphans. The shim itself
+//!   `lo` up, joins the user namespace as its root, drops privileges and then
+//!   only reaps orphans. The shim itself
 //!   stays outside as the waiter of PID 1 and prints one line on stdout:
 //!   `ok <host pid of PID 1>` or `error <message>`.
 //! - `supervise CONFIG`: the sandbox's long-lived supervisor (see
@@ -20,7 +22,8 @@
 //!   `exec` as its children and outlives the daemon.
 //! - `exec CONFIG`: joins a cgroup leaf, enters the namespaces of the
 //!   sandbox's PID 1 (its root is the pivoted root), forks, and the child
-//!   drops privileges, applies seccomp and execs the command. The outcome is
+//!   joins PID 1's user namespace as its root, drops privileges, applies
+//!   seccomp and execs the command. The outcome is
 //!   written as JSON ([`ExecStatus`]) to `status_path` (opened before
 //!   entering the sandbox's mount namespace).
 
