@@ -78,9 +78,36 @@ pub fn parse_migration_status(v: &Value) -> MigrationStatus {
     }
 }
 
-/// Quote a path for the `/bin/sh -c` that QEMU's `exec:` migration URI runs.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
+/// One `sendmsg` of `data` with `fd` attached (SCM_RIGHTS).
+fn send_with_fd(
+    sock: &tokio::net::UnixStream,
+    data: &[u8],
+    fd: std::os::fd::RawFd,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
+        let n = libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
 }
 
 pub struct Qmp {
@@ -141,6 +168,39 @@ impl Qmp {
             .write_all(&line)
             .await
             .map_err(|e| Error::backend(format!("QMP write ({cmd}): {e}")))?;
+        self.reply(cmd).await
+    }
+
+    /// Run `cmd` with an open descriptor attached (SCM_RIGHTS), as
+    /// `add-fd` and `getfd` take them.
+    pub async fn execute_with_fd(
+        &mut self,
+        cmd: &str,
+        args: Value,
+        fd: std::os::fd::RawFd,
+    ) -> Result<Value> {
+        let msg = json!({ "execute": cmd, "arguments": args });
+        let mut line = serde_json::to_vec(&msg)?;
+        line.push(b'\n');
+        let werr = |e: std::io::Error| Error::backend(format!("QMP write ({cmd}): {e}"));
+        let sock: &tokio::net::UnixStream = self.writer.as_ref();
+        let sent = loop {
+            sock.writable().await.map_err(werr)?;
+            match sock.try_io(tokio::io::Interest::WRITABLE, || {
+                send_with_fd(sock, &line, fd)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(werr(e)),
+            }
+        };
+        if sent < line.len() {
+            self.writer.write_all(&line[sent..]).await.map_err(werr)?;
+        }
+        self.reply(cmd).await
+    }
+
+    async fn reply(&mut self, cmd: &str) -> Result<Value> {
         loop {
             match self.read_message().await.map_err(|e| e.context(cmd))? {
                 QmpMessage::Return(v) => return Ok(v),
@@ -156,6 +216,32 @@ impl Qmp {
                 QmpMessage::Greeting(_) => {}
             }
         }
+    }
+
+    /// Run a migration command on an open file: `migrate` (out, the file
+    /// open for writing) or `migrate-incoming` (in, open for reading). The
+    /// descriptor goes into an fd set (`add-fd`) and the URI names it
+    /// (`file:/dev/fdset/<id>`): QEMU needs no access to the file's path.
+    pub async fn migrate_fd(&mut self, cmd: &str, file: &std::fs::File) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let v = self
+            .execute_with_fd("add-fd", json!({}), file.as_raw_fd())
+            .await?;
+        let set = v
+            .get("fdset-id")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| Error::backend(format!("QMP add-fd: unexpected reply {v}")))?;
+        let r = self
+            .execute(
+                cmd,
+                Some(json!({ "uri": format!("file:/dev/fdset/{set}") })),
+            )
+            .await;
+        // The migration has opened its own duplicate by now (or failed).
+        let _ = self
+            .execute("remove-fd", Some(json!({ "fdset-id": set })))
+            .await;
+        r.map(|_| ())
     }
 
     pub async fn query_migrate(&mut self) -> Result<MigrationStatus> {
@@ -223,12 +309,6 @@ mod tests {
             parse_migration_status(&json!({"status": "cancelled"})),
             MigrationStatus::Cancelled
         );
-    }
-
-    #[test]
-    fn quotes_for_shell() {
-        assert_eq!(shell_quote("/a b/c"), "'/a b/c'");
-        assert_eq!(shell_quote("it's"), "'it'\\''s'");
     }
 
     #[tokio::test]
