@@ -353,4 +353,96 @@ mod tests {
         assert!(seen.contains("\"execute\":\"qmp_capabilities\""), "{seen}");
         assert!(seen.contains("\"execute\":\"query-migrate\""), "{seen}");
     }
+
+    /// Receive one message with a descriptor (SCM_RIGHTS) on a std socket.
+    fn recv_with_fd(s: &std::os::unix::net::UnixStream) -> (String, Option<std::fs::File>) {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let mut buf = vec![0u8; 4096];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut cbuf = [0u64; 8];
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf);
+        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, 0) };
+        assert!(n > 0);
+        let mut file = None;
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            if !c.is_null() && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                file = Some(std::fs::File::from_raw_fd(fd));
+            }
+        }
+        (
+            String::from_utf8_lossy(&buf[..n as usize]).into_owned(),
+            file,
+        )
+    }
+
+    /// A migration on a file passes the open descriptor itself (QEMU never
+    /// opens the path): add-fd carries it, the URI names its fd set, and the
+    /// set is removed afterwards, also when the migration command fails.
+    #[tokio::test]
+    async fn migrations_pass_the_file_descriptor() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qmp.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\r\n")
+                .unwrap();
+            let mut log = Vec::new();
+            let mut contents = Vec::new();
+            let (l, _) = recv_with_fd(&s); // qmp_capabilities
+            log.push(l);
+            s.write_all(b"{\"return\": {}}\r\n").unwrap();
+            for fail in [false, true] {
+                let (l, f) = recv_with_fd(&s); // add-fd
+                log.push(l);
+                let mut f = f.expect("add-fd came without a descriptor");
+                let mut got = String::new();
+                f.read_to_string(&mut got).unwrap();
+                contents.push(got);
+                s.write_all(b"{\"return\": {\"fdset-id\": 7, \"fd\": 33}}\r\n")
+                    .unwrap();
+                let (l, _) = recv_with_fd(&s); // migrate-incoming
+                log.push(l);
+                if fail {
+                    s.write_all(
+                        b"{\"error\": {\"class\": \"GenericError\", \"desc\": \"bad state\"}}\r\n",
+                    )
+                    .unwrap();
+                } else {
+                    s.write_all(b"{\"return\": {}}\r\n").unwrap();
+                }
+                let (l, _) = recv_with_fd(&s); // remove-fd
+                log.push(l);
+                s.write_all(b"{\"return\": {}}\r\n").unwrap();
+            }
+            (log, contents)
+        });
+        let mut q = Qmp::connect(&path, Duration::from_secs(2), Duration::from_secs(2))
+            .await
+            .unwrap();
+        let state = dir.path().join("memory.state");
+        std::fs::write(&state, "saved state").unwrap();
+        let f = std::fs::File::open(&state).unwrap();
+        // The path is unreachable for the peer: only the descriptor counts.
+        std::fs::remove_file(&state).unwrap();
+        q.migrate_fd("migrate-incoming", &f).await.unwrap();
+        let e = q.migrate_fd("migrate-incoming", &f).await.unwrap_err();
+        assert!(e.message.contains("bad state"), "{e}");
+        let (log, contents) = server.join().unwrap();
+        assert_eq!(contents, vec!["saved state".to_string(), String::new()]);
+        let log = log.join("");
+        assert_eq!(log.matches("\"execute\":\"add-fd\"").count(), 2, "{log}");
+        assert!(log.contains("\"uri\":\"file:/dev/fdset/7\""), "{log}");
+        assert_eq!(log.matches("\"execute\":\"remove-fd\"").count(), 2, "{log}");
+    }
 }
