@@ -11,8 +11,11 @@
 //!   All capabilities are gone (uid 0 -> non-zero drops them) and
 //!   `no_new_privs` is set.
 //! * in **new mount, pid, ipc, uts and cgroup namespaces**, and a new empty
-//!   **network namespace** when the guest has no NIC. QEMU is pid 1 of its pid
-//!   namespace and sees no other process.
+//!   **network namespace** when the guest has no NIC. Pid 1 of the pid
+//!   namespace is a minimal init (a fork of the launcher, same uid and
+//!   root, named `stasis-jail`) that only reaps: slirp double-forks every
+//!   egress relay, and the relays would otherwise stay zombies of a QEMU
+//!   that never waits for them. It exits with QEMU, and the namespace with it.
 //! * with a **minimal root**: a read-only tmpfs holding only bind mounts of
 //!   what this QEMU opens, each at its host path (so no argument or qcow2
 //!   backing reference needs rewriting): the QEMU binary and the shared
@@ -506,6 +509,7 @@ const STEPS: &[&str] = &[
     "no_new_privs",
     "dup2",
     "exec",
+    "fork QEMU from the jail's init",
 ];
 
 fn cstr(p: &Path) -> Result<CString> {
@@ -518,9 +522,19 @@ fn staged(p: &Path) -> PathBuf {
     Path::new(STAGING).join(rel)
 }
 
-/// Start `exe args` in the jail `spec`; stdout/stderr go to `log`. Returns
-/// the host pid (a child of this process: reap it with waitpid).
-pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) -> Result<i32> {
+/// A jailed QEMU: its host pid and the jail's init (pid 1 of the jail's pid
+/// namespace, a child of this process: reap it with waitpid). The init only
+/// reaps: slirp double-forks each egress relay, so the relays are re-parented
+/// to pid 1 and would stay zombies under a QEMU that never waits for them.
+/// It exits with QEMU, which takes the whole namespace down.
+#[derive(Debug, Clone, Copy)]
+pub struct Jailed {
+    pub qemu: i32,
+    pub init: i32,
+}
+
+/// Start `exe args` in the jail `spec`; stdout/stderr go to `log`.
+pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) -> Result<Jailed> {
     if unsafe { libc::geteuid() } != 0 {
         return Err(Error::backend(
             "the QEMU jail needs a daemon running as root (namespaces, mounts, uid switch)",
@@ -633,7 +647,21 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
     drop(plan);
     drop(stack);
     if got == 0 {
-        return Ok(pid);
+        // QEMU is the init's only child (forked before the pipe closed).
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(qemu) = children
+            .split_whitespace()
+            .next()
+            .and_then(|c| c.parse().ok())
+        {
+            return Ok(Jailed { qemu, init: pid });
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(Error::backend(format!(
+            "QEMU exited as soon as it started in its jail (status {status})"
+        )));
     }
     let mut status = 0;
     unsafe { libc::waitpid(pid, &mut status, 0) };
@@ -760,8 +788,36 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         if libc::dup2(p.stdin, 0) < 0 || libc::dup2(p.log, 1) < 0 || libc::dup2(p.log, 2) < 0 {
             fail(p.err, 16);
         }
-        libc::execve(p.exe.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
-        fail(p.err, 17)
+        // A raw fork (no atfork handlers: this is the copy of a
+        // multi-threaded process).
+        let qemu = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+        if qemu < 0 {
+            fail(p.err, 18);
+        }
+        if qemu == 0 {
+            libc::execve(p.exe.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+            fail(p.err, 17)
+        }
+        // The init: hold nothing, reap everything, leave with QEMU.
+        libc::prctl(libc::PR_SET_NAME, c"stasis-jail".as_ptr(), 0, 0, 0);
+        for fd in [p.err, 0, 1, 2] {
+            libc::close(fd);
+        }
+        loop {
+            let mut status = 0;
+            let r = libc::waitpid(-1, &mut status, 0);
+            if r == qemu as libc::pid_t {
+                let code = if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                };
+                libc::_exit(code)
+            }
+            if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                libc::_exit(0)
+            }
+        }
     }
 }
 

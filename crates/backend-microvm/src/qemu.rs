@@ -225,8 +225,8 @@ impl Launch {
 pub struct QemuProc {
     pub pid: i32,
     child: Option<Child>,
-    /// Our child started by the jail (reaped with waitpid).
-    jailed: bool,
+    /// The jail's init, our child (reaped once QEMU is gone).
+    init: Option<i32>,
     exited: bool,
 }
 
@@ -247,12 +247,12 @@ impl QemuProc {
             .append(true)
             .open(dir.join(QEMU_LOG))?;
         if let Some(jail) = jail {
-            let pid = crate::jail::spawn(jail, &launch.qemu, &launch.args(), &log)?;
-            std::fs::write(dir.join(PID_FILE), format!("{pid}\n"))?;
+            let j = crate::jail::spawn(jail, &launch.qemu, &launch.args(), &log)?;
+            std::fs::write(dir.join(PID_FILE), format!("{}\n", j.qemu))?;
             return Ok(QemuProc {
-                pid,
+                pid: j.qemu,
                 child: None,
-                jailed: true,
+                init: Some(j.init),
                 exited: false,
             });
         }
@@ -278,7 +278,7 @@ impl QemuProc {
         Ok(QemuProc {
             pid,
             child: Some(child),
-            jailed: false,
+            init: None,
             exited: false,
         })
     }
@@ -297,7 +297,7 @@ impl QemuProc {
         Some(QemuProc {
             pid,
             child: None,
-            jailed: false,
+            init: None,
             exited: false,
         })
     }
@@ -308,16 +308,15 @@ impl QemuProc {
         }
         let alive = match &mut self.child {
             Some(c) => matches!(c.try_wait(), Ok(None)),
-            None if self.jailed => {
-                let mut status = 0;
-                match unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } {
-                    0 => true,
-                    r if r == self.pid => false,
-                    _ => util::pid_alive(self.pid),
-                }
-            }
             None => util::pid_alive(self.pid),
         };
+        if !alive {
+            if let Some(init) = self.init.take() {
+                // QEMU is gone: its init exits right after reaping it.
+                let mut status = 0;
+                unsafe { libc::waitpid(init, &mut status, 0) };
+            }
+        }
         if !alive {
             self.exited = true;
         }

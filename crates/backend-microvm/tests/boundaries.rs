@@ -193,6 +193,41 @@ async fn check_egress(
         before_allowed + 1,
         "{when}: the allowlisted listener must see exactly the one allowed connection"
     );
+    // The relay QEMU forked for that connection has ended and was reaped:
+    // no zombie piles up in the QEMU's pid namespace, one per connection.
+    let pid = b.qemu_pid(id).unwrap();
+    let mut left = zombies_beside(pid);
+    for _ in 0..100 {
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        left = zombies_beside(pid);
+    }
+    assert!(left.is_empty(), "{when}: unreaped relays {left:?}");
+}
+
+/// Zombie processes in the pid namespace of `pid`.
+fn zombies_beside(pid: i32) -> Vec<i32> {
+    let ns = |p: i32| std::fs::read_link(format!("/proc/{p}/ns/pid")).ok();
+    let want = ns(pid);
+    assert!(want.is_some());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|p| ns(*p) == want)
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .map(|r| r.trim_start().starts_with('Z'))
+                })
+                .unwrap_or(false)
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -679,7 +714,33 @@ async fn microvm_qemu_runs_jailed() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "jailed\n");
     let out = exec(&b, &a.id, "cat /workspace/j.txt", 20_000).await;
     assert_eq!(String::from_utf8_lossy(&out.stdout), "jailed\n");
+    // The jail's init (pid 1 of QEMU's namespace, our child) leaves with
+    // QEMU and is reaped: no process of either kind stays behind.
+    let inits = || -> Vec<i32> {
+        let me = std::process::id().to_string();
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+            .filter(|p| {
+                let st = status_of_opt(*p);
+                st.get("Name").map(String::as_str) == Some("stasis-jail")
+                    && st.get("PPid") == Some(&me)
+            })
+            .collect()
+    };
+    assert_eq!(inits().len(), 2, "one init per running QEMU");
     for sb in [&a, &r] {
         b.destroy(&sb.id, &sb.dir).await.unwrap();
     }
+    assert!(inits().is_empty(), "jail inits left: {:?}", inits());
+}
+
+fn status_of_opt(pid: i32) -> std::collections::HashMap<String, String> {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
 }
