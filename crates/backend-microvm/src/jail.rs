@@ -102,6 +102,9 @@ pub struct JailSpec {
     pub new_net: bool,
     /// QEMU's working directory (the sandbox directory).
     pub cwd: PathBuf,
+    /// Data files QEMU only reads (kernel, initrd, backing chain, RAM file,
+    /// input disks), wherever they lie.
+    pub reads: Vec<PathBuf>,
 }
 
 /// What QEMU opens, gathered by the caller from the launch.
@@ -376,6 +379,11 @@ impl JailSpec {
                 device: true,
             });
         }
+        let reads: Vec<PathBuf> = binds
+            .iter()
+            .filter(|b| !b.exec && !b.device && !b.writable)
+            .map(|b| b.path.clone())
+            .collect();
         // Files inside the sandbox directory come with it.
         binds.retain(|b| !b.path.starts_with(&dir));
         binds.push(Bind {
@@ -402,6 +410,7 @@ impl JailSpec {
             binds,
             new_net: !n.network,
             cwd: dir,
+            reads,
         })
     }
 
@@ -419,6 +428,15 @@ impl JailSpec {
         let disk = absolute(&self.cwd, disk);
         chown(&disk, self.uid, self.gid)?;
         std::fs::set_permissions(&disk, std::fs::Permissions::from_mode(0o600))?;
+        // What it only reads stays root's; a file written under a strict
+        // umask (0600) gets the read bits the QEMU uid needs. (Its contents
+        // are no secret from the guest whose disk or memory it is.)
+        for r in &self.reads {
+            let mode = std::fs::metadata(r)?.permissions().mode();
+            if mode & 0o004 == 0 {
+                std::fs::set_permissions(r, std::fs::Permissions::from_mode(mode | 0o044))?;
+            }
+        }
         Ok(())
     }
 }
@@ -938,5 +956,36 @@ mod tests {
         assert!(paths.iter().filter(|p| p.starts_with(&sb)).count() == 1);
         assert!(s.new_net);
         assert_ne!(s.uid, 0);
+        assert!(s.reads.contains(&sb.join("memory.ram")), "{:?}", s.reads);
+    }
+
+    #[test]
+    fn the_qemu_uid_gets_its_disk_and_can_read_what_it_reads() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let sb = d.path().join("sb");
+        std::fs::create_dir_all(&sb).unwrap();
+        std::fs::write(sb.join("disk.qcow2"), "x").unwrap();
+        let ram = sb.join("memory.ram");
+        std::fs::write(&ram, "r").unwrap();
+        std::fs::set_permissions(&ram, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let spec = JailSpec {
+            uid: 0x7b00_0020,
+            gid: 0x7b00_0020,
+            groups: vec![],
+            binds: vec![],
+            new_net: true,
+            cwd: sb.clone(),
+            reads: vec![ram.clone()],
+        };
+        spec.prepare_dir(Path::new("disk.qcow2")).unwrap();
+        let md = |p: &Path| std::fs::metadata(p).unwrap();
+        assert_eq!(
+            (md(&sb).uid(), md(&sb).gid(), md(&sb).mode() & 0o7777),
+            (0, 0x7b00_0020, 0o1770)
+        );
+        let disk = md(&sb.join("disk.qcow2"));
+        assert_eq!((disk.uid(), disk.mode() & 0o777), (0x7b00_0020, 0o600));
+        assert_eq!((md(&ram).uid(), md(&ram).mode() & 0o777), (0, 0o644));
     }
 }

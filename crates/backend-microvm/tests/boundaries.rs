@@ -716,24 +716,30 @@ async fn microvm_qemu_runs_jailed() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "jailed\n");
     // The jail's init (pid 1 of QEMU's namespace, our child) leaves with
     // QEMU and is reaped: no process of either kind stays behind.
-    let inits = || -> Vec<i32> {
-        let me = std::process::id().to_string();
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
-            .filter(|p| {
-                let st = status_of_opt(*p);
-                st.get("Name").map(String::as_str) == Some("stasis-jail")
-                    && st.get("PPid") == Some(&me)
-            })
-            .collect()
-    };
-    assert_eq!(inits().len(), 2, "one init per running QEMU");
+    let me = std::process::id().to_string();
+    let mut inits = Vec::new();
+    for q in [pa, pr] {
+        let init: i32 = status_of(q)["PPid"].parse().unwrap();
+        let st = status_of(init);
+        assert_eq!(st["Name"], "stasis-jail");
+        assert_eq!(st["PPid"], me, "the init is the daemon's child");
+        assert_ne!(
+            st["Uid"].split_whitespace().next(),
+            Some("0"),
+            "init runs as root"
+        );
+        inits.push(init);
+    }
     for sb in [&a, &r] {
         b.destroy(&sb.id, &sb.dir).await.unwrap();
     }
-    assert!(inits().is_empty(), "jail inits left: {:?}", inits());
+    for p in inits.into_iter().chain([pa, pr]) {
+        assert!(
+            status_of_opt(p).is_empty(),
+            "{p} outlived its sandbox: {:?}",
+            status_of_opt(p).get("State")
+        );
+    }
 }
 
 fn status_of_opt(pid: i32) -> std::collections::HashMap<String, String> {
