@@ -530,7 +530,7 @@ impl Manager {
         result: Result<()>,
         what: &str,
     ) -> Result<SandboxRecord> {
-        match result {
+        let result = match result {
             Ok(()) => {
                 self.touch(&rec.id);
                 self.transition(
@@ -544,6 +544,12 @@ impl Manager {
                 )
                 .await
             }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(rec) => Ok(rec),
+            // Also when the backend started it but the record could not say
+            // so: a sandbox nobody can reach must not keep its resources.
             Err(e) => {
                 warn!(sandbox = %rec.id, error = %e, "{what} failed; cleaning up");
                 if let Ok(b) = self.backend(rec.backend) {
