@@ -150,6 +150,45 @@ async fn overloaded_guest_is_slow_not_dead_microvm() {
     assert_eq!(h.state(&id).await["state"], "running");
 }
 
+/// A create whose client gives up half-way (as the clients of the execs
+/// that hung did) still completes: one sandbox, running and usable, instead
+/// of a record stuck in Creating and a half-built VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_its_client_abandons_still_completes_microvm() {
+    if std::env::var_os("STASIS_IMAGE_DIR").is_none() {
+        eprintln!("NOT RUN: a_create_its_client_abandons_still_completes_microvm (STASIS_IMAGE_DIR is unset; no guest image)");
+        return;
+    }
+    let d = Guard(Daemon::start(&[]).await);
+    let h = d.0.http();
+    // A microVM create takes seconds under TCG: the client leaves after 1.5 s.
+    let r =
+        h.c.post(format!("{}/v1/sandboxes", h.base))
+            .json(&json!({"manifest": {"backend": "microvm"}}))
+            .timeout(std::time::Duration::from_millis(1500))
+            .send()
+            .await;
+    assert!(r.is_err(), "the create answered within 1.5 s: {r:?}");
+    let deadline = Instant::now() + std::time::Duration::from_secs(180);
+    let id = loop {
+        let l = h.ok("GET", "/v1/sandboxes", None).await;
+        let all = l.as_array().unwrap();
+        assert!(all.len() <= 1, "{l}");
+        if let Some(s) = all.first() {
+            if s["state"] == "running" {
+                break s["id"].as_str().unwrap().to_string();
+            }
+            assert_eq!(s["state"], "creating", "{s}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the abandoned create never finished: {l}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert_eq!(h.sh(&id, "echo ok").await, "ok\n");
+}
+
 /// Kills the daemon and its QEMUs when the test ends; prints the log tail on failure.
 struct Guard(Daemon);
 

@@ -490,7 +490,13 @@ async fn create_sandbox(
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
     let ctx = auth.ctx();
     let manifest = manifest_from(body.manifest)?;
-    let rec = st.manager.create(&ctx, manifest).await?;
+    // Runs to its end even if the client goes away: dropped half-way, the
+    // create would leave its record in Creating and what the backend had
+    // built (a VM, or a cgroup and a loop-mounted layer) until a restart.
+    let manager = st.manager.clone();
+    let rec = tokio::spawn(async move { manager.create(&ctx, manifest).await })
+        .await
+        .map_err(|e| Error::internal(format!("create task: {e}")))??;
     Ok((StatusCode::CREATED, axum::Json(Sandbox::from_record(rec))))
 }
 
