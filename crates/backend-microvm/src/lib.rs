@@ -840,8 +840,12 @@ impl MicrovmBackend {
         Ok(())
     }
 
-    /// An agent request on a sandbox; an unanswered request fails the sandbox
-    /// (QEMU is killed and every later call reports why).
+    /// An agent request on a sandbox. A request not answered in time is
+    /// only that: slowness (a loaded guest) is not death. Whether the guest
+    /// is alive is decided by a liveness probe on the same multiplexed
+    /// channel: if the agent answers it, the request fails with `timeout`
+    /// and the sandbox keeps running; if not, the sandbox fails (QEMU is
+    /// killed and every later call reports why).
     async fn call(
         &self,
         vm: &Vm,
@@ -855,11 +859,26 @@ impl MicrovmBackend {
             .await;
         if let Err(e) = &r {
             if e.code == ErrorCode::Timeout && e.message.starts_with("guest agent did not answer") {
-                self.fail_vm(vm, &e.message).await;
-                return Err(Error::backend(format!(
-                    "sandbox {} failed: {}; QEMU was killed",
-                    vm.id, e.message
-                )));
+                // Through `agent_of`: a channel that closed meanwhile is
+                // reconnected (a rebooted guest fails there).
+                let alive = match self.agent_of(vm).await {
+                    Ok(a) => a.probe(&vm.boot_id, self.config.agent_timeout).await,
+                    Err(e) => Err(format!("agent reconnect failed: {}", e.message)),
+                };
+                return match alive {
+                    Ok(()) => Err(Error::timeout(format!(
+                        "{}; the guest answers its liveness probe, the sandbox keeps running",
+                        e.message
+                    ))),
+                    Err(why) => {
+                        let why = format!("{}; {why}", e.message);
+                        self.fail_vm(vm, &why).await;
+                        Err(Error::backend(format!(
+                            "sandbox {} failed: {why}; QEMU was killed",
+                            vm.id
+                        )))
+                    }
+                };
             }
         }
         r

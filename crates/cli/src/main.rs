@@ -293,6 +293,15 @@ pub struct ServeArgs {
     /// sandboxes (`mounts[].source` must lie under one). Repeatable; none: no mounts.
     #[arg(long = "allow-mount", value_name = "DIR")]
     allow_mount: Vec<PathBuf>,
+    /// Requests (exec, files, sessions) that may run in one sandbox at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_inflight: u32,
+    /// Requests that may wait for one of those slots; beyond, 429 `overloaded`.
+    #[arg(long, default_value_t = 64)]
+    max_queued: u32,
+    /// Seconds a queued request waits for a slot before it gets 429 `overloaded`.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    max_queue_wait_secs: u64,
 }
 
 #[derive(Args)]
@@ -574,6 +583,11 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     cfg.rate_limit = stasis_server::auth::RateLimit {
         per_sec: a.rate_limit_per_sec,
         burst: a.rate_limit_burst,
+    };
+    cfg.inflight = stasis_server::inflight::InflightLimits {
+        max_inflight: a.max_inflight as usize,
+        max_queued: a.max_queued as usize,
+        max_wait: Duration::from_secs(a.max_queue_wait_secs),
     };
     Ok(cfg)
 }

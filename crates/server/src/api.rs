@@ -72,7 +72,14 @@ impl IntoResponse for ApiError {
                 field: self.0.field,
             },
         };
-        (status, axum::Json(body)).into_response()
+        let mut resp = (status, axum::Json(body)).into_response();
+        if self.0.code == ErrorCode::Overloaded {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(crate::inflight::RETRY_AFTER_SECS),
+            );
+        }
+        resp
     }
 }
 
@@ -483,7 +490,13 @@ async fn create_sandbox(
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
     let ctx = auth.ctx();
     let manifest = manifest_from(body.manifest)?;
-    let rec = st.manager.create(&ctx, manifest).await?;
+    // Runs to its end even if the client goes away: dropped half-way, the
+    // create would leave its record in Creating and what the backend had
+    // built (a VM, or a cgroup and a loop-mounted layer) until a restart.
+    let manager = st.manager.clone();
+    let rec = tokio::spawn(async move { manager.create(&ctx, manifest).await })
+        .await
+        .map_err(|e| Error::internal(format!("create task: {e}")))??;
     Ok((StatusCode::CREATED, axum::Json(Sandbox::from_record(rec))))
 }
 
@@ -574,8 +587,9 @@ async fn exec_stream(
     let ctx = auth.ctx();
     let id = sandbox_id(&id)?;
     let req = body.into_request()?;
-    // Resolve the sandbox up front so an unknown id is a plain 404, not a stream.
-    st.manager.get(&ctx, &id).await?;
+    // Resolve the sandbox and take its in-flight slot up front, so an unknown
+    // id is a plain 404 and a full queue a plain 429, not a stream.
+    let permit = st.manager.reserve(&ctx, &id).await?;
     let (tx, mut rx) = mpsc::channel::<stasis_backend::ExecChunk>(64);
     let (line_tx, line_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     let manager = st.manager.clone();
@@ -596,7 +610,9 @@ async fn exec_stream(
                 }
             }
         });
-        let result = manager.exec(&ctx, &id, req, Some(tx)).await;
+        let result = manager
+            .exec_reserved(&ctx, &id, req, Some(tx), Some(permit))
+            .await;
         let _ = forward.await;
         let last = match result {
             Ok(r) => ExecStreamLine::Exit {

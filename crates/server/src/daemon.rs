@@ -65,6 +65,8 @@ pub struct DaemonConfig {
     pub rate_limit: crate::auth::RateLimit,
     /// Host directories manifests may mount read-only (`--allow-mount`).
     pub allow_mounts: Vec<PathBuf>,
+    /// Requests in flight and queued per sandbox (`--max-inflight`, `--max-queued`).
+    pub inflight: crate::inflight::InflightLimits,
 }
 
 impl DaemonConfig {
@@ -89,6 +91,7 @@ impl DaemonConfig {
             gc_grace: Duration::from_secs(15 * 60),
             rate_limit: crate::auth::RateLimit::default(),
             allow_mounts: Vec::new(),
+            inflight: Default::default(),
         }
     }
 }
@@ -171,6 +174,8 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     mc.default_backend = cfg.default_backend;
     mc.max_file_bytes = cfg.max_file_bytes;
     mc.reaper_interval = cfg.reaper_interval;
+    cfg.inflight.validate()?;
+    mc.inflight = cfg.inflight;
     mc.allow_mounts = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
     let manager = Manager::new(
         mc,

@@ -32,6 +32,7 @@ use stasis_core::{
 use stasis_meta::{Meta, NewAuditEntry, Patch, PauseKind, SandboxRecord};
 
 use crate::cluster::Cluster;
+use crate::inflight::{Inflight, Permit};
 use crate::metrics::{Metrics, Op};
 
 mod pause_recovery;
@@ -69,6 +70,8 @@ pub struct ManagerConfig {
     pub gc_interval: Duration,
     /// Canonical host directories that manifest mounts may come from.
     pub allow_mounts: Vec<PathBuf>,
+    /// Limit on requests in flight (and queued) per sandbox.
+    pub inflight: crate::inflight::InflightLimits,
 }
 
 impl ManagerConfig {
@@ -81,6 +84,7 @@ impl ManagerConfig {
             reaper_interval: Duration::from_millis(250),
             gc_interval: Duration::from_secs(60),
             allow_mounts: Vec::new(),
+            inflight: Default::default(),
         }
     }
 }
@@ -88,6 +92,14 @@ impl ManagerConfig {
 struct Slot {
     lock: Arc<RwLock<()>>,
     last_active_ms: AtomicI64,
+    inflight: Arc<Inflight>,
+}
+
+/// A request's hold on a running sandbox: its in-flight slot and the shared
+/// lock that keeps lifecycle changes out while it runs.
+pub(crate) struct InUse {
+    _guard: OwnedRwLockReadGuard<()>,
+    _permit: Permit,
 }
 
 /// Timings of one lifecycle operation, reported to clients and benches.
@@ -458,6 +470,7 @@ impl Manager {
                 Arc::new(Slot {
                     lock: Arc::new(RwLock::new(())),
                     last_active_ms: AtomicI64::new(now_ms()),
+                    inflight: Arc::new(Inflight::new(self.cfg.inflight)),
                 })
             })
             .clone()
@@ -536,7 +549,7 @@ impl Manager {
         result: Result<()>,
         what: &str,
     ) -> Result<SandboxRecord> {
-        match result {
+        let result = match result {
             Ok(()) => {
                 self.touch(&rec.id);
                 self.transition(
@@ -550,6 +563,12 @@ impl Manager {
                 )
                 .await
             }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(rec) => Ok(rec),
+            // Also when the backend started it but the record could not say
+            // so: a sandbox nobody can reach must not keep its resources.
             Err(e) => {
                 warn!(sandbox = %rec.id, error = %e, "{what} failed; cleaning up");
                 if let Ok(b) = self.backend(rec.backend) {
@@ -578,6 +597,46 @@ impl Manager {
     }
 
     // ----- using a running sandbox ---------------------------------------
+
+    /// [`Manager::running`] for one request of work (exec, files, sessions):
+    /// first a slot of the sandbox's in-flight limit (waiting in its bounded
+    /// queue; 429 `overloaded` beyond it). The caller's tenant is checked
+    /// first, so another tenant's sandbox answers 404, never 429.
+    async fn in_use(&self, ctx: &Ctx, id: &SandboxId) -> Result<(InUse, SandboxRecord)> {
+        self.in_use_with(ctx, id, None).await
+    }
+
+    /// [`Manager::in_use`] with a slot the caller may already hold (from
+    /// [`Manager::reserve`]).
+    async fn in_use_with(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        permit: Option<Permit>,
+    ) -> Result<(InUse, SandboxRecord)> {
+        let permit = match permit {
+            Some(p) => p,
+            None => self.reserve(ctx, id).await?,
+        };
+        let (guard, rec) = self.running(ctx, id).await?;
+        Ok((
+            InUse {
+                _guard: guard,
+                _permit: permit,
+            },
+            rec,
+        ))
+    }
+
+    /// A slot of the sandbox's in-flight limit, held until dropped: for a
+    /// caller that must know before it answers (a streamed exec answers 429
+    /// `overloaded` as a plain response, not inside its stream). 404 for
+    /// another tenant's sandbox.
+    pub async fn reserve(&self, ctx: &Ctx, id: &SandboxId) -> Result<Permit> {
+        self.meta.get_for(&ctx.tenant, id).await?;
+        let limiter = self.slot(id).inflight.clone();
+        limiter.acquire(&format!("sandbox {id}")).await
+    }
 
     /// Wait until the sandbox is running (resuming it transparently when it
     /// is paused) and hold it running for the lifetime of the returned guard.
@@ -638,8 +697,20 @@ impl Manager {
         &self,
         ctx: &Ctx,
         id: &SandboxId,
+        req: ExecRequest,
+        output: Option<mpsc::Sender<ExecChunk>>,
+    ) -> Result<ExecResult> {
+        self.exec_reserved(ctx, id, req, output, None).await
+    }
+
+    /// [`Manager::exec`] in a slot already reserved (see [`Manager::reserve`]).
+    pub async fn exec_reserved(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
         mut req: ExecRequest,
         output: Option<mpsc::Sender<ExecChunk>>,
+        permit: Option<Permit>,
     ) -> Result<ExecResult> {
         if req.argv.is_empty() || req.argv[0].is_empty() {
             return Err(Error::invalid("argv must name a command").with_field("argv"));
@@ -648,7 +719,7 @@ impl Manager {
             return Err(Error::invalid("timeout_ms must be between 1 and 86400000")
                 .with_field("timeout_ms"));
         }
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use_with(ctx, id, permit).await?;
         req.env = self.exec_env(&rec, std::mem::take(&mut req.env)).await?;
         let argv0 = req.argv[0].clone();
         let result = self.backend(rec.backend)?.exec(id, req, output).await;
@@ -691,7 +762,7 @@ impl Manager {
                 ),
             ));
         }
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
             .write_file(id, path, data, mode)
@@ -701,7 +772,7 @@ impl Manager {
     }
 
     pub async fn read_file(&self, ctx: &Ctx, id: &SandboxId, path: &str) -> Result<Vec<u8>> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
             .read_file(id, path, self.cfg.max_file_bytes)
@@ -747,7 +818,13 @@ impl Manager {
         let n = match size {
             Some(n) => n,
             None => {
-                let (_g, rec) = self.running(ctx, id).await?;
+                let (_g, rec) = match self.in_use(ctx, id).await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let _ = tokio::fs::remove_file(&out).await;
+                        return Err(e);
+                    }
+                };
                 let r = backend.collect_outputs(id, &out).await;
                 match self.done(&rec, r).await {
                     Ok(n) => n,
@@ -774,7 +851,7 @@ impl Manager {
         id: &SandboxId,
         path: &str,
     ) -> Result<Vec<FileEntry>> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self.backend(rec.backend)?.list_files(id, path).await;
         let r = self.done(&rec, r).await;
         r
@@ -789,7 +866,7 @@ impl Manager {
         if spec.argv.is_empty() || spec.argv[0].is_empty() {
             return Err(Error::invalid("argv must name a command").with_field("argv"));
         }
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         spec.env = self.exec_env(&rec, std::mem::take(&mut spec.env)).await?;
         let r = self.backend(rec.backend)?.session_start(id, spec).await;
         let r = self.done(&rec, r).await;
@@ -808,7 +885,7 @@ impl Manager {
         session: &str,
         data: &[u8],
     ) -> Result<()> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
             .session_write(id, session, data)
@@ -826,7 +903,7 @@ impl Manager {
         wait: Duration,
     ) -> Result<SessionOutput> {
         let wait = wait.min(Duration::from_secs(60));
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
             .session_read(id, session, offset, wait)
@@ -836,14 +913,14 @@ impl Manager {
     }
 
     pub async fn session_list(&self, ctx: &Ctx, id: &SandboxId) -> Result<Vec<SessionInfo>> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self.backend(rec.backend)?.session_list(id).await;
         let r = self.done(&rec, r).await;
         r
     }
 
     pub async fn session_kill(&self, ctx: &Ctx, id: &SandboxId, session: &str) -> Result<()> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self.backend(rec.backend)?.session_kill(id, session).await;
         let r = self.done(&rec, r).await;
         r

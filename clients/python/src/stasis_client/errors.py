@@ -69,6 +69,13 @@ class RateLimited(StasisError):
     code = "rate_limited"
 
 
+class Overloaded(RateLimited):
+    """The sandbox has its limit of requests in flight and a full wait queue
+    (429 with Retry-After): nothing was done; retry later."""
+
+    code = "overloaded"
+
+
 class Timeout(StasisError):
     code = "timeout"
 
@@ -116,6 +123,7 @@ BY_CODE: dict[str, type[StasisError]] = {
         Busy,
         PayloadTooLarge,
         RateLimited,
+        Overloaded,
         Timeout,
         IntegrityError,
         Unsupported,
