@@ -7,7 +7,16 @@ import json
 import httpx
 import pytest
 
-from stasis_client import Client, InvalidArgument, NotFound, Overloaded, RateLimited, StasisError, Unauthorized
+from stasis_client import (
+    Client,
+    IncompatibleSnapshot,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    RateLimited,
+    StasisError,
+    Unauthorized,
+)
 from stasis_client import _core
 from stasis_client.errors import error_from_response
 
@@ -65,6 +74,8 @@ def test_error_mapping() -> None:
     # RateLimited keeps working.
     e = error_from_response(429, {"error": {"code": "overloaded", "message": "x"}})
     assert isinstance(e, Overloaded) and isinstance(e, RateLimited)
+    e = error_from_response(422, {"error": {"code": "incompatible_snapshot", "message": "qemu"}})
+    assert isinstance(e, IncompatibleSnapshot) and e.status == 422
     e = error_from_response(502, None, "<html>bad gateway</html>")
     assert isinstance(e, StasisError) and e.status == 502
     e = error_from_response(400, {"error": {"code": "invalid_manifest", "message": "m", "field": "resources.cpus"}})

@@ -84,6 +84,13 @@ class IntegrityError(StasisError):
     code = "integrity_error"
 
 
+class IncompatibleSnapshot(StasisError):
+    """A snapshot this node cannot load (e.g. a memory image saved under
+    another QEMU version, 422): nothing was changed; the sandbox stays paused."""
+
+    code = "incompatible_snapshot"
+
+
 class Unsupported(StasisError):
     code = "unsupported"
 
@@ -126,6 +133,7 @@ BY_CODE: dict[str, type[StasisError]] = {
         Overloaded,
         Timeout,
         IntegrityError,
+        IncompatibleSnapshot,
         Unsupported,
         BackendError,
         InternalError,
