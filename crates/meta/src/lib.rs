@@ -322,6 +322,32 @@ impl Meta {
         self.get(id).await
     }
 
+    /// Remove the record of a sandbox whose create, restore or fork was
+    /// refused after it was inserted: still `Creating` (its start failed and
+    /// was cleaned up) or `Destroyed` (a fork child rolled back), never
+    /// handed to a client. A refused start leaves no sandbox behind. Refuses
+    /// (`invalid_state`) when the record is not in `state` or `state` is
+    /// another state; the caller then keeps the record (e.g. as Failed).
+    pub async fn discard(&self, id: &SandboxId, state: SandboxState) -> Result<()> {
+        if !matches!(state, SandboxState::Creating | SandboxState::Destroyed) {
+            return Err(Error::state(format!(
+                "sandbox {id}: only a record being created or destroyed can be discarded"
+            )));
+        }
+        let done = sqlx::query("DELETE FROM sandboxes WHERE id = $1 AND state = $2")
+            .bind(id.as_str())
+            .bind(state.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        if done.rows_affected() != 1 {
+            return Err(Error::state(format!(
+                "sandbox {id} is not {state}; not discarded"
+            )));
+        }
+        Ok(())
+    }
+
     pub async fn get(&self, id: &SandboxId) -> Result<SandboxRecord> {
         let row = sqlx::query(&format!("{SELECT_SANDBOX} WHERE id = $1"))
             .bind(id.as_str())
