@@ -578,12 +578,78 @@ fn decode(row: &AnyRow) -> Result<SandboxRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stasis_core::ErrorCode;
 
     #[tokio::test]
     async fn transitions_are_compare_and_set() {
         for db in crate::testdb::all().await {
             eprintln!("engine {}", db.name);
             transitions_are_compare_and_set_on(&db.meta).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn only_unstarted_or_destroyed_records_are_discarded() {
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            let m = &db.meta;
+            let t = TenantId::parse("t-a").unwrap();
+            let new = |m: &Meta| {
+                let id = SandboxId::generate();
+                let t = t.clone();
+                let m = m.clone();
+                async move {
+                    m.insert_sandbox(&id, &t, &Manifest::default(), BackendKind::Process, None)
+                        .await
+                        .unwrap();
+                    id
+                }
+            };
+            // A refused start: Creating -> gone.
+            let a = new(m).await;
+            m.discard(&a, SandboxState::Creating).await.unwrap();
+            assert_eq!(m.get(&a).await.unwrap_err().code, ErrorCode::NotFound);
+            // A started sandbox is never discarded as Creating, nor in any
+            // state other than Creating/Destroyed.
+            let b = new(m).await;
+            m.transition(
+                &b,
+                SandboxState::Creating,
+                SandboxState::Running,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            for s in [
+                SandboxState::Creating,
+                SandboxState::Running,
+                SandboxState::Failed,
+            ] {
+                assert_eq!(
+                    m.discard(&b, s).await.unwrap_err().code,
+                    ErrorCode::InvalidState,
+                    "{s}"
+                );
+            }
+            assert_eq!(m.get(&b).await.unwrap().state, SandboxState::Running);
+            m.transition(
+                &b,
+                SandboxState::Running,
+                SandboxState::Destroying,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            m.transition(
+                &b,
+                SandboxState::Destroying,
+                SandboxState::Destroyed,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            m.discard(&b, SandboxState::Destroyed).await.unwrap();
+            assert!(m.list(Some(&t), None).await.unwrap().is_empty());
         }
     }
 
