@@ -630,7 +630,11 @@ async fn run(cli: Cli) -> Result<()> {
                 None => json!({}),
             };
             if !m.is_object() {
-                return Err(Error::invalid("manifest must be a JSON object"));
+                return Err(Error::new(
+                    stasis_core::ErrorCode::InvalidManifest,
+                    "manifest: must be a JSON object",
+                )
+                .with_field("manifest"));
             }
             if let Some(b) = a.backend {
                 m["backend"] = json!(b);

@@ -595,6 +595,29 @@ async fn image_never_names_a_host_path() {
         "{err}"
     );
     t.denied("image host path through the CLI");
+    // Type errors reach the CLI as one readable line naming the field.
+    let mf = d.dir.join("bad-manifest.json");
+    for (m, field) in [
+        (
+            json!({"resources": {"memory_mb": -256}}),
+            "resources.memory_mb",
+        ),
+        (
+            json!({"lifecycle": {"on_idle": "bogus"}}),
+            "lifecycle.on_idle",
+        ),
+        (json!({"resources": [512]}), "resources"),
+        (json!([]), "manifest"),
+    ] {
+        std::fs::write(&mf, m.to_string()).unwrap();
+        let out = d.cli(&["create", "--manifest", mf.to_str().unwrap()]);
+        assert!(!out.status.success(), "{m}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{m}: {err}");
+        assert!(err.contains(&format!("{field}: ")), "{m}: {err}");
+        assert!(!err.contains("expected u64"), "{m}: {err}");
+    }
+    let _ = std::fs::remove_file(&mf);
     // A name nobody registered: refused by the backend, nothing left behind.
     let r = h
         .call(
