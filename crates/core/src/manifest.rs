@@ -100,6 +100,31 @@ pub struct LifecyclePolicy {
     pub checkpoint_secs: u64,
 }
 
+/// The policy's deadlines on the daemon's millisecond clock. Checked: a
+/// duration too long to represent (only stored records from before the
+/// maxima can carry one) is a deadline never reached, not one in the past.
+impl LifecyclePolicy {
+    /// `running_ms` of running time reached `max_lifetime_secs` (never when 0).
+    pub fn lifetime_over(&self, running_ms: i64) -> bool {
+        self.max_lifetime_secs > 0 && running_ms >= crate::secs_to_ms(self.max_lifetime_secs)
+    }
+
+    /// `idle_ms` without activity reached the idle timeout (never with `on_idle: nothing`).
+    pub fn idle_over(&self, idle_ms: i64) -> bool {
+        self.on_idle != OnIdle::Nothing && idle_ms >= crate::secs_to_ms(self.idle_timeout_secs)
+    }
+
+    /// `since_ms` since the last checkpoint reached `checkpoint_secs` (never when 0).
+    pub fn checkpoint_due(&self, since_ms: i64) -> bool {
+        self.checkpoint_secs > 0 && since_ms >= crate::secs_to_ms(self.checkpoint_secs)
+    }
+
+    /// When a sandbox paused at `paused_at_ms` expires.
+    pub fn paused_expiry_ms(&self, paused_at_ms: i64) -> i64 {
+        paused_at_ms.saturating_add(crate::secs_to_ms(self.paused_ttl_secs))
+    }
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -547,6 +572,58 @@ mod tests {
         }
         assert_eq!(crate::secs_to_ms(u64::MAX), i64::MAX);
         assert_eq!(crate::secs_to_ms(MAX_TTL_SECS), MAX_TTL_SECS as i64 * 1000);
+    }
+
+    /// The reaper's deadlines for every duration a stored record may hold:
+    /// a huge one is never reached (it used to wrap into the past and
+    /// destroy the sandbox at once).
+    #[test]
+    fn deadlines_never_wrap_into_the_past() {
+        let now = 1_800_000_000_000i64; // 2027, in ms
+        let ten_years_ms = 10 * 365 * 24 * 3600 * 1000i64;
+        for secs in [
+            100 * MAX_TTL_SECS,
+            10_000_000_000_000_000,
+            (i64::MAX / 1000) as u64,
+            (i64::MAX / 1000) as u64 + 1,
+            i64::MAX as u64,
+            i64::MAX as u64 + 1,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let p = LifecyclePolicy {
+                idle_timeout_secs: secs,
+                on_idle: OnIdle::Destroy,
+                paused_ttl_secs: secs,
+                max_lifetime_secs: secs,
+                checkpoint_secs: secs,
+            };
+            for elapsed in [0, 1, 2000, ten_years_ms] {
+                assert!(!p.lifetime_over(elapsed), "{secs} {elapsed}");
+                assert!(!p.idle_over(elapsed), "{secs} {elapsed}");
+                assert!(!p.checkpoint_due(elapsed), "{secs} {elapsed}");
+            }
+            assert!(p.paused_expiry_ms(now) > now + ten_years_ms, "{secs}");
+        }
+        let p = LifecyclePolicy {
+            idle_timeout_secs: 5,
+            on_idle: OnIdle::Pause,
+            paused_ttl_secs: 60,
+            max_lifetime_secs: 30,
+            checkpoint_secs: 10,
+        };
+        assert!(!p.lifetime_over(29_999) && p.lifetime_over(30_000));
+        assert!(!p.idle_over(4_999) && p.idle_over(5_000));
+        assert!(!p.checkpoint_due(9_999) && p.checkpoint_due(10_000));
+        assert_eq!(p.paused_expiry_ms(now), now + 60_000);
+        let off = LifecyclePolicy {
+            max_lifetime_secs: 0,
+            checkpoint_secs: 0,
+            on_idle: OnIdle::Nothing,
+            ..p
+        };
+        assert!(!off.lifetime_over(i64::MAX) && !off.checkpoint_due(i64::MAX));
+        assert!(!off.idle_over(i64::MAX));
     }
 
     #[test]

@@ -24,9 +24,8 @@ use tracing::{info, warn};
 
 use stasis_backend::{Artifact, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage};
 use stasis_core::{
-    now_ms, secs_to_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry,
-    Manifest, OnIdle, Result, SandboxId, SandboxState, SessionInfo, SessionOutput, SessionSpec,
-    SnapshotId, TenantId,
+    now_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Manifest, OnIdle,
+    Result, SandboxId, SandboxState, SessionInfo, SessionOutput, SessionSpec, SnapshotId, TenantId,
 };
 use stasis_meta::{Meta, NewAuditEntry, Patch, PauseKind, SandboxRecord};
 
@@ -1067,9 +1066,7 @@ impl Manager {
                     running_ms: Some(rec.running_time_ms(now)),
                     running_since_ms: Some(None),
                     paused_at_ms: Some(Some(now)),
-                    expires_at_ms: Some(Some(
-                        now.saturating_add(secs_to_ms(rec.manifest.lifecycle.paused_ttl_secs)),
-                    )),
+                    expires_at_ms: Some(Some(rec.manifest.lifecycle.paused_expiry_ms(now))),
                     pause_snapshot: Some(Some(snap.id.clone())),
                     pause_kind: Some(Some(kind)),
                     ..Default::default()
@@ -1817,9 +1814,7 @@ impl Manager {
                         running_ms: Some(rec.running_time_ms(now)),
                         running_since_ms: Some(None),
                         paused_at_ms: Some(Some(now)),
-                        expires_at_ms: Some(Some(
-                            now.saturating_add(secs_to_ms(rec.manifest.lifecycle.paused_ttl_secs)),
-                        )),
+                        expires_at_ms: Some(Some(rec.manifest.lifecycle.paused_expiry_ms(now))),
                         // Resume rebuilds from the writable layer on disk.
                         pause_snapshot: Some(None),
                         pause_kind: Some(Some(PauseKind::Filesystem)),
@@ -1869,7 +1864,7 @@ impl Manager {
                             .checkpoint_at_ms
                             .or(rec.running_since_ms)
                             .unwrap_or(rec.created_at_ms);
-                        if now.saturating_sub(last) >= secs_to_ms(policy.checkpoint_secs) {
+                        if policy.checkpoint_due(now.saturating_sub(last)) {
                             if let Ok(guard) = slot.lock.clone().try_write_owned() {
                                 match self.checkpoint(&ctx, &rec.id, guard).await {
                                     Ok(_) => done.push((rec.id.clone(), "checkpointed")),
@@ -1880,11 +1875,9 @@ impl Manager {
                             }
                         }
                     }
-                    let over_lifetime = policy.max_lifetime_secs > 0
-                        && rec.running_time_ms(now) >= secs_to_ms(policy.max_lifetime_secs);
-                    let idle_ms = now - slot.last_active_ms.load(Ordering::Relaxed);
-                    let idle = policy.on_idle != OnIdle::Nothing
-                        && idle_ms >= secs_to_ms(policy.idle_timeout_secs);
+                    let over_lifetime = policy.lifetime_over(rec.running_time_ms(now));
+                    let idle_ms = now.saturating_sub(slot.last_active_ms.load(Ordering::Relaxed));
+                    let idle = policy.idle_over(idle_ms);
                     if !over_lifetime && !idle {
                         continue;
                     }
