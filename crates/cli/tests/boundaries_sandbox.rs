@@ -709,6 +709,17 @@ async fn refused_starts_leave_nothing() {
         .await;
     assert!(r.status >= 400, "{}", r.body);
     t.denied("a create that fails in the backend");
+    // The microVM backend refuses an image nobody registered (or is not
+    // available here): no record either way.
+    let r = h
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"manifest": {"backend": "microvm", "image": "nosuch"}})),
+        )
+        .await;
+    assert!((400..500).contains(&r.status), "{}", r.body);
+    t.denied("a microVM create with an unregistered image");
     assert_eq!(sandbox_ids(&h).await, vec![id.clone()]);
     assert_host_state_only_of(&d, std::slice::from_ref(&id));
 
