@@ -2,11 +2,14 @@
 //! with the guest agent reached over virtio-serial (a chardev unix socket).
 //!
 //! * **Pause with memory** = agent `sync`, QMP `stop`, migrate device state and
-//!   RAM to `memory.state` (`exec:cat > file`, QEMU 7.2 has no `file:` URI),
-//!   `quit`; the disk overlay moves into the pause directory. A paused sandbox
-//!   has no process, no CPU and no RAM on the host.
+//!   RAM to `memory.state` (the daemon opens the file and hands QEMU the
+//!   descriptor: `add-fd` + `file:/dev/fdset/<id>`; the jailed QEMU can
+//!   neither see the pause directory nor run `exec:`), `quit`; the disk
+//!   overlay moves into the pause directory. A paused sandbox has no
+//!   process, no CPU and no RAM on the host.
 //! * **Resume / restore** = a new QEMU with the same command line plus
-//!   `-S -incoming "exec:cat memory.state"`; when the incoming migration has
+//!   `-S -incoming defer`, then `memory.state` through a passed descriptor
+//!   (`migrate-incoming`); when the incoming migration has
 //!   completed: `cont`, reconnect the agent (the same `boot_id` proves the
 //!   guest continued rather than rebooted), `SetTime` (and for a restore into a
 //!   new sandbox `SetIdentity`) before the first request is served.
@@ -19,6 +22,10 @@
 //! * **Processes**: QEMU runs in its own session with the sandbox dir as cwd
 //!   and `-name stasis-<id>`; its pid is in `qemu.pid`. It survives a daemon
 //!   SIGKILL; `recover` reattaches through `qmp.sock`/`agent.sock`.
+//! * **Least privilege** (`jail`): each QEMU runs under its own unprivileged
+//!   uid, in its own mount/pid/ipc/uts/cgroup (and, without a NIC, network)
+//!   namespaces, in a minimal read-only root of bind mounts, under QEMU's
+//!   seccomp sandbox, with no capabilities and no_new_privs.
 //!
 //! ## Accelerator (KVM findings on the development hosts, 2026-12-02)
 //! The hosts are Firecracker guests themselves, and their `/dev/kvm` is not
@@ -54,6 +61,7 @@
 
 mod agent;
 pub mod boundary;
+pub mod jail;
 pub mod outputs;
 pub mod qemu;
 pub mod qmp;
@@ -69,7 +77,8 @@ use tokio::sync::mpsc;
 
 use stasis_agent_proto::{Reply, Request, MAX_FRAME};
 use stasis_backend::{
-    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
+    failpoint, Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered,
+    SandboxSpec, Usage,
 };
 use stasis_core::{
     BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Manifest, Result, SandboxId,
@@ -154,6 +163,10 @@ pub struct MicrovmConfig {
     /// The relay QEMU spawns per allowlisted connection, followed by the
     /// destination's ip and port.
     pub relay: Vec<String>,
+    /// Run every QEMU unprivileged in its own namespaces and minimal root
+    /// under its seccomp filter (see `jail`); `None` runs it as the daemon's
+    /// user with the host's view (only for a daemon that is not root).
+    pub jail: Option<jail::JailConfig>,
 }
 
 impl MicrovmConfig {
@@ -173,6 +186,7 @@ impl MicrovmConfig {
             mount_roots: Vec::new(),
             mkfs_ext4: "mkfs.ext4".into(),
             relay: vec!["/bin/busybox".into(), "nc".into()],
+            jail: Some(jail::JailConfig::default()),
         }
     }
 }
@@ -619,11 +633,8 @@ impl MicrovmBackend {
                 (None, ram, None)
             }
             StartKind::Incoming { artifacts, meta } => {
-                let state = artifacts.join(MEMORY_STATE);
-                let uri = format!(
-                    "exec:cat {}",
-                    qmp::shell_quote(&state.display().to_string())
-                );
+                // QEMU reads the state through a descriptor we pass it.
+                let state = std::fs::File::open(artifacts.join(MEMORY_STATE))?;
                 let ram = if meta.ram_file {
                     // Keep our own link so the server may delete the artifacts.
                     let local = dir.join(MEMORY_RAM);
@@ -632,7 +643,7 @@ impl MicrovmBackend {
                 } else {
                     RamBacking::Anonymous
                 };
-                (Some(uri), ram, Some(meta.boot_id.clone()))
+                (Some(state), ram, Some(meta.boot_id.clone()))
             }
         };
         let launch = qemu::Launch {
@@ -644,12 +655,9 @@ impl MicrovmBackend {
             kernel: image.vmlinux(),
             initrd: image.initrd(),
             append: kernel_append(accel, &image),
-            // QEMU 7.2 has no `migration.x-ignore-shared` property: a RAM-file
-            // restore defers the incoming migration to set the capability first.
-            incoming: match (&incoming, &ram) {
-                (Some(_), RamBacking::PrivateFile(_)) => Some("defer".into()),
-                _ => incoming.clone(),
-            },
+            // Deferred: the capabilities are set and the state's descriptor
+            // is passed over QMP first.
+            incoming: incoming.as_ref().map(|_| "defer".into()),
             ram: ram.clone(),
             tcg_tb_mb: self.config.tcg_tb_mb,
             forwards: boundary::forwards(&spec.manifest),
@@ -658,9 +666,15 @@ impl MicrovmBackend {
                 .iter()
                 .map(|d| (d.image.clone(), d.serial.clone()))
                 .collect(),
+            seccomp: self.config.jail.is_some(),
         };
         let _ = std::fs::remove_file(dir.join(qemu::CONSOLE_LOG));
-        let mut proc = qemu::QemuProc::spawn(&launch, &dir)?;
+        let jail = match &self.config.jail {
+            Some(cfg) => Some(jail::prepare(cfg, &launch, &dir)?),
+            None => None,
+        };
+        let mut proc = qemu::QemuProc::spawn(&launch, &dir, jail.as_ref().map(|j| &j.1))?;
+        drop(jail);
         let pid = proc.pid;
         let fail = |why: String, proc: &mut qemu::QemuProc| {
             let why = format!("{why}{}", diagnostics(&dir, proc.alive()));
@@ -677,17 +691,18 @@ impl MicrovmBackend {
         };
         let mut qmp = qmp;
         let mut incoming_ms = 0;
-        if let (Some(uri), RamBacking::PrivateFile(_)) = (&incoming, &ram) {
+        if let Some(state) = &incoming {
             let r = async {
-                qmp.execute(
-                    "migrate-set-capabilities",
-                    Some(serde_json::json!({"capabilities": [
-                        {"capability": "x-ignore-shared", "state": true}
-                    ]})),
-                )
-                .await?;
-                qmp.execute("migrate-incoming", Some(serde_json::json!({ "uri": uri })))
-                    .await
+                if let RamBacking::PrivateFile(_) = &ram {
+                    qmp.execute(
+                        "migrate-set-capabilities",
+                        Some(serde_json::json!({"capabilities": [
+                            {"capability": "x-ignore-shared", "state": true}
+                        ]})),
+                    )
+                    .await?;
+                }
+                qmp.migrate_fd("migrate-incoming", state).await
             }
             .await;
             if let Err(e) = r {
@@ -914,6 +929,7 @@ impl MicrovmBackend {
         let state = out.join(MEMORY_STATE);
         let mut qmp = vm.qmp.lock().await;
         qmp.execute("stop", None).await?;
+        failpoint::hit("save.stopped");
         let ram_file = vm.ram == RamBacking::SharedMemfd;
         let r: Result<()> = async {
             // Always set it: a VM re-attached after a daemon restart may run
@@ -933,12 +949,10 @@ impl MicrovmBackend {
                 Some(serde_json::json!({"max-bandwidth": 64u64 << 30, "downtime-limit": 100000})),
             )
             .await?;
-            let uri = format!(
-                "exec:cat > {}",
-                qmp::shell_quote(&state.display().to_string())
-            );
-            qmp.execute("migrate", Some(serde_json::json!({ "uri": uri })))
-                .await?;
+            // The daemon opens the file; QEMU writes through the descriptor.
+            let file = std::fs::File::create(&state)?;
+            qmp.migrate_fd("migrate", &file).await?;
+            drop(file);
             let deadline = Instant::now() + self.config.migration_timeout;
             loop {
                 match qmp.query_migrate().await? {
@@ -960,6 +974,7 @@ impl MicrovmBackend {
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            failpoint::hit("save.migrated");
             if ram_file {
                 // The VM is stopped: its RAM is consistent. Copy the memfd out
                 // (only its allocated pages: the copy is sparse).
@@ -968,6 +983,7 @@ impl MicrovmBackend {
                 tokio::task::spawn_blocking(move || copy_data_extents(&src, &dst))
                     .await
                     .map_err(|e| Error::internal(e.to_string()))??;
+                failpoint::hit("save.ram-copied");
             }
             Ok(())
         }
@@ -1000,14 +1016,10 @@ impl MicrovmBackend {
         Ok((size, ram_file))
     }
 
-    fn write_meta(
-        &self,
-        vm: &Vm,
-        out: &Path,
-        memory: bool,
-        ram_file: bool,
-    ) -> Result<Vec<Artifact>> {
-        let mut arts = Vec::new();
+    /// Write `out/meta.json` (atomically: a crash leaves the old file or
+    /// none), with the blake3 and size of the memory files already in `out`.
+    /// Needs no disk: a pause writes it while QEMU still holds the state.
+    fn write_meta(&self, vm: &Vm, out: &Path, memory: bool, ram_file: bool) -> Result<()> {
         let mut meta = SnapshotMeta {
             format: META_FORMAT,
             image: vm.image.name.clone(),
@@ -1028,35 +1040,54 @@ impl MicrovmBackend {
             vcpus: vm.vcpus,
         };
         if memory {
-            let state = out.join(MEMORY_STATE);
-            let (hash, size) = hash_file(&state)?;
+            let (hash, size) = hash_file(&out.join(MEMORY_STATE))?;
             meta.memory_state_blake3 = Some(hash);
             meta.memory_state_bytes = size;
+            if ram_file {
+                meta.memory_ram_blake3 = Some(hash_file(&out.join(MEMORY_RAM))?.0);
+            }
+        }
+        let tmp = out.join(".meta.json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&meta)?)?;
+        std::fs::rename(&tmp, out.join(META))?;
+        Ok(())
+    }
+
+    /// The artifacts of a complete artifact directory, as its meta.json
+    /// lists them (memory files, then the disk, then meta.json).
+    fn artifacts_of(&self, out: &Path) -> Result<Vec<Artifact>> {
+        let meta = self
+            .read_meta(out)?
+            .ok_or_else(|| Error::backend(format!("no {META} in {}", out.display())))?;
+        let size = |name: &str| -> Result<u64> {
+            std::fs::metadata(out.join(name))
+                .map(|m| m.len())
+                .map_err(|e| Error::backend(format!("{name} in {}: {e}", out.display())))
+        };
+        let mut arts = Vec::new();
+        if meta.memory {
             arts.push(Artifact {
                 name: MEMORY_STATE.into(),
                 kind: ArtifactKind::Memory,
-                size,
+                size: size(MEMORY_STATE)?,
             });
-            if ram_file {
-                meta.memory_ram_blake3 = Some(hash_file(&out.join(MEMORY_RAM))?.0);
+            if meta.ram_file {
                 arts.push(Artifact {
                     name: MEMORY_RAM.into(),
                     kind: ArtifactKind::Memory,
-                    size: std::fs::metadata(out.join(MEMORY_RAM))?.len(),
+                    size: size(MEMORY_RAM)?,
                 });
             }
         }
         arts.push(Artifact {
             name: DISK_ARTIFACT.into(),
             kind: ArtifactKind::Disk,
-            size: std::fs::metadata(out.join(DISK_ARTIFACT))?.len(),
+            size: size(DISK_ARTIFACT)?,
         });
-        let bytes = serde_json::to_vec_pretty(&meta)?;
-        std::fs::write(out.join(META), &bytes)?;
         arts.push(Artifact {
             name: META.into(),
             kind: ArtifactKind::Meta,
-            size: bytes.len() as u64,
+            size: size(META)?,
         });
         Ok(arts)
     }
@@ -1096,13 +1127,16 @@ impl MicrovmBackend {
         let disk = dir.join(qemu::DISK);
         if !base.exists() {
             return if consume {
-                util::move_file(&disk, &dst)
+                // The overlay belonged to the jailed QEMU's uid; an artifact
+                // is the daemon's (later forks only read it).
+                util::move_file(&disk, &dst)?;
+                jail::disown(&dst)
             } else {
                 let (d, o) = (disk.clone(), dst.clone());
                 tokio::task::spawn_blocking(move || std::fs::copy(d, o))
                     .await
                     .map_err(|e| Error::internal(e.to_string()))??;
-                Ok(())
+                jail::disown(&dst)
             };
         }
         // Flatten overlay -> base -> image into a single overlay on the image:
@@ -1116,6 +1150,7 @@ impl MicrovmBackend {
             .map_err(|e| Error::internal(e.to_string()))??;
         if consume {
             util::move_file(&disk, &tmp_top)?;
+            failpoint::hit("pause.disk-top-moved");
         } else {
             std::fs::copy(&disk, &tmp_top)?;
         }
@@ -1134,7 +1169,15 @@ impl MicrovmBackend {
                 ],
             )
             .await?;
-            qemu_img(&self.config.qemu_img, out, &["commit", "-q", ".top.qcow2"]).await?;
+            // -d: the top keeps its data, so a flatten interrupted at any
+            // point can be redone from the files left (see `pause_leftovers`).
+            qemu_img(
+                &self.config.qemu_img,
+                out,
+                &["commit", "-q", "-d", ".top.qcow2"],
+            )
+            .await?;
+            failpoint::hit("pause.disk-committed");
             std::fs::rename(&tmp_base, &dst)?;
             Ok(())
         }
@@ -1397,6 +1440,64 @@ impl MicrovmBackend {
     }
 
     /// Remove a VM from the table and stop its QEMU (quit, then kill).
+    /// Finish a pause whose QEMU is gone (a daemon killed mid-pause) from
+    /// what it left: `out/meta.json` is written only once the memory state is
+    /// complete, and the files must match its blake3; the disk overlay is
+    /// then in `out` (done), in the sandbox dir (not moved yet) or in
+    /// `out/.top.qcow2` (flatten interrupted: put back and redone; the flatten
+    /// never empties it). `None` when nothing in `out` is provably complete.
+    async fn finish_pause(&self, spec: &SandboxSpec, out: &Path) -> Result<Option<Vec<Artifact>>> {
+        if self.vms.lock().unwrap().contains_key(&spec.id) || !out.is_dir() {
+            return Ok(None);
+        }
+        let meta = match self.read_meta(out) {
+            Ok(Some(m)) if m.format == META_FORMAT => m,
+            Ok(_) => return Ok(None),
+            Err(e) => {
+                tracing::warn!(sandbox = %spec.id, "interrupted pause: {e}");
+                return Ok(None);
+            }
+        };
+        if meta.memory {
+            let want = meta.memory_state_blake3.clone().unwrap_or_default();
+            let mut r = self
+                .verify(
+                    &out.join(MEMORY_STATE),
+                    &want,
+                    Some(meta.memory_state_bytes),
+                )
+                .await;
+            if r.is_ok() && meta.ram_file {
+                let want = meta.memory_ram_blake3.clone().unwrap_or_default();
+                r = self.verify(&out.join(MEMORY_RAM), &want, None).await;
+            }
+            if let Err(e) = r {
+                tracing::warn!(sandbox = %spec.id, "interrupted pause left no usable memory state: {e}");
+                return Ok(None);
+            }
+        }
+        if !out.join(DISK_ARTIFACT).is_file() {
+            let disk = spec.dir.join(qemu::DISK);
+            let top = out.join(".top.qcow2");
+            if !disk.is_file() && top.is_file() {
+                std::fs::rename(&top, &disk)?;
+            }
+            if !disk.is_file() {
+                tracing::warn!(sandbox = %spec.id, "interrupted pause: its disk is nowhere");
+                return Ok(None);
+            }
+            self.export_disk(&spec.dir, out, true).await?;
+        }
+        for f in [qemu::BASE_DISK, MEMORY_RAM] {
+            let _ = std::fs::remove_file(spec.dir.join(f));
+        }
+        cleanup_dir_files(&spec.dir);
+        for f in [".top.qcow2", ".base.qcow2", ".meta.json.tmp"] {
+            let _ = std::fs::remove_file(out.join(f));
+        }
+        self.artifacts_of(out).map(Some)
+    }
+
     async fn quit_vm(&self, vm: &Vm) {
         {
             let mut q = vm.qmp.lock().await;
@@ -1783,8 +1884,14 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             forwards: Vec::new(),
             relay: Vec::new(),
             inputs: Vec::new(),
+            seccomp: config.jail.is_some(),
         };
-        let mut proc = qemu::QemuProc::spawn(&launch, &tmp)?;
+        let jail = match &config.jail {
+            Some(cfg) => Some(jail::prepare(cfg, &launch, &tmp)?),
+            None => None,
+        };
+        let mut proc = qemu::QemuProc::spawn(&launch, &tmp, jail.as_ref().map(|j| &j.1))?;
+        drop(jail);
         let r = connect_agent(&tmp.join(qemu::AGENT_SOCK), &mut proc, config.probe_timeout).await;
         let alive = proc.alive();
         proc.kill().await;
@@ -2142,28 +2249,41 @@ impl Backend for MicrovmBackend {
         let vm = self.vm(id)?;
         std::fs::create_dir_all(out)?;
         let t = Instant::now();
-        let saved: Result<bool> = async {
+        let saved: Result<()> = async {
             let r = self.call(&vm, Request::Sync, None, Duration::ZERO).await;
             expect_ok(r?).map_err(|e| e.context("sync"))?;
-            if keep_memory {
-                Ok(self.save_memory(&vm, out).await?.1)
+            let ram_file = if keep_memory {
+                self.save_memory(&vm, out).await?.1
             } else {
-                Ok(false)
+                false
+            };
+            // meta.json, with the blake3 of the memory files, is written
+            // while QEMU still holds the state: once QEMU is gone, a
+            // meta.json that verifies is the proof that the memory state is
+            // complete (see `pause_leftovers`).
+            if let Err(e) = self.write_meta(&vm, out, keep_memory, ram_file) {
+                if keep_memory {
+                    let _ = vm.qmp.lock().await.execute("cont", None).await;
+                }
+                return Err(e);
             }
+            failpoint::hit("pause.meta-written");
+            Ok(())
         }
         .await;
-        let ram_file = match saved {
-            Ok(rf) => rf,
-            Err(e) => return Err(self.op_failed(&vm, out, e, "pause").await),
-        };
+        if let Err(e) = saved {
+            return Err(self.op_failed(&vm, out, e, "pause").await);
+        }
         // From here the VM goes away; the artifacts are complete once the disk
         // has been moved out.
         self.vms.lock().unwrap().remove(id);
         self.quit_vm(&vm).await;
+        failpoint::hit("pause.quit");
         let td = Instant::now();
         let r = async {
             self.export_disk(&vm.dir, out, true).await?;
-            self.write_meta(&vm, out, keep_memory, ram_file)
+            failpoint::hit("pause.disk-exported");
+            self.artifacts_of(out)
         }
         .await;
         cleanup_dir_files(&vm.dir);
@@ -2249,7 +2369,8 @@ impl Backend for MicrovmBackend {
             .disk_ms = td.elapsed().as_millis() as u64;
         // Guest time jumped by the stop: put it right.
         let _ = self.set_time(&vm).await;
-        self.write_meta(&vm, out, true, ram_file)
+        self.write_meta(&vm, out, true, ram_file)?;
+        self.artifacts_of(out)
     }
 
     async fn restore(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
@@ -2408,6 +2529,15 @@ impl Backend for MicrovmBackend {
                 Ok(Recovered::NotRunning)
             }
         }
+    }
+
+    async fn pause_leftovers(&self, spec: &SandboxSpec, out: &Path) -> Result<PauseLeftovers> {
+        self.finish_pause(spec, out)
+            .await
+            .map(|artifacts| PauseLeftovers {
+                artifacts,
+                files_kept: false,
+            })
     }
 
     async fn cleanup_orphans(&self, known: &[SandboxId]) -> Result<()> {

@@ -9,7 +9,12 @@
 //! <hierarchy>/<parent>/<sandbox-id>/init      the sandbox's init (+ its host-side waiter)
 //! <hierarchy>/<parent>/<sandbox-id>/x<N>      one leaf per exec (kill its tree on timeout)
 //! <hierarchy>/<parent>/<sandbox-id>/s<N>      one leaf per persistent session
+//! <hierarchy>/<parent>/.supervisors/<sandbox-id>   the sandbox's supervisor
 //! ```
+//!
+//! The supervisor (see `supervisor.rs`) sits beside the sandbox's node, not
+//! under it: freezing the sandbox must not freeze it, and the sandbox's
+//! memory and pids limits do not count it.
 //!
 //! Processes live only in leaves, which keeps v2's "no internal processes"
 //! rule, and limits set on the sandbox node apply to all leaves (memory,
@@ -49,6 +54,12 @@ pub struct Cgroups {
     /// v2: the unified mount. v1: controller -> mount point of its hierarchy.
     pub v2_root: PathBuf,
     pub v1: BTreeMap<String, PathBuf>,
+    /// v1 only: hierarchies without a controller we use, through which a
+    /// service manager tracks its services (`name=systemd`, the hybrid
+    /// cgroup2 mount). Our processes also move there, best effort, to the
+    /// same relative path: a `systemctl restart` of the daemon, which kills
+    /// its service's cgroup, must not reach sandboxes or their supervisors.
+    pub service: Vec<PathBuf>,
 }
 
 fn read_trim(p: &Path) -> io::Result<String> {
@@ -78,6 +89,7 @@ impl Cgroups {
         v2_controllers: impl Fn(&Path) -> String,
     ) -> Result<Cgroups, String> {
         let mut v2_mounts = Vec::new();
+        let mut named = Vec::new();
         let mut v1 = BTreeMap::new();
         for line in mountinfo.lines() {
             // ... mount_point ... - fstype source super_options
@@ -98,6 +110,9 @@ impl Cgroups {
                             v1.entry(opt.to_string()).or_insert(mount_point.clone());
                         }
                     }
+                    if post[2].split(',').any(|o| o.starts_with("name=")) {
+                        named.push(mount_point);
+                    }
                 }
                 _ => {}
             }
@@ -110,6 +125,7 @@ impl Cgroups {
                     version: Version::V2,
                     v2_root: root.clone(),
                     v1: BTreeMap::new(),
+                    service: Vec::new(),
                 });
             }
         }
@@ -124,11 +140,36 @@ impl Cgroups {
                 missing.join(",")
             ));
         }
+        let mut service = named;
+        service.extend(v2_mounts);
+        service.sort();
+        service.dedup();
         Ok(Cgroups {
             version: Version::V1,
             v2_root: PathBuf::new(),
             v1,
+            service,
         })
+    }
+
+    /// After joining the cgroups whose `cgroup.procs` files are `joined`:
+    /// move the calling process, best effort, to the same relative path in
+    /// the service-tracking hierarchies (see [`Cgroups::service`]).
+    pub fn escape_service(&self, joined: &[PathBuf]) {
+        let hs = self.hierarchies();
+        let Some(rel) = joined.iter().find_map(|f| {
+            let dir = f.parent()?;
+            hs.iter().find_map(|h| dir.strip_prefix(h).ok())
+        }) else {
+            return;
+        };
+        let me = std::process::id().to_string();
+        for s in &self.service {
+            let d = s.join(rel);
+            if fs::create_dir_all(&d).is_ok() {
+                let _ = fs::write(d.join("cgroup.procs"), &me);
+            }
+        }
     }
 
     /// Every distinct hierarchy root this backend creates cgroups in.
@@ -178,14 +219,27 @@ impl Cgroups {
         }
     }
 
+    /// The cgroup of one sandbox's supervisor: `<parent>/.supervisors/<id>`.
+    pub fn supervisor(&self, parent: &str, id: &str) -> SandboxCgroup {
+        let p = format!("{parent}/{SUPERVISORS}");
+        SandboxCgroup {
+            cg: self.clone(),
+            rel: PathBuf::from(&p).join(id),
+            parent: p,
+        }
+    }
+
     /// Names of the sandbox cgroups under `parent` (in any hierarchy).
     pub fn list_sandboxes(&self, parent: &str) -> Vec<String> {
         let mut out = Vec::new();
         for h in self.hierarchies() {
             if let Ok(rd) = fs::read_dir(h.join(parent)) {
                 for e in rd.flatten() {
-                    if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                        out.push(e.file_name().to_string_lossy().into_owned());
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    // `.supervisors` is not a sandbox (ids never start with a dot).
+                    if e.file_type().map(|t| t.is_dir()).unwrap_or(false) && !name.starts_with('.')
+                    {
+                        out.push(name);
                     }
                 }
             }
@@ -195,6 +249,9 @@ impl Cgroups {
         out
     }
 }
+
+/// Directory (under each backend parent) holding the supervisors' cgroups.
+pub const SUPERVISORS: &str = ".supervisors";
 
 /// Subdirectories (recursive, deepest first) of a cgroup directory.
 fn subdirs_deepest_first(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -325,6 +382,26 @@ impl SandboxCgroup {
         Ok(())
     }
 
+    /// Create this cgroup (and missing ancestors) without any limit and
+    /// return the `cgroup.procs` files a process writes its pid into to join
+    /// it (the supervisor's cgroup).
+    pub fn create_plain(&self) -> io::Result<Vec<PathBuf>> {
+        let mut files = Vec::new();
+        for h in self.cg.hierarchies() {
+            let mut cur = h.clone();
+            for comp in self.rel.components() {
+                let next = cur.join(comp);
+                mkdir(&next)?;
+                if self.cg.version == Version::V1 {
+                    init_cpuset(&cur, &next)?;
+                }
+                cur = next;
+            }
+            files.push(cur.join("cgroup.procs"));
+        }
+        Ok(files)
+    }
+
     /// Create a leaf and return the `cgroup.procs` files a process must write
     /// its pid into to join it (one per hierarchy).
     pub fn leaf(&self, name: &str) -> io::Result<Vec<PathBuf>> {
@@ -343,6 +420,9 @@ impl SandboxCgroup {
     pub fn remove_leaf(&self, name: &str) {
         for d in self.dirs(name) {
             let _ = fs::remove_dir(d);
+        }
+        for s in &self.cg.service {
+            let _ = fs::remove_dir(s.join(&self.rel).join(name));
         }
     }
 
@@ -454,6 +534,14 @@ impl SandboxCgroup {
     /// Kill everything and remove the sandbox's cgroups. Idempotent.
     pub fn destroy(&self) -> io::Result<()> {
         self.kill("")?;
+        // Service-tracking copies (empty once everything is dead).
+        for s in &self.cg.service {
+            let mut dirs = Vec::new();
+            subdirs_deepest_first(&s.join(&self.rel), &mut dirs);
+            for d in dirs {
+                let _ = fs::remove_dir(d);
+            }
+        }
         for h in self.dirs("") {
             let mut dirs = Vec::new();
             subdirs_deepest_first(&h, &mut dirs);
@@ -559,6 +647,7 @@ mod tests {
 39 35 0:34 / /sys/fs/cgroup/freezer rw,relatime - cgroup cgroup rw,freezer
 40 35 0:35 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
 41 35 0:36 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+42 35 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,xattr,name=systemd
 ";
 
     #[test]
@@ -567,6 +656,14 @@ mod tests {
         assert_eq!(c.version, Version::V1);
         assert_eq!(c.v1["freezer"], Path::new("/sys/fs/cgroup/freezer"));
         assert_eq!(c.hierarchies().len(), 5);
+        // The hybrid cgroup2 mount and named hierarchies track services.
+        assert_eq!(
+            c.service,
+            vec![
+                PathBuf::from("/sys/fs/cgroup/systemd"),
+                PathBuf::from("/sys/fs/cgroup/unified")
+            ]
+        );
     }
 
     #[test]

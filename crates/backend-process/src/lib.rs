@@ -6,9 +6,13 @@
 //! Shape:
 //! - each sandbox has a PID 1 (built by the shim's `init` mode, see
 //!   [`shim`]) whose namespaces every exec and session enters (`exec` mode);
+//! - each sandbox has a supervisor ([`supervisor`]) that starts its PID 1,
+//!   owns its sessions and their output, and outlives the daemon, which
+//!   reattaches to it after a restart (`recover`);
 //! - per-sandbox state lives in `spec.dir`: `upper/` and `work/` (overlay),
 //!   `root/` (mount point, only mounted inside the sandbox's own mount
-//!   namespace: nothing is ever mounted in the host's), `run/` (shim configs);
+//!   namespace: nothing is ever mounted in the host's), `run/` (exec status
+//!   files, the supervisor's socket);
 //! - cgroups under `<hierarchy>/<cgroup_parent>/<sandbox-id>/` (see
 //!   [`cgroup`]), one leaf per exec/session so a timeout kills a whole tree;
 //! - pause = freeze the cgroup (CPU stops, memory stays) + `fs.tar` of the
@@ -22,20 +26,23 @@ pub mod layer;
 pub mod net;
 pub mod outputs;
 pub mod shim;
+pub mod supervisor;
+mod supervisor_client;
 
 use async_trait::async_trait;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{Child, ChildStdin, Command};
-use tokio::sync::{mpsc, Notify};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+use tokio::sync::mpsc;
 
 use stasis_backend::{
-    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
+    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered,
+    SandboxSpec, Usage,
 };
 use stasis_core::{
     BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Result, SandboxId,
@@ -44,6 +51,8 @@ use stasis_core::{
 
 use cgroup::{Cgroups, SandboxCgroup};
 use shim::{ExecConfig, ExecStatus, InitConfig};
+use stasis_agent_proto::{Reply, Request};
+use supervisor_client::SupervisorHandle;
 
 pub use shim::{dispatch_if_shim, shim_main, SHIM_SUBCOMMAND};
 
@@ -126,60 +135,19 @@ enum Run {
     Stopped,
     Running {
         init_pid: i32,
-        /// The shim that waits for PID 1 (outside the sandbox's PID namespace).
-        waiter: Child,
+        /// The sandbox's supervisor: owns PID 1's waiter and the sessions
+        /// (see [`supervisor`]); it outlives the daemon.
+        sup: SupervisorHandle,
         /// pidfd of PID 1: readable once it has exited (even before reaped).
         init_fd: std::os::fd::OwnedFd,
         frozen: bool,
     },
 }
 
-struct SessBuf {
-    data: VecDeque<u8>,
-    start: u64,
-    running: bool,
-    exit_code: Option<i32>,
-}
-
-struct Session {
-    id: String,
-    argv: Vec<String>,
-    started_at_ms: i64,
-    leaf: String,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
-    buf: Mutex<SessBuf>,
-    notify: Notify,
-}
-
-impl Session {
-    fn info(&self) -> SessionInfo {
-        let b = self.buf.lock().unwrap();
-        SessionInfo {
-            id: self.id.clone(),
-            argv: self.argv.clone(),
-            running: b.running,
-            exit_code: b.exit_code,
-            started_at_ms: self.started_at_ms,
-            output_end: b.start + b.data.len() as u64,
-        }
-    }
-
-    fn finish(&self, exit_code: Option<i32>) {
-        let mut b = self.buf.lock().unwrap();
-        if b.running {
-            b.running = false;
-            b.exit_code = exit_code;
-        }
-        drop(b);
-        self.notify.notify_waiters();
-    }
-}
-
 struct Sandbox {
     spec: SandboxSpec,
     cg: SandboxCgroup,
     run: tokio::sync::Mutex<Run>,
-    sessions: Mutex<BTreeMap<String, Arc<Session>>>,
     seq: AtomicU64,
 }
 
@@ -210,12 +178,16 @@ impl Sandbox {
         match &mut *run {
             Run::Running { frozen: true, .. } => Err(Error::state("sandbox is paused")),
             Run::Running {
-                waiter,
+                sup,
                 init_pid,
                 init_fd,
                 ..
             } => {
-                if alive(waiter, init_fd) {
+                if !sup.alive() {
+                    Err(Error::backend(
+                        "the sandbox's supervisor has died (its sessions ended); pause and resume the sandbox to restart it from its files, or destroy it",
+                    ))
+                } else if alive(sup, init_fd) {
                     Ok(*init_pid)
                 } else {
                     Err(Error::backend(
@@ -233,12 +205,12 @@ impl Sandbox {
         let mut run = self.run.lock().await;
         match &mut *run {
             Run::Running {
-                waiter,
+                sup,
                 init_pid,
                 init_fd,
                 ..
             } => {
-                if alive(waiter, init_fd) {
+                if alive(sup, init_fd) {
                     Ok(*init_pid)
                 } else {
                     Err(Error::state("sandbox is not running"))
@@ -255,9 +227,16 @@ impl Sandbox {
         format!("{}/init", self.cg.rel_path().display())
     }
 
-    fn end_sessions(&self) {
-        for s in self.sessions.lock().unwrap().values() {
-            s.finish(None);
+    /// The supervisor of a running sandbox (frozen or not).
+    async fn supervisor_call(&self, req: Request, wait: Duration) -> Result<Reply> {
+        let run = self.run.lock().await;
+        match &*run {
+            Run::Running { sup, .. } => {
+                let sup = sup.clone();
+                drop(run);
+                sup.call(req, wait).await
+            }
+            Run::Stopped => Err(Error::state("sandbox is not running")),
         }
     }
 }
@@ -356,7 +335,6 @@ fn pidfd_open(pid: i32) -> std::io::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// PID 1 and its waiter both still run.
 /// Where one exec or session runs: its cgroup leaf and its shim files.
 struct Prepared {
     leaf: String,
@@ -428,18 +406,39 @@ async fn spawn_failed(sb: &Sandbox, leaf: &str, e: std::io::Error) -> Error {
     Error::backend(format!("spawn shim: {e}"))
 }
 
-fn alive(waiter: &mut Child, init_fd: &std::os::fd::OwnedFd) -> bool {
+/// PID 1 and the supervisor both still run.
+fn alive(sup: &SupervisorHandle, init_fd: &std::os::fd::OwnedFd) -> bool {
+    sup.alive() && !supervisor_client::exited(init_fd)
+}
+
+/// The shim in `exec` mode, its config passed as fd 3 (never a file).
+pub(crate) fn shim_exec_command(
+    program: &Path,
+    args: &[String],
+    cfg: &std::os::fd::OwnedFd,
+) -> Command {
     use std::os::fd::AsRawFd;
-    if !matches!(waiter.try_wait(), Ok(None)) {
-        return false;
+    let mut c = Command::new(program);
+    c.args(args)
+        .arg("exec")
+        .arg(format!("/proc/self/fd/{SHIM_CONFIG_FD}"))
+        .env_clear()
+        .kill_on_drop(false);
+    let raw = cfg.as_raw_fd();
+    // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
+    unsafe {
+        c.pre_exec(move || {
+            if raw == SHIM_CONFIG_FD {
+                if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(raw, SHIM_CONFIG_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
-    let mut p = libc::pollfd {
-        fd: init_fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // A pidfd polls readable once its process has exited.
-    unsafe { libc::poll(&mut p, 1, 0) == 0 }
+    c
 }
 
 /// After the command's main process exited, collect the rest of its output.
@@ -512,8 +511,10 @@ impl ProcessBackend {
                     spec: spec.clone(),
                     cg,
                     run: tokio::sync::Mutex::new(Run::Stopped),
-                    sessions: Mutex::new(BTreeMap::new()),
-                    seq: AtomicU64::new(1),
+                    // Exec leaves `x<N>` must not meet leaves left by an
+                    // earlier daemon (its background processes survive a
+                    // restart): start past any earlier counter.
+                    seq: AtomicU64::new(stasis_core::now_ms() as u64 * 1000),
                 })
             })
             .clone())
@@ -572,38 +573,9 @@ impl ProcessBackend {
         Ok(canon)
     }
 
-    fn shim(&self, mode: &str, cfg_path: &Path) -> Command {
-        let mut c = Command::new(&self.cfg.shim_program);
-        c.args(&self.cfg.shim_args)
-            .arg(mode)
-            .arg(cfg_path)
-            .env_clear()
-            .kill_on_drop(false);
-        c
-    }
-
     /// The shim in `exec` mode, its config passed as fd 3 (never a file).
     fn shim_exec(&self, cfg: &std::os::fd::OwnedFd) -> Command {
-        use std::os::fd::AsRawFd;
-        let mut c = self.shim(
-            "exec",
-            Path::new(&format!("/proc/self/fd/{SHIM_CONFIG_FD}")),
-        );
-        let raw = cfg.as_raw_fd();
-        // SAFETY: only async-signal-safe calls (dup2, fcntl) between fork and exec.
-        unsafe {
-            c.pre_exec(move || {
-                if raw == SHIM_CONFIG_FD {
-                    if libc::fcntl(raw, libc::F_SETFD, 0) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                } else if libc::dup2(raw, SHIM_CONFIG_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        c
+        shim_exec_command(&self.cfg.shim_program, &self.cfg.shim_args, cfg)
     }
 
     /// Create the per-sandbox directories; a missing upper layer is made
@@ -670,6 +642,8 @@ impl ProcessBackend {
             cg.leaf("init")
         })
         .await?;
+        // A supervisor left from an earlier life goes too.
+        self.kill_supervisor(sb, None).await;
         let mut hide = self.cfg.hide_paths.clone();
         if let Some(p) = spec.dir.parent() {
             hide.push(p.to_path_buf());
@@ -693,90 +667,101 @@ impl ProcessBackend {
                 .map(|m| (PathBuf::from(&m.source), m.target.clone()))
                 .collect(),
         };
-        let cfg_json = serde_json::to_vec(&cfg)?;
-        let started = self
-            .shim("init", Path::new("-"))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn();
-        let mut child = match started {
-            Ok(mut c) => {
-                let mut stdin = c.stdin.take().unwrap();
-                // The shim reads all of stdin before anything else.
-                let _ = stdin.write_all(&cfg_json).await;
-                drop(stdin);
-                c
-            }
-            Err(e) => {
-                let cg = sb.cg.clone();
-                let _ = blocking(move || cg.destroy()).await;
-                return Err(Error::backend(format!(
-                    "spawn shim {}: {e}",
-                    self.cfg.shim_program.display()
-                )));
-            }
+        let sup_cfg = supervisor::SupervisorConfig {
+            init: cfg,
+            sandbox_id: spec.id.as_str().to_string(),
+            cgroup_parent: self.cfg.cgroup_parent.clone(),
+            run_dir: spec.dir.join("run"),
+            shim_program: self.cfg.shim_program.clone(),
+            shim_args: self.cfg.shim_args.clone(),
+            session_buffer: self.cfg.session_buffer,
+            init_timeout_ms: self.cfg.init_timeout.as_millis() as u64,
         };
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = tokio::io::BufReader::new(stdout).lines();
-        let line = tokio::time::timeout(self.cfg.init_timeout, lines.next_line()).await;
-        let outcome = match line {
-            Ok(Ok(Some(l))) => match l.strip_prefix("ok ") {
-                Some(p) => p
-                    .trim()
-                    .parse::<i32>()
-                    .map_err(|_| format!("bad init report {l:?}")),
-                None => Err(l.strip_prefix("error ").unwrap_or(&l).to_string()),
-            },
-            Ok(Ok(None)) => Err("sandbox init exited without a report".to_string()),
-            Ok(Err(e)) => Err(format!("read init report: {e}")),
-            Err(_) => Err("sandbox init did not come up in time".to_string()),
+        let started = supervisor_client::spawn(
+            &self.cfg.shim_program,
+            &self.cfg.shim_args,
+            &sup_cfg,
+            self.cfg.init_timeout,
+        )
+        .await;
+        let fail = |msg: String| async move {
+            let cg = sb.cg.clone();
+            let _ = blocking(move || cg.destroy()).await;
+            self.kill_supervisor(sb, None).await;
+            Err(Error::backend(format!("create sandbox: {msg}")))
         };
-        match outcome {
-            Ok(init_pid) => {
-                let init_fd = match pidfd_open(init_pid) {
-                    Ok(fd) => fd,
-                    Err(e) => {
-                        let cg = sb.cg.clone();
-                        let _ = blocking(move || cg.destroy()).await;
-                        let _ = child.wait().await;
-                        return Err(Error::backend(format!(
-                            "create sandbox: init {init_pid} vanished: {e}"
-                        )));
-                    }
-                };
-                let allow = net::allowlist(&spec.manifest)?;
-                if !allow.is_empty() {
-                    let (parent, id) = (self.cfg.cgroup_parent.clone(), spec.id.to_string());
-                    let r = blocking(move || {
-                        net::setup(&parent, &id, init_pid, &allow).map_err(std::io::Error::other)
-                    })
-                    .await;
-                    if let Err(e) = r {
-                        let cg = sb.cg.clone();
-                        let _ = blocking(move || cg.destroy()).await;
-                        let _ = child.wait().await;
-                        return Err(Error::backend(format!("create sandbox: {}", e.message)));
-                    }
-                }
-                let _ =
-                    tokio::fs::write(spec.dir.join("run").join("init.pid"), init_pid.to_string())
-                        .await;
-                *run = Run::Running {
-                    init_pid,
-                    waiter: child,
-                    init_fd,
-                    frozen: false,
-                };
-                Ok(())
-            }
-            Err(msg) => {
-                let cg = sb.cg.clone();
-                let _ = blocking(move || cg.destroy()).await;
-                let _ = child.wait().await;
-                Err(Error::backend(format!("create sandbox: {msg}")))
+        let (sup, init_pid) = match started {
+            Ok(x) => x,
+            Err(msg) => return fail(msg).await,
+        };
+        let init_fd = match pidfd_open(init_pid) {
+            Ok(fd) => fd,
+            Err(e) => return fail(format!("init {init_pid} vanished: {e}")).await,
+        };
+        let allow = net::allowlist(&spec.manifest)?;
+        if !allow.is_empty() {
+            let (parent, id) = (self.cfg.cgroup_parent.clone(), spec.id.to_string());
+            let r = blocking(move || {
+                net::setup(&parent, &id, init_pid, &allow).map_err(std::io::Error::other)
+            })
+            .await;
+            if let Err(e) = r {
+                return fail(e.message).await;
             }
         }
+        let _ = tokio::fs::write(spec.dir.join("run").join("init.pid"), init_pid.to_string()).await;
+        *run = Run::Running {
+            init_pid,
+            sup,
+            init_fd,
+            frozen: false,
+        };
+        Ok(())
+    }
+
+    /// Connect to a sandbox's supervisor and check that the init it names
+    /// is this sandbox's PID 1 (its cgroup, PID 1 of its own namespace).
+    async fn reattach(
+        &self,
+        sb: &Sandbox,
+    ) -> Result<(SupervisorHandle, i32, std::os::fd::OwnedFd)> {
+        let (sup, init_pid) = supervisor_client::attach(&sb.spec.dir.join("run")).await?;
+        let init_fd = pidfd_open(init_pid)
+            .map_err(|e| Error::backend(format!("sandbox init {init_pid} is gone: {e}")))?;
+        let cg = std::fs::read_to_string(format!("/proc/{init_pid}/cgroup")).unwrap_or_default();
+        let marker = format!("/{}", sb.init_cgroup_marker());
+        let status =
+            std::fs::read_to_string(format!("/proc/{init_pid}/status")).unwrap_or_default();
+        let nspid_1 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("NSpid:"))
+            .and_then(|v| v.split_whitespace().last())
+            == Some("1");
+        if !cg.lines().any(|l| l.ends_with(&marker))
+            || !nspid_1
+            || supervisor_client::exited(&init_fd)
+        {
+            sup.kill().await;
+            return Err(Error::backend(format!(
+                "pid {init_pid} is not this sandbox's init"
+            )));
+        }
+        Ok((sup, init_pid, init_fd))
+    }
+
+    /// SIGKILL a sandbox's supervisor (the handle's, or whatever sits in its
+    /// cgroup after a restart) and remove its cgroup and socket.
+    async fn kill_supervisor(&self, sb: &Sandbox, sup: Option<&SupervisorHandle>) {
+        if let Some(s) = sup {
+            s.kill().await;
+        }
+        if let Ok(cgs) = self.cgroups() {
+            let cg = cgs.supervisor(&self.cfg.cgroup_parent, sb.spec.id.as_str());
+            if let Err(e) = blocking(move || cg.destroy()).await {
+                tracing::warn!(sandbox = %sb.spec.id, "remove supervisor cgroup: {}", e.message);
+            }
+        }
+        let _ = tokio::fs::remove_file(sb.spec.dir.join("run").join(supervisor::SOCKET_NAME)).await;
     }
 
     /// Kill every process of the sandbox and remove its cgroups.
@@ -791,11 +776,12 @@ impl ProcessBackend {
             })
             .await?;
         }
-        if let Run::Running { waiter, .. } = run {
-            let _ = waiter.wait().await;
-        }
+        let sup = match run {
+            Run::Running { sup, .. } => Some(sup.clone()),
+            Run::Stopped => None,
+        };
+        self.kill_supervisor(sb, sup.as_ref()).await;
         *run = Run::Stopped;
-        sb.end_sessions();
         Ok(())
     }
 
@@ -979,6 +965,12 @@ impl ProcessBackend {
     }
 }
 
+fn unexpected(r: Reply) -> Error {
+    Error::backend(format!(
+        "unexpected answer from the sandbox's supervisor: {r:?}"
+    ))
+}
+
 /// Mask every top-level entry of the host's `/` outside [`HOST_ROOT_ALLOW`]
 /// in a fresh upper dir: directories become opaque empty directories (so
 /// /tmp, /root, /home, /proc, /dev mount points exist but show nothing of
@@ -1079,7 +1071,8 @@ impl Backend for ProcessBackend {
         }
         let mut notes = vec![
             "pause freezes the sandbox's cgroup: CPU stops, memory stays resident; resume thaws and processes continue".to_string(),
-            "processes cannot be restored into a new sandbox (restore, or resume after a daemon restart): this backend has no checkpointer (CRIU fails on this host), so only the filesystem comes back".to_string(),
+            "processes cannot be restored into a new sandbox (restore, fork): this backend has no checkpointer (CRIU fails on this host), so only the filesystem comes back".to_string(),
+            "each sandbox has a supervisor process that owns its init and sessions: processes, sessions and their buffered output survive a daemon restart (or upgrade) and are reattached".to_string(),
             "network: an empty network namespace (loopback only) unless network.allow lists ip:port destinations; then a veth with nftables rules admits new TCP connections to exactly those (127.0.0.1:P = the host's loopback port P), nothing else (no UDP/DNS, no ICMP, no IPv6)".to_string(),
             "resources.disk_mb caps the writable layer: it lives on a per-sandbox sparse ext4 image, loop-mounted (ENOSPC inside the sandbox when full)".to_string(),
             "without an image, the lower layer is the host's root filesystem with only /usr, /bin, /sbin, /lib*, /etc, /opt, /var visible (host secrets and logs masked)".to_string(),
@@ -1188,116 +1181,35 @@ impl Backend for ProcessBackend {
                 );
             }
         }
-        let n = sb.next();
-        let Prepared {
-            leaf,
-            cfg_fd,
-            status_path,
-        } = prepare_exec(&sb, format!("s{n}"), init_pid, &spec.argv, env, cwd, true).await?;
-        let spawned = self
-            .shim_exec(&cfg_fd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn();
-        let mut child = match spawned {
-            Ok(c) => c,
-            Err(e) => return Err(spawn_failed(&sb, &leaf, e).await),
+        let spec = SessionSpec {
+            argv: spec.argv,
+            env: env.into_iter().collect(),
+            cwd: Some(cwd),
         };
-        drop(cfg_fd);
-        let session = Arc::new(Session {
-            // Unique across daemon restarts too (the counter restarts).
-            id: format!("sess-{}-{n}", stasis_core::now_ms()),
-            argv: spec.argv.clone(),
-            started_at_ms: stasis_core::now_ms(),
-            leaf: leaf.clone(),
-            stdin: tokio::sync::Mutex::new(child.stdin.take()),
-            buf: Mutex::new(SessBuf {
-                data: VecDeque::new(),
-                start: 0,
-                running: true,
-                exit_code: None,
-            }),
-            notify: Notify::new(),
-        });
-        let cap = self.cfg.session_buffer;
-        let mut stdout = child.stdout.take().unwrap();
-        let s2 = session.clone();
-        let reader = tokio::spawn(async move {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                let n = match stdout.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => n,
-                };
-                {
-                    let mut b = s2.buf.lock().unwrap();
-                    b.data.extend(&buf[..n]);
-                    let excess = b.data.len().saturating_sub(cap);
-                    if excess > 0 {
-                        b.data.drain(..excess);
-                        b.start += excess as u64;
-                    }
-                }
-                s2.notify.notify_waiters();
-            }
-        });
-        let s3 = session.clone();
-        let cg = sb.cg.clone();
-        tokio::spawn(async move {
-            let _ = child.wait().await;
-            drain(&cg, &s3.leaf, vec![reader]).await;
-            let status: Option<ExecStatus> = tokio::fs::read(&status_path)
-                .await
-                .ok()
-                .and_then(|s| serde_json::from_slice(&s).ok());
-            let code = match status {
-                Some(ExecStatus::Exited(c)) => Some(c),
-                Some(ExecStatus::Signaled(s)) => Some(128 + s),
-                Some(ExecStatus::Exec(c, msg)) => {
-                    let mut b = s3.buf.lock().unwrap();
-                    b.data.extend(format!("stasis: {msg}\n").as_bytes());
-                    Some(c)
-                }
-                _ => None,
-            };
-            s3.finish(code);
-            let _ = tokio::fs::remove_file(&status_path).await;
-            cg.remove_leaf(&s3.leaf);
-        });
-        let info = session.info();
-        sb.sessions
-            .lock()
-            .unwrap()
-            .insert(session.id.clone(), session);
-        Ok(info)
+        match sb
+            .supervisor_call(Request::SessionStart { spec }, Duration::ZERO)
+            .await?
+        {
+            Reply::Session { info } => Ok(info),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn session_write(&self, id: &SandboxId, session: &str, data: &[u8]) -> Result<()> {
         let sb = self.get(id)?;
         sb.pid().await?;
-        let s = sb
-            .sessions
-            .lock()
-            .unwrap()
-            .get(session)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("session {session}")))?;
-        if !s.buf.lock().unwrap().running {
-            return Err(Error::state(format!("session {session} has exited")));
+        let req = Request::SessionWrite {
+            session: session.to_string(),
+            data: data.to_vec(),
+        };
+        match sb.supervisor_call(req, Duration::ZERO).await? {
+            Reply::Ok => Ok(()),
+            other => Err(unexpected(other)),
         }
-        let mut stdin = s.stdin.lock().await;
-        let w = stdin
-            .as_mut()
-            .ok_or_else(|| Error::state(format!("session {session} has no input")))?;
-        let r = async {
-            w.write_all(data).await?;
-            w.flush().await
-        }
-        .await;
-        r.map_err(|e| Error::state(format!("session {session}: write: {e}")))
     }
 
+    /// Served by the supervisor from its buffer, also while the sandbox is
+    /// frozen.
     async fn session_read(
         &self,
         id: &SandboxId,
@@ -1306,65 +1218,41 @@ impl Backend for ProcessBackend {
         wait: Duration,
     ) -> Result<SessionOutput> {
         let sb = self.get(id)?;
-        let s = sb
-            .sessions
-            .lock()
-            .unwrap()
-            .get(session)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("session {session}")))?;
-        let deadline = tokio::time::Instant::now() + wait;
-        loop {
-            let notified = s.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            {
-                let b = s.buf.lock().unwrap();
-                let end = b.start + b.data.len() as u64;
-                if end > offset || !b.running || tokio::time::Instant::now() >= deadline {
-                    let from = offset.clamp(b.start, end);
-                    let skip = (from - b.start) as usize;
-                    let data: Vec<u8> = b.data.iter().skip(skip).copied().collect();
-                    return Ok(SessionOutput {
-                        offset: from,
-                        data,
-                        next_offset: end,
-                        running: b.running,
-                        exit_code: b.exit_code,
-                    });
-                }
-            }
-            let _ = tokio::time::timeout_at(deadline, notified).await;
+        let req = Request::SessionRead {
+            session: session.to_string(),
+            offset,
+            wait_ms: wait.as_millis() as u64,
+        };
+        match sb.supervisor_call(req, wait).await? {
+            Reply::SessionOutput { output } => Ok(output),
+            other => Err(unexpected(other)),
         }
     }
 
     async fn session_list(&self, id: &SandboxId) -> Result<Vec<SessionInfo>> {
         let sb = self.get(id)?;
-        let v = sb
-            .sessions
-            .lock()
-            .unwrap()
-            .values()
-            .map(|s| s.info())
-            .collect();
-        Ok(v)
+        match sb
+            .supervisor_call(Request::SessionList, Duration::ZERO)
+            .await
+        {
+            Ok(Reply::Sessions { sessions }) => Ok(sessions),
+            Ok(other) => Err(unexpected(other)),
+            // Processes gone (filesystem pause): no sessions.
+            Err(e) if e.code == ErrorCode::InvalidState => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
     }
 
     async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()> {
         let sb = self.get(id)?;
-        let s = sb
-            .sessions
-            .lock()
-            .unwrap()
-            .get(session)
-            .cloned()
-            .ok_or_else(|| Error::not_found(format!("session {session}")))?;
         sb.pid().await?;
-        let cg = sb.cg.clone();
-        let leaf = s.leaf.clone();
-        blocking(move || cg.kill(&leaf)).await?;
-        *s.stdin.lock().await = None;
-        Ok(())
+        let req = Request::SessionKill {
+            session: session.to_string(),
+        };
+        match sb.supervisor_call(req, Duration::ZERO).await? {
+            Reply::Ok => Ok(()),
+            other => Err(unexpected(other)),
+        }
     }
 
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
@@ -1406,13 +1294,13 @@ impl Backend for ProcessBackend {
         {
             let mut run = sb.run.lock().await;
             if let Run::Running {
-                waiter,
+                sup,
                 frozen,
                 init_fd,
                 ..
             } = &mut *run
             {
-                if alive(waiter, init_fd) {
+                if alive(sup, init_fd) {
                     if *frozen {
                         let cg = sb.cg.clone();
                         blocking(move || cg.thaw()).await?;
@@ -1442,11 +1330,11 @@ impl Backend for ProcessBackend {
         let mut run = sb.run.lock().await;
         match &mut *run {
             Run::Running {
-                waiter,
+                sup,
                 init_fd,
                 frozen: true,
                 ..
-            } => !alive(waiter, init_fd),
+            } => !alive(sup, init_fd),
             _ => true,
         }
     }
@@ -1515,17 +1403,55 @@ impl Backend for ProcessBackend {
     async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered> {
         let sb = self.sandbox_for(spec)?;
         let mut run = sb.run.lock().await;
-        if let Run::Running {
-            waiter, init_fd, ..
-        } = &mut *run
-        {
-            if alive(waiter, init_fd) {
+        if let Run::Running { sup, init_fd, .. } = &mut *run {
+            if alive(sup, init_fd) {
                 return Ok(Recovered::Running);
             }
         }
-        // Processes from before a daemon restart have lost their pipes: end them.
-        self.stop(&sb, &mut run).await?;
-        Ok(Recovered::NotRunning)
+        // After a daemon restart: reattach to the sandbox's supervisor,
+        // which kept its processes, sessions and their output.
+        match self.reattach(&sb).await {
+            Ok((sup, init_pid, init_fd)) => {
+                let frozen = {
+                    let cg = sb.cg.clone();
+                    blocking(move || Ok(cg.frozen())).await?
+                };
+                *run = Run::Running {
+                    init_pid,
+                    sup,
+                    init_fd,
+                    frozen,
+                };
+                // A frozen sandbox (paused with memory) stays paused: the
+                // server keeps it so and the next resume thaws it.
+                Ok(if frozen {
+                    Recovered::NotRunning
+                } else {
+                    Recovered::Running
+                })
+            }
+            Err(e) => {
+                tracing::info!(sandbox = %spec.id, "not reattached: {}", e.message);
+                // No supervisor (or no init): whatever is left goes.
+                self.stop(&sb, &mut run).await?;
+                Ok(Recovered::NotRunning)
+            }
+        }
+    }
+
+    /// The processes are gone after a daemon restart; the writable layer
+    /// (an upper dir, or the quota filesystem's image holding it) is what a
+    /// resume rebuilds from, whatever step the pause had reached.
+    async fn pause_leftovers(&self, spec: &SandboxSpec, _out: &Path) -> Result<PauseLeftovers> {
+        let files_kept = if spec.manifest.resources.disk_mb > 0 {
+            disk::image(&spec.dir).is_file()
+        } else {
+            spec.dir.join("upper").is_dir()
+        };
+        Ok(PauseLeftovers {
+            artifacts: None,
+            files_kept,
+        })
     }
 
     async fn cleanup_orphans(&self, known: &[SandboxId]) -> Result<()> {
@@ -1548,6 +1474,13 @@ impl Backend for ProcessBackend {
         for name in cgs.list_sandboxes(&self.cfg.cgroup_parent) {
             if !known.contains(&name.as_str()) {
                 let cg = cgs.sandbox(&self.cfg.cgroup_parent, &name);
+                blocking(move || cg.destroy()).await?;
+            }
+        }
+        let sups = format!("{}/{}", self.cfg.cgroup_parent, cgroup::SUPERVISORS);
+        for name in cgs.list_sandboxes(&sups) {
+            if !known.contains(&name.as_str()) {
+                let cg = cgs.supervisor(&self.cfg.cgroup_parent, &name);
                 blocking(move || cg.destroy()).await?;
             }
         }

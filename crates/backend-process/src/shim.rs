@@ -15,6 +15,9 @@
 //!   `lo` up, drops privileges and then only reaps orphans. The shim itself
 //!   stays outside as the waiter of PID 1 and prints one line on stdout:
 //!   `ok <host pid of PID 1>` or `error <message>`.
+//! - `supervise CONFIG`: the sandbox's long-lived supervisor (see
+//!   [`crate::supervisor`]), which runs `init` and, for every session,
+//!   `exec` as its children and outlives the daemon.
 //! - `exec CONFIG`: joins a cgroup leaf, enters the namespaces of the
 //!   sandbox's PID 1 (its root is the pivoted root), forks, and the child
 //!   drops privileges, applies seccomp and execs the command. The outcome is
@@ -101,7 +104,7 @@ pub fn shim_main() -> ! {
     let args: Vec<String> = std::env::args().collect();
     let n = args.len();
     if n < 3 {
-        eprintln!("usage: {SHIM_SUBCOMMAND} (init|exec) CONFIG");
+        eprintln!("usage: {SHIM_SUBCOMMAND} (init|exec|supervise) CONFIG");
         std::process::exit(2);
     }
     // unshare(CLONE_NEWNS) and setns(mnt) refuse multi-threaded callers:
@@ -124,6 +127,13 @@ pub fn shim_main() -> ! {
     let code = match args[n - 2].as_str() {
         "init" => run_init(&args[n - 1]),
         "exec" => run_exec(&args[n - 1]),
+        "supervise" => match read_config(&args[n - 1]) {
+            Ok(cfg) => crate::supervisor::run_supervise(cfg),
+            Err(e) => {
+                println!("error {e}");
+                1
+            }
+        },
         other => {
             eprintln!("stasis shim: unknown mode {other:?}");
             2
@@ -152,6 +162,9 @@ fn join_cgroups(files: &[PathBuf]) -> Result<(), String> {
     let pid = std::process::id().to_string();
     for f in files {
         fs::write(f, &pid).map_err(|e| format!("join cgroup {}: {e}", f.display()))?;
+    }
+    if let Ok(cgs) = crate::cgroup::Cgroups::detect() {
+        cgs.escape_service(files);
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ use common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use stasis_backend::{ArtifactKind, Backend, Recovered};
+use stasis_backend::{ArtifactKind, Backend};
 use stasis_core::{ErrorCode, FileKind, Manifest, SessionSpec, Stream};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -571,42 +571,6 @@ async fn destroy_leaves_nothing_and_is_idempotent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recover_kills_leftovers_then_resume_rebuilds() {
-    let e = env("recover");
-    let spec = e.create().await;
-    e.be.write_file(&spec.id, "data", b"survives", None)
-        .await
-        .unwrap();
-    run(&e, &spec, sh("(sleep 104 &) ; echo ok")).await;
-    assert!(!host_pids_with("sleep 104").is_empty());
-    // A second backend instance stands for the daemon after a restart.
-    let cfg = e.be.config().clone();
-    let be2 = stasis_backend_process::ProcessBackend::new(cfg);
-    assert_eq!(be2.recover(&spec).await.unwrap(), Recovered::NotRunning);
-    assert!(host_pids_with("sleep 104").is_empty());
-    assert!(e.cgroup_dirs().is_empty());
-    let empty = e.tmp.path().join("none");
-    std::fs::create_dir_all(&empty).unwrap();
-    be2.resume(&spec, &empty).await.unwrap();
-    assert_eq!(
-        be2.read_file(&spec.id, "data", 100).await.unwrap(),
-        b"survives"
-    );
-
-    // cleanup_orphans removes sandboxes nobody knows.
-    let spec3 = e.create().await;
-    run(&e, &spec3, sh("(sleep 105 &) ; echo ok")).await;
-    be2.cleanup_orphans(std::slice::from_ref(&spec.id))
-        .await
-        .unwrap();
-    assert!(host_pids_with("sleep 105").is_empty());
-    assert_eq!(be2.usage(&spec.id).await.unwrap().host_processes, 2);
-    be2.destroy(&spec.id, &spec.dir).await.unwrap();
-    assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
-    e.cleanup_parent();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn capabilities_and_probe() {
     let e = env("caps-report");
     let c = e.be.capabilities();
@@ -792,44 +756,6 @@ async fn cpu_quota_applies() {
     assert!(used < 450_000_000, "used {used} ns");
     assert!(used > 50_000_000, "used {used} ns");
     e.be.destroy(&spec.id, &spec.dir).await.unwrap();
-    e.cleanup_parent();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn recover_after_crash_during_pause() {
-    let e = env("recover-paused");
-    let spec = e.create().await;
-    e.be.write_file(&spec.id, "kept", b"yes", None)
-        .await
-        .unwrap();
-    run(&e, &spec, sh("(sleep 106 &) ; echo ok")).await;
-    let arts = e.tmp.path().join("arts");
-    e.be.pause(&spec.id, &arts, true).await.unwrap();
-    // The daemon dies with the sandbox frozen; a new instance recovers it.
-    let be2 = stasis_backend_process::ProcessBackend::new(e.be.config().clone());
-    assert_eq!(be2.recover(&spec).await.unwrap(), Recovered::NotRunning);
-    assert!(host_pids_with("sleep 106").is_empty());
-    assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
-    // Meanwhile the upper dir changed; resume takes the pause's fs.tar.
-    std::fs::write(
-        stasis_backend_process::disk::mount_point(&spec.dir).join("upper/workspace/kept"),
-        b"changed",
-    )
-    .unwrap();
-    be2.resume(&spec, &arts).await.unwrap();
-    assert_eq!(be2.read_file(&spec.id, "kept", 100).await.unwrap(), b"yes");
-    // Processes did not come back.
-    let r = be2
-        .exec(
-            &spec.id,
-            sh("ps -e -o args | grep -c 'sleep 10[6]' || true"),
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(out(&r), "0\n");
-    be2.destroy(&spec.id, &spec.dir).await.unwrap();
-    assert!(e.cgroup_dirs().is_empty());
     e.cleanup_parent();
 }
 

@@ -6,6 +6,8 @@
 //! relative to the manifest's workdir). A backend must resolve them so that no
 //! path, `..` component or symlink inside the sandbox reaches anything outside it.
 
+pub mod failpoint;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -108,6 +110,19 @@ pub enum Recovered {
     NotRunning,
 }
 
+/// What a pause that a daemon crash interrupted left on this host, found
+/// after `recover` said the sandbox's compute is gone.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PauseLeftovers {
+    /// The pause's artifact directory is complete and verified (finished
+    /// by the backend where a step after the compute stopped was missing):
+    /// its artifacts, ready for the snapshot store.
+    pub artifacts: Option<Vec<Artifact>>,
+    /// The sandbox's writable filesystem layer is still on this host, so it
+    /// can resume with its files (not its processes) without any snapshot.
+    pub files_kept: bool,
+}
+
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     fn kind(&self) -> BackendKind;
@@ -189,6 +204,15 @@ pub trait Backend: Send + Sync + 'static {
     /// After a daemon restart: reattach to the sandbox if it still runs, or
     /// clean up what is left of it. Never leaves orphan processes.
     async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered>;
+
+    /// After a daemon restart during `pause(.., out, ..)`, once `recover`
+    /// found the compute gone: finish the pause from what is on disk if that
+    /// can be done without the sandbox (e.g. the memory state was saved and
+    /// verifies, only moving the disk was left), and say what is left. Never
+    /// returns artifacts that might not restore exactly.
+    async fn pause_leftovers(&self, _spec: &SandboxSpec, _out: &Path) -> Result<PauseLeftovers> {
+        Ok(PauseLeftovers::default())
+    }
 
     /// Remove host resources (cgroups, processes, mounts) that belong to no
     /// sandbox in `known` (crash leftovers).

@@ -493,19 +493,25 @@ fn assert_host_state_only_of(d: &Daemon, live: &[String]) {
             assert!(live.contains(&id), "leftover mount {m}");
         }
     }
+    // Sandbox cgroups (named by id), directly under the parent or under the
+    // daemon's own groups there (e.g. `.supervisors`).
     for root in cgroup_roots() {
-        for e in std::fs::read_dir(root.join(&d.cgroup_parent))
-            .into_iter()
-            .flatten()
-            .flatten()
-        {
-            if e.path().is_dir() {
+        let mut dirs = vec![root.join(&d.cgroup_parent)];
+        while let Some(dir) = dirs.pop() {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if !e.path().is_dir() {
+                    continue;
+                }
                 let name = e.file_name().to_string_lossy().to_string();
-                assert!(
-                    live.iter().any(|id| name.contains(id.as_str())),
-                    "leftover cgroup {}",
-                    e.path().display()
-                );
+                if name.starts_with('.') {
+                    dirs.push(e.path());
+                } else if name.starts_with("sb-") {
+                    assert!(
+                        live.iter().any(|id| name.contains(id.as_str())),
+                        "leftover cgroup {}",
+                        e.path().display()
+                    );
+                }
             }
         }
     }

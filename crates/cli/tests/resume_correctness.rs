@@ -115,6 +115,10 @@ both_backends!(
     p9_listening_socket_and_loopback_connection_survive_pause,
     listening_socket_survives_pause
 );
+both_backends!(
+    p10_daemon_kill9_while_running_keeps_sessions_jobs_and_output,
+    restart_keeps_sessions_jobs_and_output
+);
 
 // ----- harness glue -----------------------------------------------------------
 
@@ -392,15 +396,9 @@ async fn cycles_keep_every_byte(b: B) {
             h = d.restart().await;
             let st = h.state(&id).await;
             assert_eq!(policy_of(&st), policy, "restart changed the policy");
-            if b == B::Microvm {
-                // Its QEMU survived the daemon and was re-attached.
-                assert_eq!(st["state"], "running", "after restart: {st}");
-            } else {
-                // The process backend loses processes with the daemon
-                // (documented): the sandbox becomes a filesystem pause.
-                assert_eq!(st["state"], "paused", "after restart: {st}");
-                assert_eq!(st["pause_kind"], "filesystem", "after restart: {st}");
-            }
+            // Its QEMU (microVM) or its supervisor (process) survived the
+            // daemon and was re-attached.
+            assert_eq!(st["state"], "running", "after restart: {st}");
         }
         let tp = Instant::now();
         if i % 2 == 0 {
@@ -410,14 +408,9 @@ async fn cycles_keep_every_byte(b: B) {
             expect_kind = "memory";
         } else {
             let v = h.wait_state(&id, "paused", b.slow()).await;
-            if b == B::Process && restart_running.contains(&i) {
-                assert_eq!(v["pause_kind"], "filesystem");
-                expect_kind = "filesystem";
-            } else {
-                assert_eq!(v["pause_kind"], "memory", "cycle {i}: {v}");
-                idle_pauses += 1;
-                expect_kind = "memory";
-            }
+            assert_eq!(v["pause_kind"], "memory", "cycle {i}: {v}");
+            idle_pauses += 1;
+            expect_kind = "memory";
         }
         pause_ms.push(tp.elapsed().as_millis() as u64);
         if i == restart_paused {
@@ -548,15 +541,9 @@ async fn idle_keep_memory_and_reads_never_change_policy(b: B) {
     h = d.restart().await;
     assert_eq!(policy_of(&h.state(&id).await), policy);
     let p = h.wait_state(&id, "paused", b.slow()).await;
-    if b == B::Microvm {
-        assert_eq!(p["pause_kind"], "memory", "{p}");
-        h.send(&id, &sid, "print('again', x)\n").await;
-        h.session_until(&id, &sid, off, "again 42").await;
-    } else {
-        // The process backend's processes die with the daemon (documented):
-        // the restart turned the sandbox into a filesystem pause.
-        assert_eq!(p["pause_kind"], "filesystem", "{p}");
-    }
+    assert_eq!(p["pause_kind"], "memory", "{p}");
+    h.send(&id, &sid, "print('again', x)\n").await;
+    h.session_until(&id, &sid, off, "again 42").await;
     assert_eq!(policy_of(&h.state(&id).await), policy);
 }
 
@@ -634,8 +621,7 @@ fn ticks(text: &str) -> Vec<u64> {
 }
 
 /// A session printing ticks and a background process started by exec keep
-/// running across pause/resume (on the microVM also across a daemon restart
-/// while paused): the session is listed with the same id, its output stream
+/// running across pause/resume and a daemon restart while paused: the session is listed with the same id, its output stream
 /// continues at growing offsets with no tick missing or repeated, and the
 /// background process has the same pid and keeps writing.
 async fn sessions_and_background_processes_continue(b: B) {
@@ -679,10 +665,8 @@ async fn sessions_and_background_processes_continue(b: B) {
         .parse::<u64>()
         .unwrap();
     pause(&h, &id).await;
-    if b == B::Microvm {
-        h = d.restart().await;
-        assert_eq!(h.state(&id).await["state"], "paused");
-    }
+    h = d.restart().await;
+    assert_eq!(h.state(&id).await["state"], "paused");
     // Listing sessions reconnects (resumes) it: same ids, still running.
     let after = sessions(&h, &id).await;
     let mut ids: Vec<String> = after
@@ -736,6 +720,100 @@ async fn sessions_and_background_processes_continue(b: B) {
         n1 >= bg_lines_before && n2 > n1,
         "background process stopped writing: {bg_lines_before} {n1} {n2}"
     );
+}
+
+/// The daemon is killed -9 while a sandbox runs an interpreter session
+/// holding a variable, a ticking session (a background job with buffered
+/// output) and a background process started by exec; it stays down for a
+/// while and is restarted on the same data dir. The sandbox is still
+/// running, with the same sessions; the interpreter still has its variable;
+/// the tick stream has every tick, including those printed while no daemon
+/// was there; the background process has the same pid and keeps writing;
+/// pause, resume and destroy work afterwards.
+async fn restart_keeps_sessions_jobs_and_output(b: B) {
+    let mut d = TestDaemon::start(&format!("p10_restart_running::{}", b.name())).await;
+    let mut h = d.http();
+    let id = h.create(manifest(b, json!({"on_idle": "nothing"}))).await;
+    let py = start_session(&h, &id, &["python3", "-i", "-u", "-q"]).await;
+    h.send(&id, &py, "n = 41\n").await;
+    let ticker = start_session(
+        &h,
+        &id,
+        &[
+            "sh",
+            "-c",
+            "i=0; while :; do echo tick $i; i=$((i+1)); sleep 0.2; done",
+        ],
+    )
+    .await;
+    let bg_pid = h
+        .sh(
+            &id,
+            "nohup sh -c 'while :; do echo x >> bg.log; sleep 0.2; done' >/dev/null 2>&1 </dev/null & echo $!",
+        )
+        .await
+        .trim()
+        .to_string();
+    let (text, off1) = h.session_until(&id, &ticker, 0, "tick 2\n").await;
+    let last_before = *ticks(&text).last().unwrap();
+    // Down for a while: the ticker goes on printing into its supervisor
+    // (process) or guest agent (microVM) with nobody reading.
+    d.d.kill9();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    h = d.restart().await;
+    assert_eq!(h.state(&id).await["state"], "running");
+    let ss = sessions(&h, &id).await;
+    let mut ids: Vec<&str> = ss.iter().map(|s| s["id"].as_str().unwrap()).collect();
+    ids.sort();
+    let mut want = vec![py.as_str(), ticker.as_str()];
+    want.sort();
+    assert_eq!(ids, want, "{ss:?}");
+    assert!(ss.iter().all(|s| s["running"] == true), "{ss:?}");
+    // What was printed while the daemon was down is there, without a gap.
+    let target = format!("tick {}\n", last_before + 5);
+    let (_, off2) = h.session_until(&id, &ticker, off1, &target).await;
+    assert!(off2 > off1);
+    let all = h
+        .ok(
+            "GET",
+            &format!("/v1/sandboxes/{id}/sessions/{ticker}/output?offset=0"),
+            None,
+        )
+        .await;
+    let t = ticks(all["data"].as_str().unwrap());
+    assert_eq!(t, (0..t.len() as u64).collect::<Vec<_>>(), "gap or repeat");
+    // The interpreter kept its variable.
+    h.send(&id, &py, "print('n is', n + 1)\n").await;
+    h.session_until(&id, &py, 0, "n is 42").await;
+    // The background process: same pid, still writing.
+    assert_eq!(
+        h.sh(&id, &format!("kill -0 {bg_pid} && echo alive")).await,
+        "alive\n"
+    );
+    let count = |s: String| s.trim().parse::<u64>().unwrap();
+    let n1 = count(h.sh(&id, "wc -l < bg.log").await);
+    let t0 = Instant::now();
+    while count(h.sh(&id, "wc -l < bg.log").await) <= n1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "bg.log stopped growing"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Pause (with memory) and resume still work, and the session goes on.
+    let p = pause(&h, &id).await;
+    assert_eq!(p["pause_kind"], "memory", "{p}");
+    h.send(&id, &py, "print('after', n)\n").await;
+    h.session_until(&id, &py, 0, "after 41").await;
+    assert_eq!(h.state(&id).await["state"], "running");
+    // Destroy: nothing of the sandbox is left (process: no process in the
+    // daemon's cgroups, its supervisor included).
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+    h.wait_state(&id, "destroyed", b.slow()).await;
+    if b == B::Process {
+        let left = common::pids_in_cgroups(&d.d.cgroup_parent);
+        assert!(left.is_empty(), "processes left after destroy: {left:?}");
+    }
 }
 
 // ----- point 5 --------------------------------------------------------------------

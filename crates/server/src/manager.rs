@@ -22,7 +22,9 @@ use serde::Serialize;
 use tokio::sync::{mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use tracing::{info, warn};
 
-use stasis_backend::{Artifact, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage};
+use stasis_backend::{
+    failpoint, Artifact, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
+};
 use stasis_core::{
     now_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Manifest, OnIdle,
     Result, SandboxId, SandboxState, SessionInfo, SessionOutput, SessionSpec, SnapshotId, TenantId,
@@ -31,7 +33,11 @@ use stasis_meta::{Meta, NewAuditEntry, Patch, PauseKind, SandboxRecord};
 
 use crate::cluster::Cluster;
 use crate::metrics::{Metrics, Op};
+
+mod pause_recovery;
 use crate::snapshots::{SnapshotInfo, SnapshotKind, Snapshots};
+use pause_recovery::Intent;
+pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 
 /// Longest wait of one session output read (`wait_ms`).
 pub const MAX_SESSION_WAIT: Duration = Duration::from_secs(60);
@@ -1003,27 +1009,36 @@ impl Manager {
         let (backend, spec, rec) = self
             .begin(&rec, SandboxState::Running, SandboxState::Pausing)
             .await?;
-        let stage = spec.dir.join("pause-stage");
+        failpoint::hit("pause.pausing");
+        let stage = spec.dir.join(pause_recovery::STAGE);
         let _ = tokio::fs::remove_dir_all(&stage).await;
         tokio::fs::create_dir_all(&stage).await?;
         let tb = std::time::Instant::now();
         let artifacts = match backend.pause(&rec.id, &stage, keep_memory).await {
             Ok(a) => a,
-            Err(e) => {
-                let _ = tokio::fs::remove_dir_all(&stage).await;
-                return Err(self.pause_failed(&rec, &spec, e).await);
-            }
+            Err(e) => return Err(self.pause_failed(&rec, &spec, e).await),
         };
         let backend_ms = elapsed_ms(tb);
+        failpoint::hit("pause.staged");
         let kind = if keep_memory {
             PauseKind::Memory
         } else {
             PauseKind::Filesystem
         };
+        // The upload's snapshot id is recorded first: a daemon killed during
+        // the upload finds out at restart whether it completed.
+        let intent = Intent {
+            snapshot: SnapshotId::generate(),
+            kind,
+            previous: rec.pause_snapshot.clone(),
+        };
+        pause_recovery::write_intent(&stage, &intent)?;
+        failpoint::hit("pause.intent-written");
         let ts = std::time::Instant::now();
         let snap = match self
             .snapshots
-            .put(
+            .put_as(
+                intent.snapshot.clone(),
                 &rec,
                 SnapshotKind::Pause,
                 &stage,
@@ -1054,34 +1069,11 @@ impl Manager {
             }
         };
         let store_ms = elapsed_ms(ts);
-        let now = now_ms();
-        let old = rec.pause_snapshot.clone();
+        failpoint::hit("pause.stored");
         let rec = self
-            .transition(
-                &rec.id,
-                SandboxState::Pausing,
-                SandboxState::Paused,
-                Patch {
-                    reason: Some(None),
-                    running_ms: Some(rec.running_time_ms(now)),
-                    running_since_ms: Some(None),
-                    paused_at_ms: Some(Some(now)),
-                    expires_at_ms: Some(Some(rec.manifest.lifecycle.paused_expiry_ms(now))),
-                    pause_snapshot: Some(Some(snap.id.clone())),
-                    pause_kind: Some(Some(kind)),
-                    ..Default::default()
-                },
-            )
+            .record_pause(&rec, &snap.id, kind, Some(&intent), None)
             .await?;
         let _ = tokio::fs::remove_dir_all(&stage).await;
-        if let Some(c) = self.cluster() {
-            c.note_local_pause(&rec.id, Some(&snap.id));
-        }
-        if let Some(old) = old.filter(|o| *o != snap.id) {
-            if let Err(e) = self.snapshots.delete(&rec.tenant, &old).await {
-                warn!(sandbox = %rec.id, snapshot = %old, error = %e, "old pause snapshot not deleted");
-            }
-        }
         let timing = OpTiming {
             backend_ms,
             store_ms,
@@ -1099,39 +1091,33 @@ impl Manager {
         Ok((rec, timing))
     }
 
-    /// A backend pause failed: find out whether the sandbox still runs.
+    /// A backend pause failed: settle the sandbox on what is true now (it
+    /// still runs, or what the pause saved, or an earlier snapshot).
     async fn pause_failed(&self, rec: &SandboxRecord, spec: &SandboxSpec, e: Error) -> Error {
         let backend = match self.backend(rec.backend) {
             Ok(b) => b.clone(),
             Err(e2) => return e2,
         };
-        let still = backend.recover(spec).await;
-        let (to, reason) = match still {
-            Ok(Recovered::Running) => (
-                SandboxState::Running,
+        let why = format!("pause failed ({})", e.message);
+        match self.settle_pause(rec, &backend, spec, &why).await {
+            Ok((SandboxState::Running, _)) => Error::new(
+                e.code,
                 format!("pause failed, sandbox kept running: {}", e.message),
             ),
-            _ => (
-                SandboxState::Failed,
-                format!(
-                    "pause failed and the sandbox stopped: {}{}",
-                    e.message,
-                    rec.pause_snapshot
-                        .as_ref()
-                        .map(|s| format!("; previous snapshot {s} is still restorable"))
-                        .unwrap_or_default()
-                ),
-            ),
-        };
-        let _ = self
-            .transition(
-                &rec.id,
-                SandboxState::Pausing,
-                to,
-                Patch::reason(reason.clone()),
-            )
-            .await;
-        Error::backend(reason)
+            Ok((_, reason)) => Error::backend(reason),
+            Err(e2) => {
+                let reason = format!("{why}; {}", e2.message);
+                let _ = self
+                    .transition(
+                        &rec.id,
+                        SandboxState::Pausing,
+                        SandboxState::Failed,
+                        Patch::reason(reason.clone()),
+                    )
+                    .await;
+                Error::backend(reason)
+            }
+        }
     }
 
     pub async fn resume(&self, ctx: &Ctx, id: &SandboxId) -> Result<(SandboxRecord, OpTiming)> {
@@ -1674,28 +1660,11 @@ impl Manager {
                                 .await?
                         }
                     },
-                    SandboxState::Pausing => match backend.recover(&spec).await? {
-                        // The pause never completed: the sandbox goes on running.
-                        Recovered::Running => {
-                            self.touch(&rec.id);
-                            self.transition(
-                                &rec.id,
-                                SandboxState::Pausing,
-                                SandboxState::Running,
-                                Patch::reason("daemon stopped during a pause; pause abandoned"),
-                            )
+                    SandboxState::Pausing => {
+                        self.settle_pause(rec, &backend, &spec, "daemon stopped during a pause")
                             .await?
-                            .state
-                        }
-                        Recovered::NotRunning => {
-                            self.settle_lost(
-                                rec,
-                                SandboxState::Pausing,
-                                "daemon restarted during a pause",
-                            )
-                            .await?
-                        }
-                    },
+                            .0
+                    }
                     SandboxState::Resuming => match backend.recover(&spec).await? {
                         Recovered::Running => {
                             self.touch(&rec.id);
@@ -1726,12 +1695,15 @@ impl Manager {
                         }
                     },
                     SandboxState::Paused => {
-                        // Nothing should run; a process-backend sandbox paused
-                        // with memory lost its frozen processes with the daemon.
+                        // Nothing should run: a process-backend sandbox paused
+                        // with memory is still frozen under its supervisor
+                        // (recover reports it not running; the next resume
+                        // thaws it). A running one contradicts the record.
                         let r = backend.recover(&spec).await?;
                         if r == Recovered::Running {
                             let _ = backend.destroy(&rec.id, &spec.dir).await;
                         }
+                        self.tidy_paused(rec, &spec).await;
                         SandboxState::Paused
                     }
                     SandboxState::Destroying => self.finish_destroy(rec.clone()).await?.state,

@@ -125,9 +125,35 @@ impl Snapshots {
         ttl: Option<Duration>,
         actor: &str,
     ) -> Result<SnapshotInfo> {
+        self.put_as(
+            SnapshotId::generate(),
+            rec,
+            kind,
+            dir,
+            artifacts,
+            ttl,
+            actor,
+        )
+        .await
+    }
+
+    /// `put` under an id chosen (and recorded) beforehand, so that whoever
+    /// finds the upload interrupted can tell whether it completed: the
+    /// store writes a snapshot's record only once all its chunks are stored.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn put_as(
+        &self,
+        id: SnapshotId,
+        rec: &SandboxRecord,
+        kind: SnapshotKind,
+        dir: &Path,
+        artifacts: &[Artifact],
+        ttl: Option<Duration>,
+        actor: &str,
+    ) -> Result<SnapshotInfo> {
         let now = now_ms();
         let meta = NewSnapshot {
-            id: SnapshotId::generate(),
+            id,
             tenant: rec.tenant.clone(),
             source_sandbox: Some(rec.id.clone()),
             backend: rec.backend,

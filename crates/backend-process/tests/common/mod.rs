@@ -54,9 +54,19 @@ impl Env {
             let p = e.path().join(&self.parent);
             if let Ok(rd) = std::fs::read_dir(&p) {
                 for s in rd.flatten() {
-                    if s.path().is_dir() {
-                        v.push(s.path());
+                    if !s.path().is_dir() {
+                        continue;
                     }
+                    // The supervisors' directory: count what is inside.
+                    if s.file_name() == stasis_backend_process::cgroup::SUPERVISORS {
+                        for x in std::fs::read_dir(s.path()).into_iter().flatten().flatten() {
+                            if x.path().is_dir() {
+                                v.push(x.path());
+                            }
+                        }
+                        continue;
+                    }
+                    v.push(s.path());
                 }
             }
         }
@@ -65,7 +75,9 @@ impl Env {
 
     pub fn cleanup_parent(&self) {
         for e in std::fs::read_dir("/sys/fs/cgroup").unwrap().flatten() {
-            let _ = std::fs::remove_dir(e.path().join(&self.parent));
+            let p = e.path().join(&self.parent);
+            let _ = std::fs::remove_dir(p.join(stasis_backend_process::cgroup::SUPERVISORS));
+            let _ = std::fs::remove_dir(p);
         }
     }
 }
@@ -79,6 +91,14 @@ impl Drop for Env {
         };
         for name in cg.list_sandboxes(&self.parent) {
             let _ = cg.sandbox(&self.parent, &name).destroy();
+        }
+        let sups = format!(
+            "{}/{}",
+            self.parent,
+            stasis_backend_process::cgroup::SUPERVISORS
+        );
+        for name in cg.list_sandboxes(&sups) {
+            let _ = cg.supervisor(&self.parent, &name).destroy();
         }
         self.cleanup_parent();
         stasis_backend_process::net::cleanup_orphans(&self.parent, &[]);

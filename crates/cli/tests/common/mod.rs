@@ -15,6 +15,8 @@ pub struct Daemon {
     pub url: String,
     pub cgroup_parent: String,
     extra: Vec<String>,
+    /// Environment of the next (re)start, e.g. `STASIS_FAILPOINT`.
+    pub envs: Vec<(String, String)>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -42,6 +44,7 @@ impl Daemon {
             url: String::new(),
             cgroup_parent: unique("stasis-it"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            envs: Vec::new(),
             _tmp: Some(tmp),
         };
         d.spawn().await;
@@ -82,6 +85,7 @@ impl Daemon {
             cmd.arg("--images").arg(images);
         }
         cmd.args(&self.extra)
+            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
@@ -277,6 +281,7 @@ pub fn cgroup_roots() -> Vec<PathBuf> {
         "freezer",
         "cpu,cpuacct",
         "unified",
+        "systemd",
     ] {
         let p = PathBuf::from("/sys/fs/cgroup").join(c);
         if p.is_dir() {

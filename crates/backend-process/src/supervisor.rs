@@ -1,0 +1,574 @@
+//! The sandbox supervisor: one small process per process-backend sandbox
+//! that owns the sandbox's long-lived processes and their pipes, so that they
+//! outlive the daemon (the pattern of containerd-shim and conmon).
+//!
+//! Started by the daemon as `<shim> supervise -` (config on stdin), it forks
+//! once more and the parent exits at once, so the supervisor is nobody's
+//! child but init's; it calls `setsid` (no terminal or process-group signal
+//! of the daemon reaches it) and moves itself into its own cgroup
+//! (`<parent>/.supervisors/<id>`, see [`crate::cgroup`]): outside the
+//! daemon's cgroup (a service manager's stop does not kill it) and outside
+//! the sandbox's (a pause freezes the sandbox, never its supervisor, which
+//! keeps answering and buffering).
+//!
+//! It then starts the sandbox's PID 1 through the `init` shim (its waiter is
+//! the supervisor's child), binds a unix socket in the sandbox's `run/`
+//! directory (mode 0600), reports `ok <init pid> <supervisor pid>` on stdout,
+//! detaches its stdio and serves persistent sessions over that socket with
+//! the guest agent's protocol ([`stasis_agent_proto`]: `Hello`,
+//! `SessionStart/Write/Read/List/Kill`): the same semantics as sessions in a
+//! microVM. Each session runs through the `exec` shim in its own cgroup
+//! leaf; its output (stderr merged into stdout) is buffered here, the last
+//! `session_buffer` bytes kept (older output dropped, offsets keep growing),
+//! so output produced while no daemon is attached is read later. A session's
+//! environment (possibly secrets) travels over the socket and to its shim in
+//! a memfd, never through a file.
+//!
+//! The daemon reattaches after a restart by connecting to the socket (the
+//! peer's credentials name the supervisor's pid). Destroy kills the
+//! sandbox's cgroup and then the supervisor's.
+
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::process::{ChildStdin, Command};
+use tokio::sync::Notify;
+
+use stasis_agent_proto::{asynch, Body, Frame, Reply, Request, PROTOCOL_VERSION};
+use stasis_core::{Error, Result, SessionInfo, SessionOutput, SessionSpec};
+
+use crate::cgroup::{Cgroups, SandboxCgroup};
+use crate::shim::{ExecConfig, ExecStatus, InitConfig};
+
+/// Name of the supervisor's socket in the sandbox's `run/` directory.
+pub const SOCKET_NAME: &str = "supervisor.sock";
+
+/// The socket in `dir`, addressed through an open descriptor of `dir`
+/// (`/proc/self/fd/<n>/supervisor.sock`): a unix socket address holds at
+/// most 107 bytes, a data directory's path may be longer. Keep the returned
+/// descriptor open while the path is used.
+pub(crate) fn socket_via_fd(dir: &Path) -> std::io::Result<(OwnedFd, PathBuf)> {
+    let d = std::fs::File::open(dir)?;
+    let p = PathBuf::from(format!("/proc/self/fd/{}/{SOCKET_NAME}", d.as_raw_fd()));
+    Ok((d.into(), p))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SupervisorConfig {
+    pub init: InitConfig,
+    pub sandbox_id: String,
+    pub cgroup_parent: String,
+    /// The sandbox's `run/` directory (socket, exec status files).
+    pub run_dir: PathBuf,
+    pub shim_program: PathBuf,
+    pub shim_args: Vec<String>,
+    /// Bytes of output kept per session (oldest dropped first).
+    pub session_buffer: usize,
+    pub init_timeout_ms: u64,
+}
+
+/// `supervise` mode of the shim (single-threaded when called).
+pub(crate) fn run_supervise(cfg: SupervisorConfig) -> i32 {
+    let report = |msg: &str| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{msg}");
+        let _ = out.flush();
+    };
+    let cgs = match Cgroups::detect() {
+        Ok(c) => c,
+        Err(e) => {
+            report(&format!("error {e}"));
+            return 1;
+        }
+    };
+    let own = cgs.supervisor(&cfg.cgroup_parent, &cfg.sandbox_id);
+    let procs = match own.create_plain() {
+        Ok(p) => p,
+        Err(e) => {
+            report(&format!("error supervisor cgroup: {e}"));
+            return 1;
+        }
+    };
+    // SAFETY: single-threaded here (checked by shim_main).
+    match unsafe { nix::unistd::fork() } {
+        Err(e) => {
+            report(&format!("error fork: {e}"));
+            1
+        }
+        // The daemon reaps this one; the supervisor is reparented to init.
+        Ok(nix::unistd::ForkResult::Parent { .. }) => 0,
+        Ok(nix::unistd::ForkResult::Child) => {
+            let _ = nix::unistd::setsid();
+            let me = std::process::id().to_string();
+            for f in &procs {
+                if let Err(e) = std::fs::write(f, &me) {
+                    report(&format!("error join cgroup {}: {e}", f.display()));
+                    return 1;
+                }
+            }
+            cgs.escape_service(&procs);
+            let rt = match tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .max_blocking_threads(4)
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    report(&format!("error runtime: {e}"));
+                    return 1;
+                }
+            };
+            let sb = cgs.sandbox(&cfg.cgroup_parent, &cfg.sandbox_id);
+            rt.block_on(serve(cfg, sb, report))
+        }
+    }
+}
+
+async fn serve(cfg: SupervisorConfig, cg: SandboxCgroup, report: impl Fn(&str)) -> i32 {
+    let socket = cfg.run_dir.join(SOCKET_NAME);
+    let _ = std::fs::remove_file(&socket);
+    let bound = socket_via_fd(&cfg.run_dir).and_then(|(_dir, p)| UnixListener::bind(p));
+    let listener = match bound {
+        Ok(l) => l,
+        Err(e) => {
+            report(&format!("error bind {}: {e}", socket.display()));
+            return 1;
+        }
+    };
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600));
+    }
+    let (init_pid, mut waiter) = match start_init(&cfg).await {
+        Ok(x) => x,
+        Err(e) => {
+            let _ = std::fs::remove_file(&socket);
+            report(&format!("error {e}"));
+            return 1;
+        }
+    };
+    report(&format!("ok {init_pid} {}", std::process::id()));
+    // Nothing more goes to the daemon: a dead daemon's pipes must not matter.
+    if let Ok(null) = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto the standard descriptors.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+    // Reap the init's waiter; the daemon sees PID 1's end through its pidfd.
+    tokio::spawn(async move {
+        let _ = waiter.wait().await;
+    });
+    let state = Arc::new(Sup {
+        cfg,
+        cg,
+        init_pid,
+        sessions: Mutex::new(BTreeMap::new()),
+        seq: std::sync::atomic::AtomicU64::new(1),
+    });
+    loop {
+        match listener.accept().await {
+            Ok((conn, _)) => {
+                // Only root (the daemon) may talk to a supervisor.
+                if conn.peer_cred().map(|c| c.uid() != 0).unwrap_or(true) {
+                    continue;
+                }
+                tokio::spawn(handle_conn(state.clone(), conn));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// Start the sandbox's PID 1 through the `init` shim; returns its host pid
+/// and the shim that waits for it.
+async fn start_init(
+    cfg: &SupervisorConfig,
+) -> std::result::Result<(i32, tokio::process::Child), String> {
+    let cfg_json = serde_json::to_vec(&cfg.init).map_err(|e| e.to_string())?;
+    let mut child = Command::new(&cfg.shim_program)
+        .args(&cfg.shim_args)
+        .arg("init")
+        .arg("-")
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(false)
+        .spawn()
+        .map_err(|e| format!("spawn shim {}: {e}", cfg.shim_program.display()))?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // The shim reads all of stdin before anything else.
+    let _ = stdin.write_all(&cfg_json).await;
+    drop(stdin);
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let line = tokio::time::timeout(
+        Duration::from_millis(cfg.init_timeout_ms),
+        lines.next_line(),
+    )
+    .await;
+    let outcome = match line {
+        Ok(Ok(Some(l))) => match l.strip_prefix("ok ") {
+            Some(p) => p
+                .trim()
+                .parse::<i32>()
+                .map_err(|_| format!("bad init report {l:?}")),
+            None => Err(l.strip_prefix("error ").unwrap_or(&l).to_string()),
+        },
+        Ok(Ok(None)) => Err("sandbox init exited without a report".to_string()),
+        Ok(Err(e)) => Err(format!("read init report: {e}")),
+        Err(_) => Err("sandbox init did not come up in time".to_string()),
+    };
+    match outcome {
+        Ok(pid) => Ok((pid, child)),
+        Err(e) => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            Err(e)
+        }
+    }
+}
+
+struct Sup {
+    cfg: SupervisorConfig,
+    cg: SandboxCgroup,
+    init_pid: i32,
+    sessions: Mutex<BTreeMap<String, Arc<Session>>>,
+    seq: std::sync::atomic::AtomicU64,
+}
+
+struct SessBuf {
+    data: VecDeque<u8>,
+    start: u64,
+    running: bool,
+    exit_code: Option<i32>,
+}
+
+struct Session {
+    id: String,
+    argv: Vec<String>,
+    started_at_ms: i64,
+    leaf: String,
+    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    buf: Mutex<SessBuf>,
+    notify: Notify,
+}
+
+impl Session {
+    fn info(&self) -> SessionInfo {
+        let b = self.buf.lock().unwrap();
+        SessionInfo {
+            id: self.id.clone(),
+            argv: self.argv.clone(),
+            running: b.running,
+            exit_code: b.exit_code,
+            started_at_ms: self.started_at_ms,
+            output_end: b.start + b.data.len() as u64,
+        }
+    }
+
+    fn finish(&self, exit_code: Option<i32>) {
+        let mut b = self.buf.lock().unwrap();
+        if b.running {
+            b.running = false;
+            b.exit_code = exit_code;
+        }
+        drop(b);
+        self.notify.notify_waiters();
+    }
+
+    /// Append output, keeping at most `cap` bytes (oldest dropped).
+    fn push(&self, data: &[u8], cap: usize) {
+        let mut b = self.buf.lock().unwrap();
+        push_bounded(&mut b, data, cap);
+        drop(b);
+        self.notify.notify_waiters();
+    }
+}
+
+fn push_bounded(b: &mut SessBuf, data: &[u8], cap: usize) {
+    b.data.extend(data);
+    let excess = b.data.len().saturating_sub(cap);
+    if excess > 0 {
+        b.data.drain(..excess);
+        b.start += excess as u64;
+    }
+}
+
+fn read_from(b: &SessBuf, offset: u64) -> SessionOutput {
+    let end = b.start + b.data.len() as u64;
+    let from = offset.clamp(b.start, end);
+    let skip = (from - b.start) as usize;
+    SessionOutput {
+        offset: from,
+        data: b.data.iter().skip(skip).copied().collect(),
+        next_offset: end,
+        running: b.running,
+        exit_code: b.exit_code,
+    }
+}
+
+fn error_reply(e: &Error) -> Reply {
+    let code = serde_json::to_value(e.code)
+        .ok()
+        .and_then(|v| v.as_str().map(String::from))
+        .unwrap_or_else(|| "backend_error".into());
+    Reply::Error {
+        code,
+        message: e.message.clone(),
+    }
+}
+
+async fn handle_conn(sup: Arc<Sup>, mut conn: UnixStream) {
+    while let Ok(frame) = asynch::read_frame(&mut conn).await {
+        let reply = match frame.body {
+            Body::Request(req) => match sup.handle(req).await {
+                Ok(r) => r,
+                Err(e) => error_reply(&e),
+            },
+            _ => error_reply(&Error::invalid("expected a request")),
+        };
+        let out = Frame {
+            id: frame.id,
+            body: Body::Reply(reply),
+        };
+        if asynch::write_frame(&mut conn, &out).await.is_err() {
+            break;
+        }
+    }
+}
+
+impl Sup {
+    fn session(&self, id: &str) -> Result<Arc<Session>> {
+        self.sessions
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("session {id}")))
+    }
+
+    async fn handle(self: &Arc<Self>, req: Request) -> Result<Reply> {
+        Ok(match req {
+            Request::Hello => Reply::Hello {
+                protocol: PROTOCOL_VERSION,
+                agent_version: env!("CARGO_PKG_VERSION").to_string(),
+                // For a supervisor: the host pid of the sandbox's PID 1
+                // (fixed for the life of the sandbox's processes).
+                boot_id: self.init_pid.to_string(),
+            },
+            Request::SessionStart { spec } => Reply::Session {
+                info: self.start_session(spec).await?,
+            },
+            Request::SessionWrite { session, data } => {
+                let s = self.session(&session)?;
+                if !s.buf.lock().unwrap().running {
+                    return Err(Error::state(format!("session {session} has exited")));
+                }
+                let mut stdin = s.stdin.lock().await;
+                let w = stdin
+                    .as_mut()
+                    .ok_or_else(|| Error::state(format!("session {session} has no input")))?;
+                let r = async {
+                    w.write_all(&data).await?;
+                    w.flush().await
+                }
+                .await;
+                r.map_err(|e| Error::state(format!("session {session}: write: {e}")))?;
+                Reply::Ok
+            }
+            Request::SessionRead {
+                session,
+                offset,
+                wait_ms,
+            } => {
+                let s = self.session(&session)?;
+                let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_ms);
+                let output = loop {
+                    let notified = s.notify.notified();
+                    tokio::pin!(notified);
+                    notified.as_mut().enable();
+                    {
+                        let b = s.buf.lock().unwrap();
+                        let end = b.start + b.data.len() as u64;
+                        if end > offset || !b.running || tokio::time::Instant::now() >= deadline {
+                            break read_from(&b, offset);
+                        }
+                    }
+                    let _ = tokio::time::timeout_at(deadline, notified).await;
+                };
+                Reply::SessionOutput { output }
+            }
+            Request::SessionList => Reply::Sessions {
+                sessions: self
+                    .sessions
+                    .lock()
+                    .unwrap()
+                    .values()
+                    .map(|s| s.info())
+                    .collect(),
+            },
+            Request::SessionKill { session } => {
+                let s = self.session(&session)?;
+                let (cg, leaf) = (self.cg.clone(), s.leaf.clone());
+                tokio::task::spawn_blocking(move || cg.kill(&leaf))
+                    .await
+                    .map_err(|e| Error::internal(e.to_string()))?
+                    .map_err(|e| Error::backend(e.to_string()))?;
+                *s.stdin.lock().await = None;
+                Reply::Ok
+            }
+            other => {
+                return Err(Error::unsupported(format!(
+                    "the sandbox supervisor does not serve {other:?}"
+                )))
+            }
+        })
+    }
+
+    /// `spec.env` is the full environment and `spec.cwd` the normalized
+    /// working directory (the daemon merges and checks both).
+    async fn start_session(self: &Arc<Self>, spec: SessionSpec) -> Result<SessionInfo> {
+        let n = self.seq.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let leaf = format!("s{}-{n}", std::process::id());
+        let (cg, l2) = (self.cg.clone(), leaf.clone());
+        let procs = tokio::task::spawn_blocking(move || cg.leaf(&l2))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))?
+            .map_err(|e| Error::backend(e.to_string()))?;
+        let status_path = self.cfg.run_dir.join(format!("{leaf}.status"));
+        let exec = ExecConfig {
+            cgroup_procs: procs,
+            init_pid: self.init_pid,
+            argv: spec.argv.clone(),
+            env: spec.env.into_iter().collect(),
+            cwd: spec.cwd.unwrap_or_else(|| "/".into()),
+            status_path: status_path.clone(),
+            merge_stderr: true,
+            init_cgroup: format!("{}/init", self.cg.rel_path().display()),
+        };
+        let cfg_fd = crate::config_memfd(&serde_json::to_vec(&exec)?)?;
+        let spawned =
+            crate::shim_exec_command(&self.cfg.shim_program, &self.cfg.shim_args, &cfg_fd)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn();
+        drop(cfg_fd);
+        let mut child = match spawned {
+            Ok(c) => c,
+            Err(e) => {
+                self.cg.remove_leaf(&leaf);
+                return Err(Error::backend(format!("spawn shim: {e}")));
+            }
+        };
+        let now = stasis_core::now_ms();
+        let session = Arc::new(Session {
+            // Unique across supervisors and daemon restarts.
+            id: format!("sess-{now}-{}-{n}", std::process::id()),
+            argv: spec.argv,
+            started_at_ms: now,
+            leaf,
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            buf: Mutex::new(SessBuf {
+                data: VecDeque::new(),
+                start: 0,
+                running: true,
+                exit_code: None,
+            }),
+            notify: Notify::new(),
+        });
+        let cap = self.cfg.session_buffer;
+        let mut stdout = child.stdout.take().expect("piped stdout");
+        let s2 = session.clone();
+        let reader = tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match stdout.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => s2.push(&buf[..n], cap),
+                }
+            }
+        });
+        let s3 = session.clone();
+        let cg = self.cg.clone();
+        tokio::spawn(async move {
+            let _ = child.wait().await;
+            crate::drain(&cg, &s3.leaf, vec![reader]).await;
+            let status: Option<ExecStatus> = tokio::fs::read(&status_path)
+                .await
+                .ok()
+                .and_then(|s| serde_json::from_slice(&s).ok());
+            let code = match status {
+                Some(ExecStatus::Exited(c)) => Some(c),
+                Some(ExecStatus::Signaled(s)) => Some(128 + s),
+                Some(ExecStatus::Exec(c, msg)) => {
+                    s3.push(format!("stasis: {msg}\n").as_bytes(), cap);
+                    Some(c)
+                }
+                _ => None,
+            };
+            s3.finish(code);
+            let _ = tokio::fs::remove_file(&status_path).await;
+            cg.remove_leaf(&s3.leaf);
+        });
+        let info = session.info();
+        self.sessions
+            .lock()
+            .unwrap()
+            .insert(session.id.clone(), session);
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn buf() -> SessBuf {
+        SessBuf {
+            data: VecDeque::new(),
+            start: 0,
+            running: true,
+            exit_code: None,
+        }
+    }
+
+    /// Whatever the chunking, the buffer keeps exactly the last `cap` bytes
+    /// and offsets count every byte ever produced.
+    #[test]
+    fn buffer_keeps_the_newest_bytes_at_absolute_offsets() {
+        let all: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        for cap in [1usize, 7, 100, 4096, 20_000] {
+            for chunk in [1usize, 3, 64, 999, 10_000] {
+                let mut b = buf();
+                for c in all.chunks(chunk) {
+                    push_bounded(&mut b, c, cap);
+                }
+                let kept = all.len().min(cap);
+                assert_eq!(b.data.len(), kept, "cap {cap} chunk {chunk}");
+                assert_eq!(b.start as usize, all.len() - kept);
+                let out = read_from(&b, 0);
+                assert_eq!(out.offset, b.start, "a read before the window starts at it");
+                assert_eq!(out.data, all[all.len() - kept..]);
+                assert_eq!(out.next_offset as usize, all.len());
+                let mid = (all.len() - kept / 2) as u64;
+                assert_eq!(read_from(&b, mid).data, all[mid as usize..]);
+                assert!(read_from(&b, u64::MAX).data.is_empty());
+            }
+        }
+    }
+}
