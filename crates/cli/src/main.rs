@@ -239,7 +239,8 @@ pub struct ServeArgs {
     /// Backend used when a manifest names none.
     #[arg(long, default_value = "process")]
     default_backend: String,
-    /// Guest images directory (default: <data-dir>/images).
+    /// Images directory (default: <data-dir>/images): microVM guest images
+    /// <images>/<name>/, process-backend root filesystems <images>/<name>/rootfs/.
     #[arg(long, env = "STASIS_IMAGES")]
     images: Option<PathBuf>,
     /// microVM accelerator: auto (timed KVM boot probe), kvm or tcg.
@@ -495,6 +496,23 @@ fn sandbox_line(v: &Value) -> String {
     s
 }
 
+/// The object `key` of a manifest, created when absent; a manifest file
+/// whose `key` is not an object is refused, never silently replaced.
+fn section<'a>(m: &'a mut Value, key: &str) -> Result<&'a mut Value, Error> {
+    if m.get(key).is_none() {
+        m[key] = json!({});
+    }
+    let v = &mut m[key];
+    if !v.is_object() {
+        return Err(Error::new(
+            stasis_core::ErrorCode::InvalidManifest,
+            format!("{key}: must be a JSON object"),
+        )
+        .with_field(key));
+    }
+    Ok(v)
+}
+
 fn read_manifest_arg(arg: &str) -> Result<Value> {
     let text = if arg == "-" {
         let mut s = String::new();
@@ -626,7 +644,11 @@ async fn run(cli: Cli) -> Result<()> {
                 None => json!({}),
             };
             if !m.is_object() {
-                return Err(Error::invalid("manifest must be a JSON object"));
+                return Err(Error::new(
+                    stasis_core::ErrorCode::InvalidManifest,
+                    "manifest: must be a JSON object",
+                )
+                .with_field("manifest"));
             }
             if let Some(b) = a.backend {
                 m["backend"] = json!(b);
@@ -639,10 +661,7 @@ async fn run(cli: Cli) -> Result<()> {
                 ("cpus", a.cpus.map(|v| json!(v))),
             ] {
                 if let Some(v) = val {
-                    if !m["resources"].is_object() {
-                        m["resources"] = json!({});
-                    }
-                    m["resources"][key] = v;
+                    section(&mut m, "resources")?[key] = v;
                 }
             }
             for (key, val) in [
@@ -651,10 +670,7 @@ async fn run(cli: Cli) -> Result<()> {
                 ("paused_ttl_secs", a.ttl_secs.map(|v| json!(v))),
             ] {
                 if let Some(v) = val {
-                    if !m["lifecycle"].is_object() {
-                        m["lifecycle"] = json!({});
-                    }
-                    m["lifecycle"][key] = v;
+                    section(&mut m, "lifecycle")?[key] = v;
                 }
             }
             let v = c.create(m).await?;

@@ -369,6 +369,32 @@ impl Meta {
         self.get(id).await
     }
 
+    /// Remove the record of a sandbox whose create, restore or fork was
+    /// refused after it was inserted: still `Creating` (its start failed and
+    /// was cleaned up) or `Destroyed` (a fork child rolled back), never
+    /// handed to a client. A refused start leaves no sandbox behind. Refuses
+    /// (`invalid_state`) when the record is not in `state` or `state` is
+    /// another state; the caller then keeps the record (e.g. as Failed).
+    pub async fn discard(&self, id: &SandboxId, state: SandboxState) -> Result<()> {
+        if !matches!(state, SandboxState::Creating | SandboxState::Destroyed) {
+            return Err(Error::state(format!(
+                "sandbox {id}: only a record being created or destroyed can be discarded"
+            )));
+        }
+        let done = sqlx::query("DELETE FROM sandboxes WHERE id = $1 AND state = $2")
+            .bind(id.as_str())
+            .bind(state.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        if done.rows_affected() != 1 {
+            return Err(Error::state(format!(
+                "sandbox {id} is not {state}; not discarded"
+            )));
+        }
+        Ok(())
+    }
+
     pub async fn get(&self, id: &SandboxId) -> Result<SandboxRecord> {
         let row = sqlx::query(&format!("{SELECT_SANDBOX} WHERE id = $1"))
             .bind(id.as_str())
@@ -599,12 +625,78 @@ fn decode(row: &AnyRow) -> Result<SandboxRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stasis_core::ErrorCode;
 
     #[tokio::test]
     async fn transitions_are_compare_and_set() {
         for db in crate::testdb::all().await {
             eprintln!("engine {}", db.name);
             transitions_are_compare_and_set_on(&db.meta).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn only_unstarted_or_destroyed_records_are_discarded() {
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            let m = &db.meta;
+            let t = TenantId::parse("t-a").unwrap();
+            let new = |m: &Meta| {
+                let id = SandboxId::generate();
+                let t = t.clone();
+                let m = m.clone();
+                async move {
+                    m.insert_sandbox(&id, &t, &Manifest::default(), BackendKind::Process, None)
+                        .await
+                        .unwrap();
+                    id
+                }
+            };
+            // A refused start: Creating -> gone.
+            let a = new(m).await;
+            m.discard(&a, SandboxState::Creating).await.unwrap();
+            assert_eq!(m.get(&a).await.unwrap_err().code, ErrorCode::NotFound);
+            // A started sandbox is never discarded as Creating, nor in any
+            // state other than Creating/Destroyed.
+            let b = new(m).await;
+            m.transition(
+                &b,
+                SandboxState::Creating,
+                SandboxState::Running,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            for s in [
+                SandboxState::Creating,
+                SandboxState::Running,
+                SandboxState::Failed,
+            ] {
+                assert_eq!(
+                    m.discard(&b, s).await.unwrap_err().code,
+                    ErrorCode::InvalidState,
+                    "{s}"
+                );
+            }
+            assert_eq!(m.get(&b).await.unwrap().state, SandboxState::Running);
+            m.transition(
+                &b,
+                SandboxState::Running,
+                SandboxState::Destroying,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            m.transition(
+                &b,
+                SandboxState::Destroying,
+                SandboxState::Destroyed,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            m.discard(&b, SandboxState::Destroyed).await.unwrap();
+            assert!(m.list(Some(&t), None).await.unwrap().is_empty());
         }
     }
 

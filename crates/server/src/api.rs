@@ -100,12 +100,20 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             .await
             .map_err(|r| ApiError(bytes_rejection(r)))?;
         require_object(&body)?;
-        // From bytes, axum's rejections are only syntax and data errors.
-        match axum::Json::<T>::from_bytes(&body) {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
-            Err(r) => Err(ApiError(Error::invalid(r.body_text()))),
-        }
+        Ok(ApiJson(strict_json(&body)?))
     }
+}
+
+/// A JSON object body as `T`: syntax errors as `invalid_argument`; type and
+/// shape errors name the field (non-objects refused at every level).
+fn strict_json<T: DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError(Error::invalid(format!("the request body is not JSON: {e}"))))?;
+    Ok(stasis_core::strict::from_value(
+        v,
+        ErrorCode::InvalidArgument,
+        "body",
+    )?)
 }
 
 /// `application/json` or any `application/...+json`, parameters ignored:
@@ -383,7 +391,7 @@ pub struct SessionInput {
 pub struct OutputQuery {
     #[serde(default)]
     pub offset: u64,
-    /// Wait up to this long for new output (max 60000).
+    /// Wait up to this long for new output (at most 60000; more is refused).
     #[serde(default)]
     pub wait_ms: u64,
 }
@@ -410,6 +418,7 @@ pub struct PauseBody {
 #[derive(Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotBody {
+    /// Seconds the snapshot is kept, 1 to 315360000 (10 years); default 7 days.
     #[serde(default)]
     pub ttl_secs: Option<u64>,
 }
@@ -457,12 +466,12 @@ pub(crate) fn optional_json<T: DeserializeOwned + Default>(body: &Bytes) -> ApiR
         return Ok(T::default());
     }
     require_object(body)?;
-    serde_json::from_slice(body).map_err(|e| ApiError(Error::invalid(e.to_string())))
+    strict_json(body)
 }
 
 fn manifest_from(v: Option<serde_json::Value>) -> ApiResult<Manifest> {
     Ok(match v {
-        Some(v) => Manifest::from_json(v)?,
+        Some(v) => Manifest::parse(v)?,
         None => Manifest::default(),
     })
 }
@@ -954,7 +963,7 @@ async fn restore_snapshot(
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
     let ctx = auth.ctx();
     let body: RestoreBody = optional_json(&body)?;
-    let manifest = body.manifest.map(Manifest::from_json).transpose()?;
+    let manifest = body.manifest.map(Manifest::parse).transpose()?;
     let rec = st
         .manager
         .restore(&ctx, &snapshot_id(&id)?, manifest)

@@ -35,7 +35,9 @@ pub struct DaemonConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub default_backend: BackendKind,
-    /// Guest images for the microVM backend: `<images>/<name>/...`.
+    /// Operator-registered images, named by a manifest's `image`: microVM
+    /// guest images `<images>/<name>/...`, process-backend root filesystems
+    /// `<images>/<name>/rootfs/`.
     pub images_dir: PathBuf,
     pub accel: AccelChoice,
     /// Snapshot store URL; default `file://<data_dir>/store`.
@@ -158,6 +160,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     }
     pcfg.hide_paths.push(data_dir.clone());
     pcfg.state_dir = Some(data_dir.join("sandboxes"));
+    pcfg.images_dir = Some(cfg.images_dir.clone());
     let process = Arc::new(ProcessBackend::new(pcfg));
 
     let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());

@@ -40,6 +40,11 @@ use crate::snapshots::{SnapshotInfo, SnapshotKind, Snapshots};
 use pause_recovery::Intent;
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 
+/// Longest wait of one session output read (`wait_ms`).
+pub const MAX_SESSION_WAIT: Duration = Duration::from_secs(60);
+/// Longest TTL of a user snapshot (`ttl_secs`): 10 years.
+pub const MAX_SNAPSHOT_TTL: Duration = Duration::from_secs(3650 * 24 * 3600);
+
 /// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
 #[derive(Debug, Clone)]
 pub struct Ctx {
@@ -336,7 +341,14 @@ impl Manager {
         let result = async {
             tokio::fs::create_dir_all(&spec.dir).await?;
             // Mounts are checked against the allowed roots of this node, now.
-            let checked = self.checked_spec(&rec)?;
+            let checked = match self.checked_spec(&rec) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.audit_refusal(ctx, "takeover", rec.id.as_str(), &e)
+                        .await;
+                    return Err(e);
+                }
+            };
             let stage = spec.dir.join("takeover-stage");
             self.snapshots.restore(&rec.tenant, &snap, &stage).await?;
             let r = if is_pause {
@@ -453,13 +465,30 @@ impl Manager {
         }
     }
 
-    /// The spec with every mount source checked against the operator's
-    /// current allowed roots and replaced by its canonical path: used to
-    /// build or rebuild a sandbox (create, resume, restore).
+    /// The spec with its image re-checked to be a name (records written
+    /// before host paths were refused may carry one) and every mount source
+    /// checked against the operator's current allowed roots and replaced by
+    /// its canonical path: used to build or rebuild a sandbox (create,
+    /// resume, restore, takeover).
     fn checked_spec(&self, rec: &SandboxRecord) -> Result<SandboxSpec> {
+        if let Some(image) = &rec.manifest.image {
+            stasis_core::manifest::validate_image_name(image)?;
+        }
         let mut spec = self.spec(rec);
         spec.manifest = crate::mounts::resolve(&rec.manifest, &self.cfg.allow_mounts)?;
         Ok(spec)
+    }
+
+    /// Record in the audit log that `op` was refused (`target`: the sandbox,
+    /// snapshot or collection it was asked of), with the error given.
+    async fn audit_refusal(&self, ctx: &Ctx, op: &str, target: &str, e: &Error) {
+        let detail = serde_json::json!({
+            "op": op,
+            "code": e.code,
+            "field": e.field,
+            "message": e.message,
+        });
+        self.audit(ctx, "refused", target, detail).await;
     }
 
     fn slot(&self, id: &SandboxId) -> Arc<Slot> {
@@ -497,7 +526,17 @@ impl Manager {
 
     // ----- create / read -------------------------------------------------
 
-    pub async fn create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
+    /// Create a sandbox. A refused create answers the error, leaves no
+    /// sandbox record and nothing on disk, and is audited.
+    pub async fn create(&self, ctx: &Ctx, manifest: Manifest) -> Result<SandboxRecord> {
+        let r = self.do_create(ctx, manifest).await;
+        if let Err(e) = &r {
+            self.audit_refusal(ctx, "create", "sandboxes", e).await;
+        }
+        r
+    }
+
+    async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
         crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
@@ -518,10 +557,10 @@ impl Manager {
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, kind, None)
             .await?;
-        self.lease_for_start(&id).await?;
         let checked = self.checked_spec(&rec);
         let spec = self.spec(&rec);
         let result = async {
+            self.lease_for_start(&id).await?;
             let checked = checked?;
             tokio::fs::create_dir_all(&checked.dir).await?;
             backend.create(&checked).await
@@ -571,18 +610,42 @@ impl Manager {
             // so: a sandbox nobody can reach must not keep its resources.
             Err(e) => {
                 warn!(sandbox = %rec.id, error = %e, "{what} failed; cleaning up");
-                if let Ok(b) = self.backend(rec.backend) {
-                    let _ = b.destroy(&rec.id, &spec.dir).await;
+                let mut cleaned = match self.backend(rec.backend) {
+                    Ok(b) => b.destroy(&rec.id, &spec.dir).await.is_ok(),
+                    Err(_) => true,
+                };
+                match tokio::fs::remove_dir_all(&spec.dir).await {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => cleaned = false,
+                    _ => {}
                 }
-                let _ = tokio::fs::remove_dir_all(&spec.dir).await;
-                let _ = self
-                    .transition(
-                        &rec.id,
-                        SandboxState::Creating,
-                        SandboxState::Failed,
-                        Patch::reason(format!("{what} failed: {}", e.message)),
-                    )
-                    .await;
+                // Nothing runs and nothing is on disk: the refused start
+                // leaves no record. Whatever could not be removed keeps its
+                // record, as Failed, for reconcile and orphan cleanup (a
+                // daemon killed before this point leaves it Creating, which
+                // reconcile settles the same way).
+                let discarded = cleaned
+                    && match self.meta.discard(&rec.id, SandboxState::Creating).await {
+                        Ok(()) => true,
+                        Err(d) => {
+                            warn!(sandbox = %rec.id, error = %d, "refused {what} not discarded");
+                            false
+                        }
+                    };
+                if discarded {
+                    if let Some(c) = self.cluster() {
+                        c.release(&rec.id).await;
+                    }
+                    self.slots.lock().expect("slots lock").remove(&rec.id);
+                } else {
+                    let _ = self
+                        .transition(
+                            &rec.id,
+                            SandboxState::Creating,
+                            SandboxState::Failed,
+                            Patch::reason(format!("{what} failed: {}", e.message)),
+                        )
+                        .await;
+                }
                 Err(e)
             }
         }
@@ -902,7 +965,14 @@ impl Manager {
         offset: u64,
         wait: Duration,
     ) -> Result<SessionOutput> {
-        let wait = wait.min(Duration::from_secs(60));
+        if wait > MAX_SESSION_WAIT {
+            return Err(Error::invalid(format!(
+                "wait_ms: must be at most {} (got {})",
+                MAX_SESSION_WAIT.as_millis(),
+                wait.as_millis()
+            ))
+            .with_field("wait_ms"));
+        }
         let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
@@ -1152,8 +1222,16 @@ impl Manager {
             }
             c.note_local_pause(&rec.id, None);
         }
-        // Mounts are checked against the allowed roots of now, not of create.
-        let checked = self.checked_spec(&rec)?;
+        // Mounts are checked against the allowed roots of now, not of create;
+        // an image that is a host path (an old record) is refused. The
+        // sandbox stays paused, its files intact.
+        let checked = match self.checked_spec(&rec) {
+            Ok(s) => s,
+            Err(e) => {
+                self.audit_refusal(ctx, "resume", rec.id.as_str(), &e).await;
+                return Err(e.context("resume refused"));
+            }
+        };
         let (backend, _, rec) = self
             .begin(&rec, SandboxState::Paused, SandboxState::Resuming)
             .await?;
@@ -1322,6 +1400,15 @@ impl Manager {
         id: &SandboxId,
         ttl: Option<Duration>,
     ) -> Result<SnapshotInfo> {
+        if let Some(t) = ttl {
+            if t < Duration::from_secs(1) || t > MAX_SNAPSHOT_TTL {
+                return Err(Error::invalid(format!(
+                    "ttl_secs: must be between 1 and {} (10 years)",
+                    MAX_SNAPSHOT_TTL.as_secs()
+                ))
+                .with_field("ttl_secs"));
+            }
+        }
         // Make sure it runs, then take the slot exclusively.
         drop(self.running(ctx, id).await?);
         let slot = self.slot(id);
@@ -1367,12 +1454,33 @@ impl Manager {
 
     /// Start a new sandbox from a snapshot. The manifest in force is the one
     /// given here, else the one the snapshot was taken under.
+    /// A refused restore answers the error, leaves no sandbox record and
+    /// nothing on disk, and is audited.
     pub async fn restore(
         &self,
         ctx: &Ctx,
         snapshot: &SnapshotId,
         manifest: Option<Manifest>,
     ) -> Result<SandboxRecord> {
+        let r = self.do_restore(ctx, snapshot, manifest).await;
+        if let Err(e) = &r {
+            if e.code != ErrorCode::NotFound {
+                self.audit_refusal(ctx, "restore", snapshot.as_str(), e)
+                    .await;
+            }
+        }
+        r
+    }
+
+    async fn do_restore(
+        &self,
+        ctx: &Ctx,
+        snapshot: &SnapshotId,
+        manifest: Option<Manifest>,
+    ) -> Result<SandboxRecord> {
+        if let Some(m) = &manifest {
+            m.validate()?;
+        }
         let info = self.snapshots.get(&ctx.tenant, snapshot).await?;
         let mut manifest = match manifest {
             Some(m) => m,
@@ -1400,10 +1508,10 @@ impl Manager {
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, info.backend, Some(snapshot))
             .await?;
-        self.lease_for_start(&id).await?;
         let checked = self.checked_spec(&rec);
         let spec = self.spec(&rec);
         let result = async {
+            self.lease_for_start(&id).await?;
             let checked = checked?;
             tokio::fs::create_dir_all(&spec.dir).await?;
             let stage = spec.dir.join("restore-stage");
@@ -1443,12 +1551,44 @@ impl Manager {
         let snap = self.snapshot(ctx, id, None).await?;
         let mut children = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            children.push(self.restore(ctx, &snap.id, None).await?);
+            match self.restore(ctx, &snap.id, None).await {
+                Ok(c) => children.push(c),
+                Err(e) => {
+                    // All or nothing: the children made so far were never
+                    // handed to the client; they and the fork's snapshot go.
+                    for c in &children {
+                        self.discard_child(ctx, &c.id).await;
+                    }
+                    if let Err(d) = self.snapshots.delete(&ctx.tenant, &snap.id).await {
+                        warn!(snapshot = %snap.id, error = %d, "refused fork's snapshot not deleted");
+                    }
+                    return Err(e.context("fork refused"));
+                }
+            }
         }
         let ids: Vec<String> = children.iter().map(|c| c.id.to_string()).collect();
         let detail = serde_json::json!({"snapshot": snap.id, "children": ids});
         self.audit(ctx, "fork", id.as_str(), detail).await;
         Ok((snap, children))
+    }
+
+    /// Destroy a fork child that was never handed to a client and remove
+    /// its record (kept, Destroyed or Failed, when that fails).
+    async fn discard_child(&self, ctx: &Ctx, id: &SandboxId) {
+        let slot = self.slot(id);
+        let guard = slot.lock.clone().write_owned().await;
+        let r = match self.meta.get(id).await {
+            Ok(rec) => self.do_destroy(ctx, rec, "fork_rollback", guard).await,
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(_) => {
+                if let Err(e) = self.meta.discard(id, SandboxState::Destroyed).await {
+                    warn!(sandbox = %id, error = %e, "rolled-back fork child not discarded");
+                }
+            }
+            Err(e) => warn!(sandbox = %id, error = %e, "fork child not rolled back"),
+        }
     }
 
     pub async fn list_snapshots(&self, ctx: &Ctx) -> Result<Vec<SnapshotInfo>> {
@@ -1723,9 +1863,7 @@ impl Manager {
                         running_ms: Some(rec.running_time_ms(now)),
                         running_since_ms: Some(None),
                         paused_at_ms: Some(Some(now)),
-                        expires_at_ms: Some(Some(
-                            now + rec.manifest.lifecycle.paused_ttl_secs as i64 * 1000,
-                        )),
+                        expires_at_ms: Some(Some(rec.manifest.lifecycle.paused_expiry_ms(now))),
                         // Resume rebuilds from the writable layer on disk.
                         pause_snapshot: Some(None),
                         pause_kind: Some(Some(PauseKind::Filesystem)),
@@ -1775,7 +1913,7 @@ impl Manager {
                             .checkpoint_at_ms
                             .or(rec.running_since_ms)
                             .unwrap_or(rec.created_at_ms);
-                        if now - last >= policy.checkpoint_secs as i64 * 1000 {
+                        if policy.checkpoint_due(now.saturating_sub(last)) {
                             if let Ok(guard) = slot.lock.clone().try_write_owned() {
                                 match self.checkpoint(&ctx, &rec.id, guard).await {
                                     Ok(_) => done.push((rec.id.clone(), "checkpointed")),
@@ -1786,11 +1924,9 @@ impl Manager {
                             }
                         }
                     }
-                    let over_lifetime = policy.max_lifetime_secs > 0
-                        && rec.running_time_ms(now) >= policy.max_lifetime_secs as i64 * 1000;
-                    let idle_ms = now - slot.last_active_ms.load(Ordering::Relaxed);
-                    let idle = policy.on_idle != OnIdle::Nothing
-                        && idle_ms >= policy.idle_timeout_secs as i64 * 1000;
+                    let over_lifetime = policy.lifetime_over(rec.running_time_ms(now));
+                    let idle_ms = now.saturating_sub(slot.last_active_ms.load(Ordering::Relaxed));
+                    let idle = policy.idle_over(idle_ms);
                     if !over_lifetime && !idle {
                         continue;
                     }
