@@ -7,7 +7,16 @@ import json
 import httpx
 import pytest
 
-from stasis_client import Client, InvalidArgument, NotFound, RateLimited, StasisError, Unauthorized
+from stasis_client import (
+    Client,
+    IncompatibleSnapshot,
+    InvalidArgument,
+    NotFound,
+    Overloaded,
+    RateLimited,
+    StasisError,
+    Unauthorized,
+)
 from stasis_client import _core
 from stasis_client.errors import error_from_response
 
@@ -61,6 +70,12 @@ def test_error_mapping() -> None:
     # A code this client does not know yet falls back on the status.
     e = error_from_response(429, {"error": {"code": "slow_down", "message": "x"}})
     assert isinstance(e, RateLimited) and e.code == "slow_down"
+    # A sandbox's full request queue is a kind of 429: code that catches
+    # RateLimited keeps working.
+    e = error_from_response(429, {"error": {"code": "overloaded", "message": "x"}})
+    assert isinstance(e, Overloaded) and isinstance(e, RateLimited)
+    e = error_from_response(422, {"error": {"code": "incompatible_snapshot", "message": "qemu"}})
+    assert isinstance(e, IncompatibleSnapshot) and e.status == 422
     e = error_from_response(502, None, "<html>bad gateway</html>")
     assert isinstance(e, StasisError) and e.status == 502
     e = error_from_response(400, {"error": {"code": "invalid_manifest", "message": "m", "field": "resources.cpus"}})

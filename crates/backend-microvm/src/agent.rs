@@ -203,6 +203,18 @@ impl AgentConn {
         }
     }
 
+    /// Liveness probe: the guest agent answers a `hello` within `timeout`
+    /// with the boot id it had (`boot_id`). The channel multiplexes, so a
+    /// probe never waits behind slow requests; it is what decides whether a
+    /// guest is dead, never a slow request. `Err` says why it is not alive.
+    pub async fn probe(&self, boot_id: &str, timeout: Duration) -> std::result::Result<(), String> {
+        match self.hello(timeout).await {
+            Ok(b) if b == boot_id => Ok(()),
+            Ok(b) => Err(format!("guest rebooted (boot_id {b}, expected {boot_id})")),
+            Err(e) => Err(format!("liveness probe failed: {}", e.message)),
+        }
+    }
+
     pub async fn expect_ok(&self, req: Request, timeout: Duration) -> Result<()> {
         match self.request(req, None, timeout).await? {
             Reply::Ok => Ok(()),
@@ -401,6 +413,53 @@ mod tests {
         }
         assert_eq!(got, b"fastafastb");
         assert!(matches!(exec.await.unwrap().unwrap(), Reply::Exec { .. }));
+    }
+
+    /// Liveness is judged by a probe on the multiplexed channel, never by a
+    /// request that is slow: requests that hang do not keep the probe from
+    /// answering; an agent that answers nothing, or another boot, fails it.
+    #[tokio::test]
+    async fn liveness_probe_is_independent_of_hanging_requests() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("agent.sock");
+        let l = tokio::net::UnixListener::bind(&path).unwrap();
+        tokio::spawn(fake_agent(l));
+        let a = AgentConn::connect(&path, Duration::from_secs(2))
+            .await
+            .unwrap();
+        // Many requests the agent never answers are in flight.
+        let mut hanging = Vec::new();
+        for _ in 0..64 {
+            let a = a.clone();
+            hanging.push(tokio::spawn(async move {
+                a.request(Request::Sync, None, Duration::from_secs(120))
+                    .await
+            }));
+        }
+        let t = Duration::from_secs(10);
+        assert_eq!(a.probe("b1", t).await, Ok(()));
+        let e = a.probe("b2", t).await.unwrap_err();
+        assert!(e.contains("rebooted"), "{e}");
+        for h in &hanging {
+            assert!(!h.is_finished());
+        }
+        for h in hanging {
+            h.abort();
+        }
+
+        // An agent that reads but never answers fails the probe.
+        let path = dir.path().join("silent.sock");
+        let l = tokio::net::UnixListener::bind(&path).unwrap();
+        tokio::spawn(async move {
+            let (mut s, _) = l.accept().await.unwrap();
+            let mut sink = Vec::new();
+            let _ = tokio::io::AsyncReadExt::read_to_end(&mut s, &mut sink).await;
+        });
+        let a = AgentConn::connect(&path, Duration::from_secs(2))
+            .await
+            .unwrap();
+        let e = a.probe("b1", Duration::from_millis(200)).await.unwrap_err();
+        assert!(e.contains("liveness probe failed"), "{e}");
     }
 
     #[tokio::test]

@@ -2,11 +2,14 @@
 //! with the guest agent reached over virtio-serial (a chardev unix socket).
 //!
 //! * **Pause with memory** = agent `sync`, QMP `stop`, migrate device state and
-//!   RAM to `memory.state` (`exec:cat > file`, QEMU 7.2 has no `file:` URI),
-//!   `quit`; the disk overlay moves into the pause directory. A paused sandbox
-//!   has no process, no CPU and no RAM on the host.
+//!   RAM to `memory.state` (the daemon opens the file and hands QEMU the
+//!   descriptor: `add-fd` + `file:/dev/fdset/<id>`; the jailed QEMU can
+//!   neither see the pause directory nor run `exec:`), `quit`; the disk
+//!   overlay moves into the pause directory. A paused sandbox has no
+//!   process, no CPU and no RAM on the host.
 //! * **Resume / restore** = a new QEMU with the same command line plus
-//!   `-S -incoming "exec:cat memory.state"`; when the incoming migration has
+//!   `-S -incoming defer`, then `memory.state` through a passed descriptor
+//!   (`migrate-incoming`); when the incoming migration has
 //!   completed: `cont`, reconnect the agent (the same `boot_id` proves the
 //!   guest continued rather than rebooted), `SetTime` (and for a restore into a
 //!   new sandbox `SetIdentity`) before the first request is served.
@@ -19,6 +22,10 @@
 //! * **Processes**: QEMU runs in its own session with the sandbox dir as cwd
 //!   and `-name stasis-<id>`; its pid is in `qemu.pid`. It survives a daemon
 //!   SIGKILL; `recover` reattaches through `qmp.sock`/`agent.sock`.
+//! * **Least privilege** (`jail`): each QEMU runs under its own unprivileged
+//!   uid, in its own mount/pid/ipc/uts/cgroup (and, without a NIC, network)
+//!   namespaces, in a minimal read-only root of bind mounts, under QEMU's
+//!   seccomp sandbox, with no capabilities and no_new_privs.
 //!
 //! ## Accelerator (KVM findings on the development hosts, 2026-12-02)
 //! The hosts are Firecracker guests themselves, and their `/dev/kvm` is not
@@ -54,6 +61,7 @@
 
 mod agent;
 pub mod boundary;
+pub mod jail;
 pub mod outputs;
 pub mod qemu;
 pub mod qmp;
@@ -155,6 +163,10 @@ pub struct MicrovmConfig {
     /// The relay QEMU spawns per allowlisted connection, followed by the
     /// destination's ip and port.
     pub relay: Vec<String>,
+    /// Run every QEMU unprivileged in its own namespaces and minimal root
+    /// under its seccomp filter (see `jail`); `None` runs it as the daemon's
+    /// user with the host's view (only for a daemon that is not root).
+    pub jail: Option<jail::JailConfig>,
 }
 
 impl MicrovmConfig {
@@ -174,6 +186,7 @@ impl MicrovmConfig {
             mount_roots: Vec::new(),
             mkfs_ext4: "mkfs.ext4".into(),
             relay: vec!["/bin/busybox".into(), "nc".into()],
+            jail: Some(jail::JailConfig::default()),
         }
     }
 }
@@ -620,11 +633,8 @@ impl MicrovmBackend {
                 (None, ram, None)
             }
             StartKind::Incoming { artifacts, meta } => {
-                let state = artifacts.join(MEMORY_STATE);
-                let uri = format!(
-                    "exec:cat {}",
-                    qmp::shell_quote(&state.display().to_string())
-                );
+                // QEMU reads the state through a descriptor we pass it.
+                let state = std::fs::File::open(artifacts.join(MEMORY_STATE))?;
                 let ram = if meta.ram_file {
                     // Keep our own link so the server may delete the artifacts.
                     let local = dir.join(MEMORY_RAM);
@@ -633,7 +643,7 @@ impl MicrovmBackend {
                 } else {
                     RamBacking::Anonymous
                 };
-                (Some(uri), ram, Some(meta.boot_id.clone()))
+                (Some(state), ram, Some(meta.boot_id.clone()))
             }
         };
         let launch = qemu::Launch {
@@ -645,12 +655,9 @@ impl MicrovmBackend {
             kernel: image.vmlinux(),
             initrd: image.initrd(),
             append: kernel_append(accel, &image),
-            // QEMU 7.2 has no `migration.x-ignore-shared` property: a RAM-file
-            // restore defers the incoming migration to set the capability first.
-            incoming: match (&incoming, &ram) {
-                (Some(_), RamBacking::PrivateFile(_)) => Some("defer".into()),
-                _ => incoming.clone(),
-            },
+            // Deferred: the capabilities are set and the state's descriptor
+            // is passed over QMP first.
+            incoming: incoming.as_ref().map(|_| "defer".into()),
             ram: ram.clone(),
             tcg_tb_mb: self.config.tcg_tb_mb,
             forwards: boundary::forwards(&spec.manifest),
@@ -659,9 +666,15 @@ impl MicrovmBackend {
                 .iter()
                 .map(|d| (d.image.clone(), d.serial.clone()))
                 .collect(),
+            seccomp: self.config.jail.is_some(),
         };
         let _ = std::fs::remove_file(dir.join(qemu::CONSOLE_LOG));
-        let mut proc = qemu::QemuProc::spawn(&launch, &dir)?;
+        let jail = match &self.config.jail {
+            Some(cfg) => Some(jail::prepare(cfg, &launch, &dir)?),
+            None => None,
+        };
+        let mut proc = qemu::QemuProc::spawn(&launch, &dir, jail.as_ref().map(|j| &j.1))?;
+        drop(jail);
         let pid = proc.pid;
         let fail = |why: String, proc: &mut qemu::QemuProc| {
             let why = format!("{why}{}", diagnostics(&dir, proc.alive()));
@@ -678,17 +691,18 @@ impl MicrovmBackend {
         };
         let mut qmp = qmp;
         let mut incoming_ms = 0;
-        if let (Some(uri), RamBacking::PrivateFile(_)) = (&incoming, &ram) {
+        if let Some(state) = &incoming {
             let r = async {
-                qmp.execute(
-                    "migrate-set-capabilities",
-                    Some(serde_json::json!({"capabilities": [
-                        {"capability": "x-ignore-shared", "state": true}
-                    ]})),
-                )
-                .await?;
-                qmp.execute("migrate-incoming", Some(serde_json::json!({ "uri": uri })))
-                    .await
+                if let RamBacking::PrivateFile(_) = &ram {
+                    qmp.execute(
+                        "migrate-set-capabilities",
+                        Some(serde_json::json!({"capabilities": [
+                            {"capability": "x-ignore-shared", "state": true}
+                        ]})),
+                    )
+                    .await?;
+                }
+                qmp.migrate_fd("migrate-incoming", state).await
             }
             .await;
             if let Err(e) = r {
@@ -826,8 +840,12 @@ impl MicrovmBackend {
         Ok(())
     }
 
-    /// An agent request on a sandbox; an unanswered request fails the sandbox
-    /// (QEMU is killed and every later call reports why).
+    /// An agent request on a sandbox. A request not answered in time is
+    /// only that: slowness (a loaded guest) is not death. Whether the guest
+    /// is alive is decided by a liveness probe on the same multiplexed
+    /// channel: if the agent answers it, the request fails with `timeout`
+    /// and the sandbox keeps running; if not, the sandbox fails (QEMU is
+    /// killed and every later call reports why).
     async fn call(
         &self,
         vm: &Vm,
@@ -841,11 +859,26 @@ impl MicrovmBackend {
             .await;
         if let Err(e) = &r {
             if e.code == ErrorCode::Timeout && e.message.starts_with("guest agent did not answer") {
-                self.fail_vm(vm, &e.message).await;
-                return Err(Error::backend(format!(
-                    "sandbox {} failed: {}; QEMU was killed",
-                    vm.id, e.message
-                )));
+                // Through `agent_of`: a channel that closed meanwhile is
+                // reconnected (a rebooted guest fails there).
+                let alive = match self.agent_of(vm).await {
+                    Ok(a) => a.probe(&vm.boot_id, self.config.agent_timeout).await,
+                    Err(e) => Err(format!("agent reconnect failed: {}", e.message)),
+                };
+                return match alive {
+                    Ok(()) => Err(Error::timeout(format!(
+                        "{}; the guest answers its liveness probe, the sandbox keeps running",
+                        e.message
+                    ))),
+                    Err(why) => {
+                        let why = format!("{}; {why}", e.message);
+                        self.fail_vm(vm, &why).await;
+                        Err(Error::backend(format!(
+                            "sandbox {} failed: {why}; QEMU was killed",
+                            vm.id
+                        )))
+                    }
+                };
             }
         }
         r
@@ -935,12 +968,10 @@ impl MicrovmBackend {
                 Some(serde_json::json!({"max-bandwidth": 64u64 << 30, "downtime-limit": 100000})),
             )
             .await?;
-            let uri = format!(
-                "exec:cat > {}",
-                qmp::shell_quote(&state.display().to_string())
-            );
-            qmp.execute("migrate", Some(serde_json::json!({ "uri": uri })))
-                .await?;
+            // The daemon opens the file; QEMU writes through the descriptor.
+            let file = std::fs::File::create(&state)?;
+            qmp.migrate_fd("migrate", &file).await?;
+            drop(file);
             let deadline = Instant::now() + self.config.migration_timeout;
             loop {
                 match qmp.query_migrate().await? {
@@ -1115,13 +1146,16 @@ impl MicrovmBackend {
         let disk = dir.join(qemu::DISK);
         if !base.exists() {
             return if consume {
-                util::move_file(&disk, &dst)
+                // The overlay belonged to the jailed QEMU's uid; an artifact
+                // is the daemon's (later forks only read it).
+                util::move_file(&disk, &dst)?;
+                jail::disown(&dst)
             } else {
                 let (d, o) = (disk.clone(), dst.clone());
                 tokio::task::spawn_blocking(move || std::fs::copy(d, o))
                     .await
                     .map_err(|e| Error::internal(e.to_string()))??;
-                Ok(())
+                jail::disown(&dst)
             };
         }
         // Flatten overlay -> base -> image into a single overlay on the image:
@@ -1869,8 +1903,14 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             forwards: Vec::new(),
             relay: Vec::new(),
             inputs: Vec::new(),
+            seccomp: config.jail.is_some(),
         };
-        let mut proc = qemu::QemuProc::spawn(&launch, &tmp)?;
+        let jail = match &config.jail {
+            Some(cfg) => Some(jail::prepare(cfg, &launch, &tmp)?),
+            None => None,
+        };
+        let mut proc = qemu::QemuProc::spawn(&launch, &tmp, jail.as_ref().map(|j| &j.1))?;
+        drop(jail);
         let r = connect_agent(&tmp.join(qemu::AGENT_SOCK), &mut proc, config.probe_timeout).await;
         let alive = proc.alive();
         proc.kill().await;

@@ -84,6 +84,22 @@ pub struct Launch {
     pub relay: Vec<String>,
     /// Read-only input disks: (image path, serial).
     pub inputs: Vec<(PathBuf, String)>,
+    /// QEMU's seccomp filter (`-sandbox`, see `jail`).
+    pub seccomp: bool,
+}
+
+/// QEMU's seccomp sandbox. Only a guest with egress forwards gets
+/// `spawn=allow,elevateprivileges=allow`: slirp forks the relay per
+/// guestfwd connection, and the forked child calls `setsid`, which
+/// `elevateprivileges` deny (and `children`) filter out (SIGSYS, seen as
+/// audit type 1326 syscall 112). The jail has already dropped every
+/// capability and set no_new_privs, so no set*id call can gain anything.
+pub fn sandbox_arg(spawn: bool) -> String {
+    if spawn {
+        "on,obsolete=deny,elevateprivileges=allow,spawn=allow,resourcecontrol=deny".into()
+    } else {
+        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny".into()
+    }
 }
 
 /// The microvm firmware: qboot, which boots -kernel directly.
@@ -128,8 +144,11 @@ impl Launch {
                 push(&["-object", &obj]);
             }
             RamBacking::PrivateFile(p) => {
+                // readonly=on,rom=off: the file is opened read-only (it is
+                // shared with other forks and the snapshot) and mapped
+                // private and writable (copy-on-write).
                 let obj = format!(
-                    "memory-backend-file,id=mem,size={}M,mem-path={},share=off",
+                    "memory-backend-file,id=mem,size={}M,mem-path={},share=off,readonly=on,rom=off",
                     self.memory_mb,
                     p.display()
                 );
@@ -137,6 +156,10 @@ impl Launch {
             }
         }
         push(&["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]);
+        if self.seccomp {
+            let sandbox = sandbox_arg(!self.forwards.is_empty());
+            push(&["-sandbox", &sandbox]);
+        }
         let kernel = self.kernel.display().to_string();
         let initrd = self.initrd.display().to_string();
         push(&[
@@ -202,13 +225,20 @@ impl Launch {
 pub struct QemuProc {
     pub pid: i32,
     child: Option<Child>,
+    /// The jail's init, our child (reaped once QEMU is gone).
+    init: Option<i32>,
     exited: bool,
 }
 
 impl QemuProc {
     /// Start QEMU in `dir`, in its own session (it survives the daemon being
     /// killed), stderr/stdout appended to `qemu.log`, pid written to `qemu.pid`.
-    pub fn spawn(launch: &Launch, dir: &Path) -> Result<QemuProc> {
+    /// With `jail`, QEMU starts unprivileged in its namespaces (see `jail`).
+    pub fn spawn(
+        launch: &Launch,
+        dir: &Path,
+        jail: Option<&crate::jail::JailSpec>,
+    ) -> Result<QemuProc> {
         for f in [AGENT_SOCK, QMP_SOCK, PID_FILE] {
             let _ = std::fs::remove_file(dir.join(f));
         }
@@ -216,6 +246,16 @@ impl QemuProc {
             .create(true)
             .append(true)
             .open(dir.join(QEMU_LOG))?;
+        if let Some(jail) = jail {
+            let j = crate::jail::spawn(jail, &launch.qemu, &launch.args(), &log)?;
+            std::fs::write(dir.join(PID_FILE), format!("{}\n", j.qemu))?;
+            return Ok(QemuProc {
+                pid: j.qemu,
+                child: None,
+                init: Some(j.init),
+                exited: false,
+            });
+        }
         let mut cmd = Command::new(&launch.qemu);
         cmd.args(launch.args())
             .current_dir(dir)
@@ -238,6 +278,7 @@ impl QemuProc {
         Ok(QemuProc {
             pid,
             child: Some(child),
+            init: None,
             exited: false,
         })
     }
@@ -256,6 +297,7 @@ impl QemuProc {
         Some(QemuProc {
             pid,
             child: None,
+            init: None,
             exited: false,
         })
     }
@@ -268,6 +310,13 @@ impl QemuProc {
             Some(c) => matches!(c.try_wait(), Ok(None)),
             None => util::pid_alive(self.pid),
         };
+        if !alive {
+            if let Some(init) = self.init.take() {
+                // QEMU is gone: its init exits right after reaping it.
+                let mut status = 0;
+                unsafe { libc::waitpid(init, &mut status, 0) };
+            }
+        }
         if !alive {
             self.exited = true;
         }
@@ -348,6 +397,7 @@ mod tests {
             forwards: Vec::new(),
             relay: vec!["/bin/busybox".into(), "nc".into()],
             inputs: Vec::new(),
+            seccomp: true,
         }
     }
 
@@ -356,6 +406,7 @@ mod tests {
         let a = launch().args().join(" ");
         let want = "-name stasis-sb-1 -M microvm,x-option-roms=off,isa-serial=on,rtc=on,memory-backend=mem -bios qboot.rom \
             -accel tcg -cpu max -m 256 -smp 1 -object memory-backend-ram,id=mem,size=256M -nodefaults -no-user-config -nographic -no-reboot \
+            -sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny \
             -kernel /img/vmlinux -initrd /img/initrd.img \
             -append console=ttyS0 reboot=t panic=-1 quiet -serial file:console.log \
             -drive id=root,file=disk.qcow2,format=qcow2,if=none -device virtio-blk-device,drive=root \
@@ -369,7 +420,7 @@ mod tests {
     fn incoming_and_kvm_and_ram_files() {
         let mut l = launch();
         l.accel = Accel::Kvm;
-        l.incoming = Some("exec:cat '/a/memory.state'".into());
+        l.incoming = Some("defer".into());
         l.ram = RamBacking::PrivateFile("/snap/memory.ram".into());
         let a = l.args();
         let s = a.join(" ");
@@ -390,12 +441,12 @@ mod tests {
         assert!(ms.contains("memory-backend=mem"), "{ms}");
         assert!(s.contains("memory-backend=mem"), "{s}");
         assert!(
-            s.contains("memory-backend-file,id=mem,size=256M,mem-path=/snap/memory.ram,share=off"),
+            s.contains("memory-backend-file,id=mem,size=256M,mem-path=/snap/memory.ram,share=off,readonly=on,rom=off"),
             "{s}"
         );
         // -incoming's URI is one argument.
         let i = a.iter().position(|x| x == "-incoming").unwrap();
-        assert_eq!(a[i + 1], "exec:cat '/a/memory.state'");
+        assert_eq!(a[i + 1], "defer");
         assert_eq!(a[i - 1], "-S");
     }
 
@@ -423,6 +474,14 @@ mod tests {
              guestfwd=tcp:10.0.2.100:20001-cmd:/bin/busybox nc ::1 6000"
         );
         assert_eq!(a[i + 3], "virtio-net-device,netdev=net0");
+        // The relay is forked by slirp: the only case that allows spawn.
+        assert!(
+            a.join(" ")
+                .contains("elevateprivileges=allow,spawn=allow,resourcecontrol=deny"),
+            "{a:?}"
+        );
+        l.seccomp = false;
+        assert!(!l.args().contains(&"-sandbox".to_string()));
         let s = a.join(" ");
         let root = s.find("drive=root").unwrap();
         let input = s

@@ -78,9 +78,36 @@ pub fn parse_migration_status(v: &Value) -> MigrationStatus {
     }
 }
 
-/// Quote a path for the `/bin/sh -c` that QEMU's `exec:` migration URI runs.
-pub fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
+/// One `sendmsg` of `data` with `fd` attached (SCM_RIGHTS).
+fn send_with_fd(
+    sock: &tokio::net::UnixStream,
+    data: &[u8],
+    fd: std::os::fd::RawFd,
+) -> std::io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) } as usize;
+    let mut cbuf = vec![0u64; space.div_ceil(8)];
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = space;
+    unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), fd);
+        let n = libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
 }
 
 pub struct Qmp {
@@ -141,6 +168,39 @@ impl Qmp {
             .write_all(&line)
             .await
             .map_err(|e| Error::backend(format!("QMP write ({cmd}): {e}")))?;
+        self.reply(cmd).await
+    }
+
+    /// Run `cmd` with an open descriptor attached (SCM_RIGHTS), as
+    /// `add-fd` and `getfd` take them.
+    pub async fn execute_with_fd(
+        &mut self,
+        cmd: &str,
+        args: Value,
+        fd: std::os::fd::RawFd,
+    ) -> Result<Value> {
+        let msg = json!({ "execute": cmd, "arguments": args });
+        let mut line = serde_json::to_vec(&msg)?;
+        line.push(b'\n');
+        let werr = |e: std::io::Error| Error::backend(format!("QMP write ({cmd}): {e}"));
+        let sock: &tokio::net::UnixStream = self.writer.as_ref();
+        let sent = loop {
+            sock.writable().await.map_err(werr)?;
+            match sock.try_io(tokio::io::Interest::WRITABLE, || {
+                send_with_fd(sock, &line, fd)
+            }) {
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(werr(e)),
+            }
+        };
+        if sent < line.len() {
+            self.writer.write_all(&line[sent..]).await.map_err(werr)?;
+        }
+        self.reply(cmd).await
+    }
+
+    async fn reply(&mut self, cmd: &str) -> Result<Value> {
         loop {
             match self.read_message().await.map_err(|e| e.context(cmd))? {
                 QmpMessage::Return(v) => return Ok(v),
@@ -156,6 +216,32 @@ impl Qmp {
                 QmpMessage::Greeting(_) => {}
             }
         }
+    }
+
+    /// Run a migration command on an open file: `migrate` (out, the file
+    /// open for writing) or `migrate-incoming` (in, open for reading). The
+    /// descriptor goes into an fd set (`add-fd`) and the URI names it
+    /// (`file:/dev/fdset/<id>`): QEMU needs no access to the file's path.
+    pub async fn migrate_fd(&mut self, cmd: &str, file: &std::fs::File) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let v = self
+            .execute_with_fd("add-fd", json!({}), file.as_raw_fd())
+            .await?;
+        let set = v
+            .get("fdset-id")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| Error::backend(format!("QMP add-fd: unexpected reply {v}")))?;
+        let r = self
+            .execute(
+                cmd,
+                Some(json!({ "uri": format!("file:/dev/fdset/{set}") })),
+            )
+            .await;
+        // The migration has opened its own duplicate by now (or failed).
+        let _ = self
+            .execute("remove-fd", Some(json!({ "fdset-id": set })))
+            .await;
+        r.map(|_| ())
     }
 
     pub async fn query_migrate(&mut self) -> Result<MigrationStatus> {
@@ -225,12 +311,6 @@ mod tests {
         );
     }
 
-    #[test]
-    fn quotes_for_shell() {
-        assert_eq!(shell_quote("/a b/c"), "'/a b/c'");
-        assert_eq!(shell_quote("it's"), "'it'\\''s'");
-    }
-
     #[tokio::test]
     async fn talks_to_a_fake_qmp_server() {
         use tokio::io::AsyncReadExt;
@@ -272,5 +352,97 @@ mod tests {
         let seen = server.await.unwrap();
         assert!(seen.contains("\"execute\":\"qmp_capabilities\""), "{seen}");
         assert!(seen.contains("\"execute\":\"query-migrate\""), "{seen}");
+    }
+
+    /// Receive one message with a descriptor (SCM_RIGHTS) on a std socket.
+    fn recv_with_fd(s: &std::os::unix::net::UnixStream) -> (String, Option<std::fs::File>) {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let mut buf = vec![0u8; 4096];
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut cbuf = [0u64; 8];
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf);
+        let n = unsafe { libc::recvmsg(s.as_raw_fd(), &mut msg, 0) };
+        assert!(n > 0);
+        let mut file = None;
+        unsafe {
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            if !c.is_null() && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let fd = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>());
+                file = Some(std::fs::File::from_raw_fd(fd));
+            }
+        }
+        (
+            String::from_utf8_lossy(&buf[..n as usize]).into_owned(),
+            file,
+        )
+    }
+
+    /// A migration on a file passes the open descriptor itself (QEMU never
+    /// opens the path): add-fd carries it, the URI names its fd set, and the
+    /// set is removed afterwards, also when the migration command fails.
+    #[tokio::test]
+    async fn migrations_pass_the_file_descriptor() {
+        use std::io::{Read, Write};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("qmp.sock");
+        let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(b"{\"QMP\": {\"version\": {}, \"capabilities\": []}}\r\n")
+                .unwrap();
+            let mut log = Vec::new();
+            let mut contents = Vec::new();
+            let (l, _) = recv_with_fd(&s); // qmp_capabilities
+            log.push(l);
+            s.write_all(b"{\"return\": {}}\r\n").unwrap();
+            for fail in [false, true] {
+                let (l, f) = recv_with_fd(&s); // add-fd
+                log.push(l);
+                let mut f = f.expect("add-fd came without a descriptor");
+                let mut got = String::new();
+                f.read_to_string(&mut got).unwrap();
+                contents.push(got);
+                s.write_all(b"{\"return\": {\"fdset-id\": 7, \"fd\": 33}}\r\n")
+                    .unwrap();
+                let (l, _) = recv_with_fd(&s); // migrate-incoming
+                log.push(l);
+                if fail {
+                    s.write_all(
+                        b"{\"error\": {\"class\": \"GenericError\", \"desc\": \"bad state\"}}\r\n",
+                    )
+                    .unwrap();
+                } else {
+                    s.write_all(b"{\"return\": {}}\r\n").unwrap();
+                }
+                let (l, _) = recv_with_fd(&s); // remove-fd
+                log.push(l);
+                s.write_all(b"{\"return\": {}}\r\n").unwrap();
+            }
+            (log, contents)
+        });
+        let mut q = Qmp::connect(&path, Duration::from_secs(2), Duration::from_secs(2))
+            .await
+            .unwrap();
+        let state = dir.path().join("memory.state");
+        std::fs::write(&state, "saved state").unwrap();
+        let f = std::fs::File::open(&state).unwrap();
+        // The path is unreachable for the peer: only the descriptor counts.
+        std::fs::remove_file(&state).unwrap();
+        q.migrate_fd("migrate-incoming", &f).await.unwrap();
+        let e = q.migrate_fd("migrate-incoming", &f).await.unwrap_err();
+        assert!(e.message.contains("bad state"), "{e}");
+        let (log, contents) = server.join().unwrap();
+        assert_eq!(contents, vec!["saved state".to_string(), String::new()]);
+        let log = log.join("");
+        assert_eq!(log.matches("\"execute\":\"add-fd\"").count(), 2, "{log}");
+        assert!(log.contains("\"uri\":\"file:/dev/fdset/7\""), "{log}");
+        assert_eq!(log.matches("\"execute\":\"remove-fd\"").count(), 2, "{log}");
     }
 }

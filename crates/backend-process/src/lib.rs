@@ -113,6 +113,11 @@ pub struct ProcessConfig {
     /// [`userns`]); `None` runs sandboxes without one (host root with
     /// reduced capabilities).
     pub userns: Option<userns::UsernsConfig>,
+    /// The operator's images directory (the server's `--images`): a
+    /// manifest's `image` names `<images_dir>/<name>/rootfs/`, a root
+    /// filesystem directory used as the read-only lower layer. Never a path
+    /// a tenant gives; `None`: only the default (host root, masked).
+    pub images_dir: Option<PathBuf>,
 }
 
 impl Default for ProcessConfig {
@@ -127,6 +132,7 @@ impl Default for ProcessConfig {
             init_timeout: Duration::from_secs(20),
             state_dir: None,
             userns: Some(userns::UsernsConfig::default()),
+            images_dir: None,
         }
     }
 }
@@ -521,23 +527,57 @@ impl ProcessBackend {
             .clone())
     }
 
-    fn lower(spec: &SandboxSpec) -> Result<PathBuf> {
-        match &spec.manifest.image {
-            None => Ok(PathBuf::from("/")),
-            Some(img) => {
-                let p = PathBuf::from(img);
-                if !p.is_absolute() || !p.is_dir() {
-                    return Err(Error::new(
-                        ErrorCode::InvalidManifest,
-                        format!(
-                            "image: {img:?} is not an absolute path of a root filesystem directory"
-                        ),
-                    )
-                    .with_field("image"));
-                }
-                Ok(p)
-            }
+    /// The read-only lower layer: the host's `/` without an image, else the
+    /// registered image's `rootfs` directory, by name only. Its canonical
+    /// path must lie strictly inside the canonical images directory, so
+    /// neither `..` nor a symlink (in the name, the image's directory or its
+    /// `rootfs`) can make a host directory the sandbox's root.
+    fn lower(&self, spec: &SandboxSpec) -> Result<PathBuf> {
+        let Some(name) = &spec.manifest.image else {
+            return Ok(PathBuf::from("/"));
+        };
+        stasis_core::manifest::validate_image_name(name)?;
+        let refuse = |why: String| {
+            Error::new(ErrorCode::InvalidManifest, format!("image: {name:?} {why}"))
+                .with_field("image")
+        };
+        let Some(images) = &self.cfg.images_dir else {
+            return Err(refuse(
+                "cannot be used: this daemon has no images directory".into(),
+            ));
+        };
+        let root = images.canonicalize().map_err(|e| {
+            refuse(format!(
+                "is not available: images directory {}: {e}",
+                images.display()
+            ))
+        })?;
+        if root.parent().is_none() {
+            return Err(refuse(
+                "cannot be used: the images directory must not be the host's /".into(),
+            ));
         }
+        let wanted = root.join(name).join("rootfs");
+        let canon = wanted.canonicalize().map_err(|_| {
+            refuse(format!(
+                "is not a registered image (no directory {})",
+                wanted.display()
+            ))
+        })?;
+        if canon == root || !canon.starts_with(&root) {
+            return Err(refuse(format!(
+                "leads out of the images directory ({} resolves to {}; symlinks must stay inside it)",
+                wanted.display(),
+                canon.display()
+            )));
+        }
+        if !canon.is_dir() {
+            return Err(refuse(format!(
+                "is not a registered image ({} is not a directory)",
+                wanted.display()
+            )));
+        }
+        Ok(canon)
     }
 
     /// The shim in `exec` mode, its config passed as fd 3 (never a file).
@@ -548,7 +588,7 @@ impl ProcessBackend {
     /// Create the per-sandbox directories; a missing upper layer is made
     /// fresh (with the host-root masks) or from `layer_tar`.
     async fn prepare_dirs(&self, spec: &SandboxSpec, layer_tar: Option<PathBuf>) -> Result<()> {
-        let lower = Self::lower(spec)?;
+        let lower = self.lower(spec)?;
         let dir = spec.dir.clone();
         let disk_mb = spec.manifest.resources.disk_mb;
         let lr = layer_root(spec);
@@ -627,7 +667,7 @@ impl ProcessBackend {
         let cfg = InitConfig {
             idmap,
             cgroup_procs: procs,
-            lower: Self::lower(spec)?,
+            lower: self.lower(spec)?,
             upper: layer_root(spec).join("upper"),
             work: layer_root(spec).join("work"),
             root: spec.dir.join("root"),
@@ -1051,6 +1091,7 @@ impl Backend for ProcessBackend {
             "network: an empty network namespace (loopback only) unless network.allow lists ip:port destinations; then a veth with nftables rules admits new TCP connections to exactly those (127.0.0.1:P = the host's loopback port P), nothing else (no UDP/DNS, no ICMP, no IPv6)".to_string(),
             "resources.disk_mb caps the writable layer: it lives on a per-sandbox sparse ext4 image, loop-mounted (ENOSPC inside the sandbox when full)".to_string(),
             "without an image, the lower layer is the host's root filesystem with only /usr, /bin, /sbin, /lib*, /etc, /opt, /var visible (host secrets and logs masked)".to_string(),
+            "image names a root filesystem the operator registered as <images>/<name>/rootfs/ (never a host path)".to_string(),
             "seccomp denies mount, pivot_root, reboot, kexec, module loading, bpf, perf_event_open, keyrings, swap, open_by_handle_at, setns and namespace-creating clone/unshare (EPERM); dangerous capabilities are dropped".to_string(),
         ];
         match &self.cg {

@@ -587,8 +587,11 @@ async fn capabilities_and_probe() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn custom_image_as_lower_layer() {
-    let e = env("image");
-    let img = e.tmp.path().join("img");
+    let images = tempfile::tempdir().unwrap();
+    let e = env_with("image", |c| {
+        c.images_dir = Some(images.path().to_path_buf())
+    });
+    let img = images.path().join("mini/rootfs");
     for d in ["bin", "etc"] {
         std::fs::create_dir_all(img.join(d)).unwrap();
     }
@@ -598,7 +601,7 @@ async fn custom_image_as_lower_layer() {
     }
     std::fs::write(img.join("etc/passwd"), "root:x:0:0:image:/root:/bin/sh\n").unwrap();
     let mut m = Manifest {
-        image: Some(img.display().to_string()),
+        image: Some("mini".into()),
         ..Default::default()
     };
     m.env.insert("PATH".into(), "/bin".into());
@@ -628,14 +631,67 @@ async fn custom_image_as_lower_layer() {
         b"x\n"
     );
     e.be.destroy(&spec.id, &spec.dir).await.unwrap();
-
-    m.image = Some("relative/path".into());
-    let bad = e.spec(m);
-    let err = e.be.create(&bad).await.unwrap_err();
-    assert_eq!(err.code, ErrorCode::InvalidManifest);
-    assert_eq!(err.field.as_deref(), Some("image"));
-    assert!(e.cgroup_dirs().is_empty());
     e.cleanup_parent();
+}
+
+/// A tenant never names a host directory as its root: paths, `..`, and
+/// symlinks in the images directory that lead out of it are all refused
+/// (`invalid_manifest`, field `image`) before anything is set up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_never_resolves_to_a_host_directory() {
+    let images = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(outside.path().join("rootfs/etc")).unwrap();
+    std::fs::write(outside.path().join("rootfs/etc/secret"), "HOST").unwrap();
+    let e = env_with("imgesc", |c| {
+        c.images_dir = Some(images.path().to_path_buf())
+    });
+    let ip = images.path();
+    // The whole image directory is a link out; its rootfs is a link out;
+    // its rootfs is a link to the host's / or to the images directory itself.
+    std::os::unix::fs::symlink(outside.path(), ip.join("linked")).unwrap();
+    std::fs::create_dir_all(ip.join("rootlink")).unwrap();
+    std::os::unix::fs::symlink("/", ip.join("rootlink/rootfs")).unwrap();
+    std::fs::create_dir_all(ip.join("uplink")).unwrap();
+    std::os::unix::fs::symlink("../..", ip.join("uplink/rootfs")).unwrap();
+    std::fs::create_dir_all(ip.join("self")).unwrap();
+    std::os::unix::fs::symlink("..", ip.join("self/rootfs")).unwrap();
+    std::fs::create_dir_all(ip.join("filefs")).unwrap();
+    std::fs::write(ip.join("filefs/rootfs"), "not a dir").unwrap();
+    let host_paths = [
+        "/".to_string(),
+        "/usr/..".into(),
+        "/etc/..".into(),
+        "/var/../".into(),
+        "/tmp".into(),
+        outside.path().join("rootfs").display().to_string(),
+        "..".into(),
+        "../../..".into(),
+        "x/../..".into(),
+        "relative/path".into(),
+    ];
+    let links = ["linked", "rootlink", "uplink", "self", "filefs", "missing"];
+    for image in host_paths.iter().map(String::as_str).chain(links) {
+        let spec = e.spec(Manifest {
+            image: Some(image.into()),
+            ..Default::default()
+        });
+        let err = e.be.create(&spec).await.unwrap_err();
+        assert_eq!(err.code, ErrorCode::InvalidManifest, "{image}: {err}");
+        assert_eq!(err.field.as_deref(), Some("image"), "{image}: {err}");
+        assert!(e.cgroup_dirs().is_empty(), "{image}");
+        let _ = e.be.destroy(&spec.id, &spec.dir).await;
+    }
+    // Without an images directory no name resolves.
+    let none = env("imgnone");
+    let spec = none.spec(Manifest {
+        image: Some("default".into()),
+        ..Default::default()
+    });
+    let err = none.be.create(&spec).await.unwrap_err();
+    assert_eq!(err.field.as_deref(), Some("image"), "{err}");
+    e.cleanup_parent();
+    none.cleanup_parent();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

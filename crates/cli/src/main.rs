@@ -239,7 +239,8 @@ pub struct ServeArgs {
     /// Backend used when a manifest names none.
     #[arg(long, default_value = "process")]
     default_backend: String,
-    /// Guest images directory (default: <data-dir>/images).
+    /// Images directory (default: <data-dir>/images): microVM guest images
+    /// <images>/<name>/, process-backend root filesystems <images>/<name>/rootfs/.
     #[arg(long, env = "STASIS_IMAGES")]
     images: Option<PathBuf>,
     /// microVM accelerator: auto (timed KVM boot probe), kvm or tcg.
@@ -293,6 +294,15 @@ pub struct ServeArgs {
     /// sandboxes (`mounts[].source` must lie under one). Repeatable; none: no mounts.
     #[arg(long = "allow-mount", value_name = "DIR")]
     allow_mount: Vec<PathBuf>,
+    /// Requests (exec, files, sessions) that may run in one sandbox at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_inflight: u32,
+    /// Requests that may wait for one of those slots; beyond, 429 `overloaded`.
+    #[arg(long, default_value_t = 64)]
+    max_queued: u32,
+    /// Seconds a queued request waits for a slot before it gets 429 `overloaded`.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    max_queue_wait_secs: u64,
 }
 
 #[derive(Args)]
@@ -486,6 +496,23 @@ fn sandbox_line(v: &Value) -> String {
     s
 }
 
+/// The object `key` of a manifest, created when absent; a manifest file
+/// whose `key` is not an object is refused, never silently replaced.
+fn section<'a>(m: &'a mut Value, key: &str) -> Result<&'a mut Value, Error> {
+    if m.get(key).is_none() {
+        m[key] = json!({});
+    }
+    let v = &mut m[key];
+    if !v.is_object() {
+        return Err(Error::new(
+            stasis_core::ErrorCode::InvalidManifest,
+            format!("{key}: must be a JSON object"),
+        )
+        .with_field(key));
+    }
+    Ok(v)
+}
+
 fn read_manifest_arg(arg: &str) -> Result<Value> {
     let text = if arg == "-" {
         let mut s = String::new();
@@ -575,6 +602,11 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         per_sec: a.rate_limit_per_sec,
         burst: a.rate_limit_burst,
     };
+    cfg.inflight = stasis_server::inflight::InflightLimits {
+        max_inflight: a.max_inflight as usize,
+        max_queued: a.max_queued as usize,
+        max_wait: Duration::from_secs(a.max_queue_wait_secs),
+    };
     Ok(cfg)
 }
 
@@ -612,7 +644,11 @@ async fn run(cli: Cli) -> Result<()> {
                 None => json!({}),
             };
             if !m.is_object() {
-                return Err(Error::invalid("manifest must be a JSON object"));
+                return Err(Error::new(
+                    stasis_core::ErrorCode::InvalidManifest,
+                    "manifest: must be a JSON object",
+                )
+                .with_field("manifest"));
             }
             if let Some(b) = a.backend {
                 m["backend"] = json!(b);
@@ -625,10 +661,7 @@ async fn run(cli: Cli) -> Result<()> {
                 ("cpus", a.cpus.map(|v| json!(v))),
             ] {
                 if let Some(v) = val {
-                    if !m["resources"].is_object() {
-                        m["resources"] = json!({});
-                    }
-                    m["resources"][key] = v;
+                    section(&mut m, "resources")?[key] = v;
                 }
             }
             for (key, val) in [
@@ -637,10 +670,7 @@ async fn run(cli: Cli) -> Result<()> {
                 ("paused_ttl_secs", a.ttl_secs.map(|v| json!(v))),
             ] {
                 if let Some(v) = val {
-                    if !m["lifecycle"].is_object() {
-                        m["lifecycle"] = json!({});
-                    }
-                    m["lifecycle"][key] = v;
+                    section(&mut m, "lifecycle")?[key] = v;
                 }
             }
             let v = c.create(m).await?;

@@ -476,3 +476,299 @@ async fn egress_rules_follow_forks_and_restarts() {
         h.ok("DELETE", &format!("/v1/sandboxes/{sb}"), None).await;
     }
 }
+
+/// What a daemon holds on the host for sandboxes: entries of its sandboxes
+/// dir, mounts under its data dir, cgroups under its parent. Each must
+/// belong to a sandbox in `live`.
+fn assert_host_state_only_of(d: &Daemon, live: &[String]) {
+    let dir = d.dir.join("sandboxes");
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().to_string();
+        assert!(live.contains(&name), "leftover sandbox dir {name}");
+    }
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    for m in info.lines().filter_map(|l| l.split(' ').nth(4)) {
+        if let Ok(rest) = Path::new(m).strip_prefix(&dir) {
+            let id = rest.iter().next().unwrap().to_string_lossy().to_string();
+            assert!(live.contains(&id), "leftover mount {m}");
+        }
+    }
+    // Sandbox cgroups (named by id), directly under the parent or under the
+    // daemon's own groups there (e.g. `.supervisors`).
+    for root in cgroup_roots() {
+        let mut dirs = vec![root.join(&d.cgroup_parent)];
+        while let Some(dir) = dirs.pop() {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                if !e.path().is_dir() {
+                    continue;
+                }
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with('.') {
+                    dirs.push(e.path());
+                } else if name.starts_with("sb-") {
+                    assert!(
+                        live.iter().any(|id| name.contains(id.as_str())),
+                        "leftover cgroup {}",
+                        e.path().display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+async fn sandbox_ids(h: &Http) -> Vec<String> {
+    h.ok("GET", "/v1/sandboxes", None)
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+async fn refusals(h: &Http, target: &str, op: &str) -> usize {
+    h.ok("GET", &format!("/v1/audit?target={target}"), None)
+        .await
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "refused" && e["detail"]["op"] == op)
+        .count()
+}
+
+/// A tenant can never make a host directory its root: every host path as
+/// `image` (the examples from the report, the daemon's data dir with its
+/// admin token, traversal) is refused at create and at restore, through the
+/// API and the CLI; a record that already carries one (written before the
+/// check existed) is refused at resume, stays paused and is never run. Every
+/// refusal is audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_never_names_a_host_path() {
+    let mut t = Tally("image", 0);
+    let mut d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h.create(json!({"lifecycle": {"on_idle": "nothing"}})).await;
+    h.sh(&id, "echo mine > /workspace/f").await;
+    let snap = h
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{id}/snapshots"),
+            Some(json!({})),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let data_dir = d.dir.display().to_string();
+    let hostile = [
+        "/usr/..".to_string(),
+        "/etc/..".into(),
+        "/var/../".into(),
+        "/".into(),
+        "/tmp".into(),
+        data_dir.clone(),
+        format!("{data_dir}/.."),
+        "..".into(),
+        "../../..".into(),
+        "default/../../..".into(),
+        "./".into(),
+    ];
+    for image in &hostile {
+        for (route, body) in [
+            (
+                "/v1/sandboxes".to_string(),
+                json!({"manifest": {"image": image}}),
+            ),
+            (
+                format!("/v1/snapshots/{snap}/restore"),
+                json!({"manifest": {"image": image}}),
+            ),
+        ] {
+            let r = h.call("POST", &route, Some(body)).await;
+            assert_eq!(r.status, 400, "{image} {route}: {}", r.body);
+            assert_eq!(r.body["error"]["code"], "invalid_manifest", "{}", r.body);
+            assert_eq!(r.body["error"]["field"], "image", "{}", r.body);
+        }
+        t.denied(&format!("image {image:?} at create and restore"));
+    }
+    let out = d.cli(&["create", "--image", "/etc/.."]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("invalid_manifest") && err.contains("image"),
+        "{err}"
+    );
+    t.denied("image host path through the CLI");
+    // Type errors reach the CLI as one readable line naming the field.
+    let mf = d.dir.join("bad-manifest.json");
+    for (m, field) in [
+        (
+            json!({"resources": {"memory_mb": -256}}),
+            "resources.memory_mb",
+        ),
+        (
+            json!({"lifecycle": {"on_idle": "bogus"}}),
+            "lifecycle.on_idle",
+        ),
+        (json!({"resources": [512]}), "resources"),
+        (json!([]), "manifest"),
+    ] {
+        std::fs::write(&mf, m.to_string()).unwrap();
+        let out = d.cli(&["create", "--manifest", mf.to_str().unwrap()]);
+        assert!(!out.status.success(), "{m}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(err.trim().lines().count(), 1, "{m}: {err}");
+        assert!(err.contains(&format!("{field}: ")), "{m}: {err}");
+        assert!(!err.contains("expected u64"), "{m}: {err}");
+    }
+    let _ = std::fs::remove_file(&mf);
+    // A name nobody registered: refused by the backend, nothing left behind.
+    let r = h
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"manifest": {"image": "nosuch"}})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.body["error"]["field"], "image", "{}", r.body);
+    t.denied("an image name the operator did not register");
+    assert_eq!(sandbox_ids(&h).await, vec![id.clone()]);
+    assert_host_state_only_of(&d, std::slice::from_ref(&id));
+    assert_eq!(refusals(&h, "sandboxes", "create").await, hostile.len() + 2);
+    assert_eq!(refusals(&h, &snap, "restore").await, hostile.len());
+
+    // A record from before the check, carrying a host path.
+    h.ok(
+        "POST",
+        &format!("/v1/sandboxes/{id}/pause"),
+        Some(json!({"keep_memory": false})),
+    )
+    .await;
+    d.kill9();
+    let sql = format!(
+        "UPDATE sandboxes SET manifest = json_set(manifest, '$.image', '/etc/..') WHERE id = '{id}';"
+    );
+    let st = std::process::Command::new("sqlite3")
+        .arg(d.dir.join("meta.db"))
+        .arg(&sql)
+        .status()
+        .expect("sqlite3");
+    assert!(st.success());
+    d.restart().await;
+    let h = d.http();
+    assert_eq!(h.state(&id).await["manifest"]["image"], "/etc/..");
+    for (m, p, body) in [
+        ("POST", format!("/v1/sandboxes/{id}/resume"), None),
+        (
+            "POST",
+            format!("/v1/sandboxes/{id}/exec"),
+            Some(json!({"argv": ["cat", "/etc/shadow"]})),
+        ),
+        (
+            "GET",
+            format!("/v1/sandboxes/{id}/files?path=/etc/shadow"),
+            None,
+        ),
+        (
+            "POST",
+            format!("/v1/sandboxes/{id}/fork"),
+            Some(json!({"count": 1})),
+        ),
+    ] {
+        let r = h.call(m, &p, body).await;
+        assert_eq!(r.status, 400, "{m} {p}: {}", r.body);
+        assert_eq!(r.body["error"]["field"], "image", "{}", r.body);
+        t.denied(&format!("{m} {p} of a record with a host path image"));
+    }
+    assert_eq!(h.state(&id).await["state"], "paused");
+    assert_eq!(refusals(&h, &id, "resume").await, 4);
+    assert_eq!(sandbox_ids(&h).await, vec![id.clone()]);
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+}
+
+/// A refused create or restore answers its error and leaves no record, no
+/// directory, no mount and no cgroup, also when it fails after the backend
+/// started setting the sandbox up (quota filesystem mounted, cgroups made)
+/// and when the snapshot fails verification; the refusal is audited. A
+/// daemon killed mid-create still settles the record (reconcile).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_starts_leave_nothing() {
+    let mut t = Tally("refused_starts", 0);
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h
+        .create(json!({"lifecycle": {"on_idle": "nothing"}, "resources": {"disk_mb": 16}}))
+        .await;
+    h.sh(&id, "head -c 300000 /dev/urandom > /workspace/data")
+        .await;
+    // Fails inside the backend, after its quota filesystem and cgroups exist:
+    // the working directory cannot be made under a file.
+    let r = h
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"manifest": {"workdir": "/etc/passwd/w", "resources": {"disk_mb": 16}}})),
+        )
+        .await;
+    assert!(r.status >= 400, "{}", r.body);
+    t.denied("a create that fails in the backend");
+    // The microVM backend refuses an image nobody registered (or is not
+    // available here): no record either way.
+    let r = h
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"manifest": {"backend": "microvm", "image": "nosuch"}})),
+        )
+        .await;
+    assert!((400..500).contains(&r.status), "{}", r.body);
+    t.denied("a microVM create with an unregistered image");
+    assert_eq!(sandbox_ids(&h).await, vec![id.clone()]);
+    assert_host_state_only_of(&d, std::slice::from_ref(&id));
+
+    let snap = h
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{id}/snapshots"),
+            Some(json!({})),
+        )
+        .await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let mut chunks: Vec<PathBuf> = files_under(&d.dir.join("store"))
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/chunks/"))
+        .collect();
+    chunks.sort_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0));
+    let chunk = chunks.pop().expect("a chunk");
+    let mut data = std::fs::read(&chunk).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0x01;
+    std::fs::write(&chunk, &data).unwrap();
+    let r = h
+        .call("POST", &format!("/v1/snapshots/{snap}/restore"), None)
+        .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "integrity_error", "{}", r.body);
+    t.denied("a restore of a snapshot with a corrupt chunk");
+    // The fork's fresh snapshot shares (deduplicates) the corrupt chunk:
+    // its restore fails and the fork is rolled back as a whole.
+    let r = h
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{id}/fork"),
+            Some(json!({"count": 2})),
+        )
+        .await;
+    assert_eq!(r.status, 422, "{}", r.body);
+    t.denied("a fork whose fresh snapshot cannot be restored");
+    assert_eq!(sandbox_ids(&h).await, vec![id.clone()]);
+    assert_host_state_only_of(&d, std::slice::from_ref(&id));
+    assert!(refusals(&h, "sandboxes", "create").await >= 1);
+    assert_eq!(refusals(&h, &snap, "restore").await, 1);
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+}

@@ -26,6 +26,9 @@ pub enum ErrorCode {
     PayloadTooLarge,
     /// Too many requests (429).
     RateLimited,
+    /// The sandbox already has its limit of requests in flight and its wait
+    /// queue is full (429, with `Retry-After`). Nothing was done; retry later.
+    Overloaded,
     /// Command or guest did not answer in time (504 when it is the request's own timeout).
     Timeout,
     /// Snapshot data failed verification (422).
@@ -51,7 +54,7 @@ impl ErrorCode {
             ErrorCode::InvalidState | ErrorCode::Busy => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::IntegrityError | ErrorCode::IncompatibleSnapshot => 422,
-            ErrorCode::RateLimited => 429,
+            ErrorCode::RateLimited | ErrorCode::Overloaded => 429,
             ErrorCode::Unsupported => 501,
             ErrorCode::Timeout => 504,
             ErrorCode::BackendError | ErrorCode::Internal => 500,
@@ -69,6 +72,7 @@ impl ErrorCode {
             ErrorCode::Busy => "busy",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::Overloaded => "overloaded",
             ErrorCode::Timeout => "timeout",
             ErrorCode::IntegrityError => "integrity_error",
             ErrorCode::IncompatibleSnapshot => "incompatible_snapshot",

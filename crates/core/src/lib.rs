@@ -7,6 +7,7 @@ pub mod exec;
 pub mod id;
 pub mod lifecycle;
 pub mod manifest;
+pub mod strict;
 
 pub use error::{Error, ErrorCode, Result};
 pub use exec::{
@@ -23,4 +24,14 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// `secs` in milliseconds for deadline arithmetic on `now_ms()` values,
+/// saturating at `i64::MAX` (a deadline that far is never reached) instead
+/// of wrapping into the past.
+pub fn secs_to_ms(secs: u64) -> i64 {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| s.checked_mul(1000))
+        .unwrap_or(i64::MAX)
 }

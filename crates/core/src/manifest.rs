@@ -100,6 +100,31 @@ pub struct LifecyclePolicy {
     pub checkpoint_secs: u64,
 }
 
+/// The policy's deadlines on the daemon's millisecond clock. Checked: a
+/// duration too long to represent (only stored records from before the
+/// maxima can carry one) is a deadline never reached, not one in the past.
+impl LifecyclePolicy {
+    /// `running_ms` of running time reached `max_lifetime_secs` (never when 0).
+    pub fn lifetime_over(&self, running_ms: i64) -> bool {
+        self.max_lifetime_secs > 0 && running_ms >= crate::secs_to_ms(self.max_lifetime_secs)
+    }
+
+    /// `idle_ms` without activity reached the idle timeout (never with `on_idle: nothing`).
+    pub fn idle_over(&self, idle_ms: i64) -> bool {
+        self.on_idle != OnIdle::Nothing && idle_ms >= crate::secs_to_ms(self.idle_timeout_secs)
+    }
+
+    /// `since_ms` since the last checkpoint reached `checkpoint_secs` (never when 0).
+    pub fn checkpoint_due(&self, since_ms: i64) -> bool {
+        self.checkpoint_secs > 0 && since_ms >= crate::secs_to_ms(self.checkpoint_secs)
+    }
+
+    /// When a sandbox paused at `paused_at_ms` expires.
+    pub fn paused_expiry_ms(&self, paused_at_ms: i64) -> i64 {
+        paused_at_ms.saturating_add(crate::secs_to_ms(self.paused_ttl_secs))
+    }
+}
+
 fn is_zero(v: &u64) -> bool {
     *v == 0
 }
@@ -115,6 +140,11 @@ impl Default for LifecyclePolicy {
         }
     }
 }
+
+/// Largest `lifecycle.idle_timeout_secs` and `lifecycle.checkpoint_secs`: 30 days.
+pub const MAX_IDLE_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
+/// Largest `lifecycle.paused_ttl_secs` and `lifecycle.max_lifetime_secs`: 365 days.
+pub const MAX_TTL_SECS: u64 = 365 * 24 * 3600;
 
 /// The only manifest format version this daemon accepts.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -155,8 +185,10 @@ pub struct Manifest {
     /// Defaults to the daemon's default backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendKind>,
-    /// Process backend: absolute path of a read-only root filesystem directory
-    /// (default: the host's `/`). microVM backend: guest image name (default "default").
+    /// Name of an image the operator registered under the daemon's images
+    /// directory (never a host path). Process backend: the read-only root
+    /// filesystem `<images>/<name>/rootfs/` (default: the host's `/`, masked).
+    /// microVM backend: the guest image `<images>/<name>/` (default "default").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
     #[serde(default)]
@@ -223,6 +255,31 @@ fn valid_abs_path(p: &str) -> bool {
     p.starts_with('/') && p.len() <= 4096 && !p.contains('\0') && !p.split('/').any(|c| c == "..")
 }
 
+/// An image is named, never a path: `[A-Za-z0-9._-]`, 1 to 128 characters,
+/// not starting with `.` (so neither `.` nor `..` nor a hidden entry). The
+/// backend looks the name up under the operator's images directory.
+pub fn validate_image_name(name: &str) -> Result<(), Error> {
+    let ok = !name.is_empty()
+        && name.len() <= 128
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        let shown: String = name.chars().take(64).collect();
+        Err(bad(
+            "image",
+            format!(
+                "{shown:?} is not an image name ([A-Za-z0-9._-], 1-128 characters, not starting \
+                 with '.'); images are registered by the operator under the images directory, \
+                 host paths are refused"
+            ),
+        ))
+    }
+}
+
 /// Environment variable names: the POSIX portable set.
 pub fn validate_env_name(name: &str) -> bool {
     !name.is_empty()
@@ -232,12 +289,19 @@ pub fn validate_env_name(name: &str) -> bool {
 }
 
 impl Manifest {
-    /// Parse a manifest from JSON, mapping serde errors to `invalid_manifest`.
+    /// Parse and validate a manifest from JSON (see [`Manifest::parse`]).
     pub fn from_json(v: serde_json::Value) -> Result<Self, Error> {
-        let m: Manifest = serde_json::from_value(v)
-            .map_err(|e| Error::new(ErrorCode::InvalidManifest, e.to_string()))?;
+        let m = Self::parse(v)?;
         m.validate()?;
         Ok(m)
+    }
+
+    /// Parse a manifest from JSON without range checks (the daemon's
+    /// create/restore validate, and audit what they refuse). Objects are
+    /// required at every level; a type or shape error is `invalid_manifest`
+    /// naming the field path (`manifest` for the value itself).
+    pub fn parse(v: serde_json::Value) -> Result<Self, Error> {
+        crate::strict::from_value(v, ErrorCode::InvalidManifest, "manifest")
     }
 
     pub fn validate(&self) -> Result<(), Error> {
@@ -270,28 +334,32 @@ impl Manifest {
                 "must be at least 1 (use on_idle: nothing to disable)",
             ));
         }
-        if l.idle_timeout_secs > 30 * 24 * 3600 {
+        if l.idle_timeout_secs > MAX_IDLE_TIMEOUT_SECS {
             return Err(bad(
                 "lifecycle.idle_timeout_secs",
-                "must be at most 30 days",
+                format!("must be at most {MAX_IDLE_TIMEOUT_SECS} (30 days)"),
             ));
         }
-        if l.checkpoint_secs > 30 * 24 * 3600 {
+        if l.checkpoint_secs > MAX_IDLE_TIMEOUT_SECS {
             return Err(bad(
                 "lifecycle.checkpoint_secs",
-                "must be at most 30 days (0 = off)",
+                format!("must be at most {MAX_IDLE_TIMEOUT_SECS} (30 days; 0 = off)"),
             ));
         }
-        if l.paused_ttl_secs == 0 || l.paused_ttl_secs > 365 * 24 * 3600 {
+        if l.paused_ttl_secs == 0 || l.paused_ttl_secs > MAX_TTL_SECS {
             return Err(bad(
                 "lifecycle.paused_ttl_secs",
-                "must be between 1 second and 365 days",
+                format!("must be between 1 and {MAX_TTL_SECS} (365 days)"),
+            ));
+        }
+        if l.max_lifetime_secs > MAX_TTL_SECS {
+            return Err(bad(
+                "lifecycle.max_lifetime_secs",
+                format!("must be at most {MAX_TTL_SECS} (365 days; 0 = no limit)"),
             ));
         }
         if let Some(image) = &self.image {
-            if image.is_empty() || image.len() > 4096 || image.contains('\0') {
-                return Err(bad("image", "must be a non-empty path or name"));
-            }
+            validate_image_name(image)?;
         }
         if !valid_abs_path(&self.workdir) {
             return Err(bad("workdir", "must be an absolute path without '..'"));
@@ -424,6 +492,221 @@ mod tests {
         for (v, field) in cases {
             let e = Manifest::from_json(v.clone()).unwrap_err();
             assert_eq!(e.field.as_deref(), Some(field), "{v}");
+        }
+    }
+
+    #[test]
+    fn image_is_a_name_never_a_path() {
+        for bad_image in [
+            "/",
+            "/usr/..",
+            "/etc/..",
+            "/var/../",
+            "/var/lib/stasis",
+            "..",
+            ".",
+            ".hidden",
+            "a/b",
+            "../default",
+            "default/..",
+            "",
+            " x",
+            "x\0",
+            "~root",
+            "$HOME",
+        ] {
+            let e = Manifest::from_json(json!({"image": bad_image})).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidManifest, "{bad_image:?}");
+            assert_eq!(e.field.as_deref(), Some("image"), "{bad_image:?}");
+            assert!(e.message.contains("host paths are refused"), "{e}");
+        }
+        let long = "x".repeat(129);
+        let e = Manifest::from_json(json!({ "image": long })).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("image"));
+        for good in ["default", "py3.12", "ubuntu-24.04_min", &"x".repeat(128)] {
+            let m = Manifest::from_json(json!({ "image": good })).unwrap();
+            assert_eq!(m.image.as_deref(), Some(good));
+        }
+    }
+
+    #[test]
+    fn durations_beyond_their_maximum_are_refused() {
+        for (field, key, max) in [
+            (
+                "lifecycle.max_lifetime_secs",
+                "max_lifetime_secs",
+                MAX_TTL_SECS,
+            ),
+            ("lifecycle.paused_ttl_secs", "paused_ttl_secs", MAX_TTL_SECS),
+            (
+                "lifecycle.idle_timeout_secs",
+                "idle_timeout_secs",
+                MAX_IDLE_TIMEOUT_SECS,
+            ),
+            (
+                "lifecycle.checkpoint_secs",
+                "checkpoint_secs",
+                MAX_IDLE_TIMEOUT_SECS,
+            ),
+        ] {
+            Manifest::from_json(json!({"lifecycle": {key: max}})).unwrap();
+            for v in [
+                json!(max + 1),
+                json!(u64::MAX),
+                json!(10_000_000_000_000_000u64),
+            ] {
+                let e = Manifest::from_json(json!({"lifecycle": {key: v}})).unwrap_err();
+                assert_eq!(e.field.as_deref(), Some(field), "{key}={v}: {e}");
+            }
+            // Not representable at all: a type error, still naming the field.
+            for v in [
+                json!(-1),
+                json!(1e16),
+                json!(18446744073709551616.0),
+                json!("1"),
+            ] {
+                let e = Manifest::from_json(json!({"lifecycle": {key: v}})).unwrap_err();
+                assert_eq!(e.code, ErrorCode::InvalidManifest);
+                assert_eq!(e.field.as_deref(), Some(field), "{key}={v}: {e}");
+            }
+        }
+        assert_eq!(crate::secs_to_ms(u64::MAX), i64::MAX);
+        assert_eq!(crate::secs_to_ms(MAX_TTL_SECS), MAX_TTL_SECS as i64 * 1000);
+    }
+
+    /// The reaper's deadlines for every duration a stored record may hold:
+    /// a huge one is never reached (it used to wrap into the past and
+    /// destroy the sandbox at once).
+    #[test]
+    fn deadlines_never_wrap_into_the_past() {
+        let now = 1_800_000_000_000i64; // 2027, in ms
+        let ten_years_ms = 10 * 365 * 24 * 3600 * 1000i64;
+        for secs in [
+            100 * MAX_TTL_SECS,
+            10_000_000_000_000_000,
+            (i64::MAX / 1000) as u64,
+            (i64::MAX / 1000) as u64 + 1,
+            i64::MAX as u64,
+            i64::MAX as u64 + 1,
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let p = LifecyclePolicy {
+                idle_timeout_secs: secs,
+                on_idle: OnIdle::Destroy,
+                paused_ttl_secs: secs,
+                max_lifetime_secs: secs,
+                checkpoint_secs: secs,
+            };
+            for elapsed in [0, 1, 2000, ten_years_ms] {
+                assert!(!p.lifetime_over(elapsed), "{secs} {elapsed}");
+                assert!(!p.idle_over(elapsed), "{secs} {elapsed}");
+                assert!(!p.checkpoint_due(elapsed), "{secs} {elapsed}");
+            }
+            assert!(p.paused_expiry_ms(now) > now + ten_years_ms, "{secs}");
+        }
+        let p = LifecyclePolicy {
+            idle_timeout_secs: 5,
+            on_idle: OnIdle::Pause,
+            paused_ttl_secs: 60,
+            max_lifetime_secs: 30,
+            checkpoint_secs: 10,
+        };
+        assert!(!p.lifetime_over(29_999) && p.lifetime_over(30_000));
+        assert!(!p.idle_over(4_999) && p.idle_over(5_000));
+        assert!(!p.checkpoint_due(9_999) && p.checkpoint_due(10_000));
+        assert_eq!(p.paused_expiry_ms(now), now + 60_000);
+        let off = LifecyclePolicy {
+            max_lifetime_secs: 0,
+            checkpoint_secs: 0,
+            on_idle: OnIdle::Nothing,
+            ..p
+        };
+        assert!(!off.lifetime_over(i64::MAX) && !off.checkpoint_due(i64::MAX));
+        assert!(!off.idle_over(i64::MAX));
+    }
+
+    #[test]
+    fn non_objects_are_refused_at_every_level() {
+        for (v, field) in [
+            (json!([]), "manifest"),
+            (json!([1, null, {}]), "manifest"),
+            (json!(null), "manifest"),
+            (json!("default"), "manifest"),
+            (json!({"resources": []}), "resources"),
+            (json!({"resources": [2.0, 512, 64, 0]}), "resources"),
+            (json!({"lifecycle": []}), "lifecycle"),
+            (json!({"lifecycle": [5, "pause"]}), "lifecycle"),
+            (json!({"network": [["127.0.0.1:1"]]}), "network"),
+            (json!({"env": [["A", "b"]]}), "env"),
+            (json!({"mounts": [["/a", "/b"]]}), "mounts[0]"),
+            (json!({"resources": "big"}), "resources"),
+            (json!({"lifecycle": null}), "lifecycle"),
+        ] {
+            let e = Manifest::from_json(v.clone()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidManifest, "{v}");
+            assert_eq!(e.field.as_deref(), Some(field), "{v}: {e}");
+        }
+    }
+
+    #[test]
+    fn type_errors_name_their_field_in_one_readable_line() {
+        for (v, field) in [
+            (
+                json!({"resources": {"memory_mb": -1}}),
+                "resources.memory_mb",
+            ),
+            (
+                json!({"resources": {"memory_mb": -256}}),
+                "resources.memory_mb",
+            ),
+            (
+                json!({"resources": {"memory_mb": 18446744073709551616.0}}),
+                "resources.memory_mb",
+            ),
+            (
+                json!({"resources": {"memory_mb": "x"}}),
+                "resources.memory_mb",
+            ),
+            (
+                json!({"resources": {"memory_mb": 1.5}}),
+                "resources.memory_mb",
+            ),
+            (json!({"resources": {"pids": -5}}), "resources.pids"),
+            (json!({"resources": {"disk_mb": -1}}), "resources.disk_mb"),
+            (json!({"resources": {"cpus": "one"}}), "resources.cpus"),
+            (
+                json!({"lifecycle": {"idle_timeout_secs": -1}}),
+                "lifecycle.idle_timeout_secs",
+            ),
+            (
+                json!({"lifecycle": {"on_idle": "bogus"}}),
+                "lifecycle.on_idle",
+            ),
+            (json!({"lifecycle": {"on_idle": 3}}), "lifecycle.on_idle"),
+            (json!({"backend": "kvm"}), "backend"),
+            (json!({"version": -1}), "version"),
+            (json!({"image": 7}), "image"),
+            (json!({"workdir": ["/w"]}), "workdir"),
+            (json!({"env": {"A": 1}}), "env.A"),
+            (json!({"mounts": [{"source": "/a"}]}), "mounts[0]"),
+            (
+                json!({"mounts": [{"source": 1, "target": "/b"}]}),
+                "mounts[0].source",
+            ),
+            (json!({"outputs": [1]}), "outputs[0]"),
+            (
+                json!({"network": {"allow": "127.0.0.1:1"}}),
+                "network.allow",
+            ),
+            (json!({"secrets": [null]}), "secrets[0]"),
+        ] {
+            let e = Manifest::from_json(v.clone()).unwrap_err();
+            assert_eq!(e.code, ErrorCode::InvalidManifest, "{v}");
+            assert_eq!(e.field.as_deref(), Some(field), "{v}: {e}");
+            assert!(e.message.starts_with(&format!("{field}: ")), "{v}: {e}");
+            assert!(!e.message.contains('\n'), "{e}");
+            assert!(!e.message.contains("expected u64"), "{e}");
         }
     }
 

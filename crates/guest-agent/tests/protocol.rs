@@ -279,3 +279,53 @@ fn concurrent_requests_and_bad_frames() {
     assert_eq!(f.id, 9);
     assert!(matches!(f.body, Body::Reply(Reply::Error { .. })));
 }
+
+/// The host's liveness probe (a `hello`) is answered while any number of
+/// slow execs are in flight on the same channel: slowness never looks like
+/// a dead guest.
+#[test]
+fn liveness_ping_is_answered_while_many_execs_run() {
+    use stasis_agent_proto::{read_frame, write_frame, Body, Frame};
+    let agent = Arc::new(Agent::new());
+    let mut c = connect(&agent);
+    let slow = 48u64;
+    for id in 1..=slow {
+        let f = Frame {
+            id,
+            body: Body::Request(Request::Exec {
+                req: ExecRequest {
+                    argv: vec!["sleep".into(), "2".into()],
+                    env: Default::default(),
+                    cwd: None,
+                    timeout_ms: 60_000,
+                    stdin: None,
+                },
+                stream: false,
+            }),
+        };
+        write_frame(&mut c.stream, &f).unwrap();
+    }
+    write_frame(
+        &mut c.stream,
+        &Frame {
+            id: 1000,
+            body: Body::Request(Request::Hello),
+        },
+    )
+    .unwrap();
+    // The ping's reply comes before any exec's, and every exec still ends well.
+    let first = read_frame(&mut c.stream).unwrap();
+    assert_eq!(first.id, 1000, "an exec answered before the ping");
+    assert!(matches!(first.body, Body::Reply(Reply::Hello { .. })));
+    let mut done = std::collections::BTreeSet::new();
+    while done.len() < slow as usize {
+        let f = read_frame(&mut c.stream).unwrap();
+        match f.body {
+            Body::Reply(Reply::Exec { result }) => {
+                assert_eq!(result.exit_code, Some(0), "{result:?}");
+                assert!(done.insert(f.id));
+            }
+            other => panic!("unexpected frame {}: {other:?}", f.id),
+        }
+    }
+}

@@ -175,6 +175,43 @@ pub struct Meta {
     engine: Engine,
 }
 
+/// A write transaction on one pooled connection (from [`Meta::begin`]).
+///
+/// Dropped while still open — the future holding it was cancelled between
+/// `begin` and the end of [`Meta::end`], e.g. because the HTTP client of the
+/// request went away — the connection is closed instead of going back to
+/// the pool, which rolls the transaction back. Returned to the pool inside
+/// its transaction, it would run every later query of whoever got it in that
+/// uncommitted transaction: a new sandbox inserted there is invisible to the
+/// other connections (its create answered 404 for its own id), and on SQLite
+/// it would hold the database write lock.
+pub(crate) struct Tx {
+    conn: PoolConnection<Any>,
+    open: bool,
+}
+
+impl std::ops::Deref for Tx {
+    type Target = sqlx::AnyConnection;
+    fn deref(&self) -> &Self::Target {
+        &self.conn
+    }
+}
+
+impl std::ops::DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.conn
+    }
+}
+
+impl Drop for Tx {
+    fn drop(&mut self) {
+        if self.open {
+            tracing::warn!("metadata transaction abandoned before its end; closing its connection");
+            self.conn.close_on_drop();
+        }
+    }
+}
+
 pub(crate) fn db_err(e: sqlx::Error) -> Error {
     Error::internal(format!("metadata: {e}"))
 }
@@ -275,21 +312,31 @@ impl Meta {
     /// A connection inside a write transaction: on SQLite `BEGIN IMMEDIATE`
     /// (the database write lock up front, so read-then-write cannot
     /// interleave); on PostgreSQL a plain `BEGIN` (callers compare-and-set
-    /// rows or lock what they read). End it with [`Meta::end`].
-    pub(crate) async fn begin(&self) -> Result<PoolConnection<Any>> {
-        let mut conn = self.pool.acquire().await.map_err(db_err)?;
+    /// rows or lock what they read). End it with [`Meta::end`]; see [`Tx`]
+    /// for what happens when it is dropped before.
+    pub(crate) async fn begin(&self) -> Result<Tx> {
+        let conn = self.pool.acquire().await.map_err(db_err)?;
+        // Open from here on: a cancelled BEGIN may still have started it.
+        let mut tx = Tx { conn, open: true };
         let q = match self.engine {
             Engine::Sqlite => "BEGIN IMMEDIATE",
             Engine::Postgres => "BEGIN",
         };
-        sqlx::query(q).execute(&mut *conn).await.map_err(db_err)?;
-        Ok(conn)
+        match sqlx::query(q).execute(&mut *tx).await {
+            Ok(_) => Ok(tx),
+            Err(e) => {
+                // A refused BEGIN (e.g. SQLite busy) started nothing.
+                tx.open = false;
+                Err(db_err(e))
+            }
+        }
     }
 
     /// Commit when `ok`, else roll back.
-    pub(crate) async fn end(conn: &mut PoolConnection<Any>, ok: bool) -> Result<()> {
+    pub(crate) async fn end(tx: &mut Tx, ok: bool) -> Result<()> {
         let q = if ok { "COMMIT" } else { "ROLLBACK" };
-        sqlx::query(q).execute(&mut **conn).await.map_err(db_err)?;
+        sqlx::query(q).execute(&mut **tx).await.map_err(db_err)?;
+        tx.open = false;
         Ok(())
     }
 
@@ -320,6 +367,32 @@ impl Meta {
         .await
         .map_err(db_err)?;
         self.get(id).await
+    }
+
+    /// Remove the record of a sandbox whose create, restore or fork was
+    /// refused after it was inserted: still `Creating` (its start failed and
+    /// was cleaned up) or `Destroyed` (a fork child rolled back), never
+    /// handed to a client. A refused start leaves no sandbox behind. Refuses
+    /// (`invalid_state`) when the record is not in `state` or `state` is
+    /// another state; the caller then keeps the record (e.g. as Failed).
+    pub async fn discard(&self, id: &SandboxId, state: SandboxState) -> Result<()> {
+        if !matches!(state, SandboxState::Creating | SandboxState::Destroyed) {
+            return Err(Error::state(format!(
+                "sandbox {id}: only a record being created or destroyed can be discarded"
+            )));
+        }
+        let done = sqlx::query("DELETE FROM sandboxes WHERE id = $1 AND state = $2")
+            .bind(id.as_str())
+            .bind(state.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(db_err)?;
+        if done.rows_affected() != 1 {
+            return Err(Error::state(format!(
+                "sandbox {id} is not {state}; not discarded"
+            )));
+        }
+        Ok(())
     }
 
     pub async fn get(&self, id: &SandboxId) -> Result<SandboxRecord> {
@@ -552,12 +625,78 @@ fn decode(row: &AnyRow) -> Result<SandboxRecord> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stasis_core::ErrorCode;
 
     #[tokio::test]
     async fn transitions_are_compare_and_set() {
         for db in crate::testdb::all().await {
             eprintln!("engine {}", db.name);
             transitions_are_compare_and_set_on(&db.meta).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn only_unstarted_or_destroyed_records_are_discarded() {
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            let m = &db.meta;
+            let t = TenantId::parse("t-a").unwrap();
+            let new = |m: &Meta| {
+                let id = SandboxId::generate();
+                let t = t.clone();
+                let m = m.clone();
+                async move {
+                    m.insert_sandbox(&id, &t, &Manifest::default(), BackendKind::Process, None)
+                        .await
+                        .unwrap();
+                    id
+                }
+            };
+            // A refused start: Creating -> gone.
+            let a = new(m).await;
+            m.discard(&a, SandboxState::Creating).await.unwrap();
+            assert_eq!(m.get(&a).await.unwrap_err().code, ErrorCode::NotFound);
+            // A started sandbox is never discarded as Creating, nor in any
+            // state other than Creating/Destroyed.
+            let b = new(m).await;
+            m.transition(
+                &b,
+                SandboxState::Creating,
+                SandboxState::Running,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            for s in [
+                SandboxState::Creating,
+                SandboxState::Running,
+                SandboxState::Failed,
+            ] {
+                assert_eq!(
+                    m.discard(&b, s).await.unwrap_err().code,
+                    ErrorCode::InvalidState,
+                    "{s}"
+                );
+            }
+            assert_eq!(m.get(&b).await.unwrap().state, SandboxState::Running);
+            m.transition(
+                &b,
+                SandboxState::Running,
+                SandboxState::Destroying,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            m.transition(
+                &b,
+                SandboxState::Destroying,
+                SandboxState::Destroyed,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            m.discard(&b, SandboxState::Destroyed).await.unwrap();
+            assert!(m.list(Some(&t), None).await.unwrap().is_empty());
         }
     }
 
@@ -623,6 +762,59 @@ mod tests {
             eprintln!("engine {}", db.name);
             other_tenants_see_not_found_on(&db.meta).await;
         }
+    }
+
+    /// A write transaction abandoned at any point (its request cancelled
+    /// because the client went away) leaves no pooled connection inside it:
+    /// every later insert is visible at once from every connection, and no
+    /// writer waits on a lock nobody will release. (Before, such a connection
+    /// went back to the pool mid-transaction and a later create answered 404
+    /// for its own sandbox.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn abandoned_transactions_never_poison_the_pool() {
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            abandoned_transactions_never_poison_the_pool_on(&db.meta).await;
+        }
+    }
+
+    async fn abandoned_transactions_never_poison_the_pool_on(m: &Meta) {
+        let t = TenantId::parse("t-a").unwrap();
+        let entry = |i: u64| NewAuditEntry {
+            tenant: t.clone(),
+            actor: "test".into(),
+            action: "exec".into(),
+            target: format!("sb-{i}"),
+            detail: serde_json::json!({"i": i}),
+        };
+        for i in 0..12u64 {
+            // Dropped right after BEGIN...
+            drop(m.begin().await.unwrap());
+            // ...and audit appends cancelled at varying points of their way.
+            let _ = tokio::time::timeout(Duration::from_micros(i * 150), m.audit(entry(i))).await;
+        }
+        for _ in 0..24 {
+            let id = SandboxId::generate();
+            m.insert_sandbox(&id, &t, &Manifest::default(), BackendKind::Process, None)
+                .await
+                .unwrap();
+            // Concurrent reads spread over the pool's connections.
+            let (a, b, c, d) = tokio::join!(m.get(&id), m.get(&id), m.get(&id), m.get(&id));
+            for r in [a, b, c, d] {
+                assert_eq!(r.unwrap().id, id);
+            }
+            m.transition(
+                &id,
+                SandboxState::Creating,
+                SandboxState::Running,
+                Patch::default(),
+            )
+            .await
+            .unwrap();
+            m.audit(entry(99)).await.unwrap();
+        }
+        let v = m.audit_verify().await.unwrap();
+        assert!(v.ok, "{v:?}");
     }
 
     async fn other_tenants_see_not_found_on(m: &Meta) {

@@ -7,8 +7,7 @@
 //! history never has a step without its effect or the other way round.
 
 use serde::{Deserialize, Serialize};
-use sqlx::pool::PoolConnection;
-use sqlx::{Any, Row};
+use sqlx::Row;
 
 use stasis_core::{Error, Result, TenantId};
 use stasis_runstate::{
@@ -197,7 +196,7 @@ impl Meta {
     }
 }
 
-async fn apply_in(conn: &mut PoolConnection<Any>, c: &Change) -> Result<()> {
+async fn apply_in(conn: &mut crate::Tx, c: &Change) -> Result<()> {
     c.from_status.check_transition(c.to_status)?;
     let done = sqlx::query(
         "UPDATE runs SET status = $1, updated_at_ms = $2 WHERE id = $3 AND status = $4",

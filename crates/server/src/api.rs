@@ -72,7 +72,14 @@ impl IntoResponse for ApiError {
                 field: self.0.field,
             },
         };
-        (status, axum::Json(body)).into_response()
+        let mut resp = (status, axum::Json(body)).into_response();
+        if self.0.code == ErrorCode::Overloaded {
+            resp.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(crate::inflight::RETRY_AFTER_SECS),
+            );
+        }
+        resp
     }
 }
 
@@ -93,12 +100,20 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
             .await
             .map_err(|r| ApiError(bytes_rejection(r)))?;
         require_object(&body)?;
-        // From bytes, axum's rejections are only syntax and data errors.
-        match axum::Json::<T>::from_bytes(&body) {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
-            Err(r) => Err(ApiError(Error::invalid(r.body_text()))),
-        }
+        Ok(ApiJson(strict_json(&body)?))
     }
+}
+
+/// A JSON object body as `T`: syntax errors as `invalid_argument`; type and
+/// shape errors name the field (non-objects refused at every level).
+fn strict_json<T: DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError(Error::invalid(format!("the request body is not JSON: {e}"))))?;
+    Ok(stasis_core::strict::from_value(
+        v,
+        ErrorCode::InvalidArgument,
+        "body",
+    )?)
 }
 
 /// `application/json` or any `application/...+json`, parameters ignored:
@@ -376,7 +391,7 @@ pub struct SessionInput {
 pub struct OutputQuery {
     #[serde(default)]
     pub offset: u64,
-    /// Wait up to this long for new output (max 60000).
+    /// Wait up to this long for new output (at most 60000; more is refused).
     #[serde(default)]
     pub wait_ms: u64,
 }
@@ -403,6 +418,7 @@ pub struct PauseBody {
 #[derive(Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SnapshotBody {
+    /// Seconds the snapshot is kept, 1 to 315360000 (10 years); default 7 days.
     #[serde(default)]
     pub ttl_secs: Option<u64>,
 }
@@ -450,12 +466,12 @@ pub(crate) fn optional_json<T: DeserializeOwned + Default>(body: &Bytes) -> ApiR
         return Ok(T::default());
     }
     require_object(body)?;
-    serde_json::from_slice(body).map_err(|e| ApiError(Error::invalid(e.to_string())))
+    strict_json(body)
 }
 
 fn manifest_from(v: Option<serde_json::Value>) -> ApiResult<Manifest> {
     Ok(match v {
-        Some(v) => Manifest::from_json(v)?,
+        Some(v) => Manifest::parse(v)?,
         None => Manifest::default(),
     })
 }
@@ -483,7 +499,13 @@ async fn create_sandbox(
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
     let ctx = auth.ctx();
     let manifest = manifest_from(body.manifest)?;
-    let rec = st.manager.create(&ctx, manifest).await?;
+    // Runs to its end even if the client goes away: dropped half-way, the
+    // create would leave its record in Creating and what the backend had
+    // built (a VM, or a cgroup and a loop-mounted layer) until a restart.
+    let manager = st.manager.clone();
+    let rec = tokio::spawn(async move { manager.create(&ctx, manifest).await })
+        .await
+        .map_err(|e| Error::internal(format!("create task: {e}")))??;
     Ok((StatusCode::CREATED, axum::Json(Sandbox::from_record(rec))))
 }
 
@@ -574,8 +596,9 @@ async fn exec_stream(
     let ctx = auth.ctx();
     let id = sandbox_id(&id)?;
     let req = body.into_request()?;
-    // Resolve the sandbox up front so an unknown id is a plain 404, not a stream.
-    st.manager.get(&ctx, &id).await?;
+    // Resolve the sandbox and take its in-flight slot up front, so an unknown
+    // id is a plain 404 and a full queue a plain 429, not a stream.
+    let permit = st.manager.reserve(&ctx, &id).await?;
     let (tx, mut rx) = mpsc::channel::<stasis_backend::ExecChunk>(64);
     let (line_tx, line_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(64);
     let manager = st.manager.clone();
@@ -596,7 +619,9 @@ async fn exec_stream(
                 }
             }
         });
-        let result = manager.exec(&ctx, &id, req, Some(tx)).await;
+        let result = manager
+            .exec_reserved(&ctx, &id, req, Some(tx), Some(permit))
+            .await;
         let _ = forward.await;
         let last = match result {
             Ok(r) => ExecStreamLine::Exit {
@@ -938,7 +963,7 @@ async fn restore_snapshot(
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
     let ctx = auth.ctx();
     let body: RestoreBody = optional_json(&body)?;
-    let manifest = body.manifest.map(Manifest::from_json).transpose()?;
+    let manifest = body.manifest.map(Manifest::parse).transpose()?;
     let rec = st
         .manager
         .restore(&ctx, &snapshot_id(&id)?, manifest)

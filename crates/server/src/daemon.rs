@@ -35,7 +35,9 @@ pub struct DaemonConfig {
     pub data_dir: PathBuf,
     pub listen: SocketAddr,
     pub default_backend: BackendKind,
-    /// Guest images for the microVM backend: `<images>/<name>/...`.
+    /// Operator-registered images, named by a manifest's `image`: microVM
+    /// guest images `<images>/<name>/...`, process-backend root filesystems
+    /// `<images>/<name>/rootfs/`.
     pub images_dir: PathBuf,
     pub accel: AccelChoice,
     /// Snapshot store URL; default `file://<data_dir>/store`.
@@ -65,6 +67,8 @@ pub struct DaemonConfig {
     pub rate_limit: crate::auth::RateLimit,
     /// Host directories manifests may mount read-only (`--allow-mount`).
     pub allow_mounts: Vec<PathBuf>,
+    /// Requests in flight and queued per sandbox (`--max-inflight`, `--max-queued`).
+    pub inflight: crate::inflight::InflightLimits,
 }
 
 impl DaemonConfig {
@@ -89,6 +93,7 @@ impl DaemonConfig {
             gc_grace: Duration::from_secs(15 * 60),
             rate_limit: crate::auth::RateLimit::default(),
             allow_mounts: Vec::new(),
+            inflight: Default::default(),
         }
     }
 }
@@ -155,6 +160,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     }
     pcfg.hide_paths.push(data_dir.clone());
     pcfg.state_dir = Some(data_dir.join("sandboxes"));
+    pcfg.images_dir = Some(cfg.images_dir.clone());
     let process = Arc::new(ProcessBackend::new(pcfg));
 
     let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());
@@ -171,6 +177,8 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     mc.default_backend = cfg.default_backend;
     mc.max_file_bytes = cfg.max_file_bytes;
     mc.reaper_interval = cfg.reaper_interval;
+    cfg.inflight.validate()?;
+    mc.inflight = cfg.inflight;
     mc.allow_mounts = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
     let manager = Manager::new(
         mc,

@@ -5,6 +5,7 @@ pub mod api;
 pub mod auth;
 pub mod cluster;
 pub mod daemon;
+pub mod inflight;
 pub mod manager;
 pub mod metrics;
 pub mod mounts;

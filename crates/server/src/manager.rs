@@ -32,12 +32,18 @@ use stasis_core::{
 use stasis_meta::{Meta, NewAuditEntry, Patch, PauseKind, SandboxRecord};
 
 use crate::cluster::Cluster;
+use crate::inflight::{Inflight, Permit};
 use crate::metrics::{Metrics, Op};
 
 mod pause_recovery;
 use crate::snapshots::{SnapshotInfo, SnapshotKind, Snapshots};
 use pause_recovery::Intent;
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
+
+/// Longest wait of one session output read (`wait_ms`).
+pub const MAX_SESSION_WAIT: Duration = Duration::from_secs(60);
+/// Longest TTL of a user snapshot (`ttl_secs`): 10 years.
+pub const MAX_SNAPSHOT_TTL: Duration = Duration::from_secs(3650 * 24 * 3600);
 
 /// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
 #[derive(Debug, Clone)]
@@ -69,6 +75,8 @@ pub struct ManagerConfig {
     pub gc_interval: Duration,
     /// Canonical host directories that manifest mounts may come from.
     pub allow_mounts: Vec<PathBuf>,
+    /// Limit on requests in flight (and queued) per sandbox.
+    pub inflight: crate::inflight::InflightLimits,
 }
 
 impl ManagerConfig {
@@ -81,6 +89,7 @@ impl ManagerConfig {
             reaper_interval: Duration::from_millis(250),
             gc_interval: Duration::from_secs(60),
             allow_mounts: Vec::new(),
+            inflight: Default::default(),
         }
     }
 }
@@ -88,6 +97,14 @@ impl ManagerConfig {
 struct Slot {
     lock: Arc<RwLock<()>>,
     last_active_ms: AtomicI64,
+    inflight: Arc<Inflight>,
+}
+
+/// A request's hold on a running sandbox: its in-flight slot and the shared
+/// lock that keeps lifecycle changes out while it runs.
+pub(crate) struct InUse {
+    _guard: OwnedRwLockReadGuard<()>,
+    _permit: Permit,
 }
 
 /// Timings of one lifecycle operation, reported to clients and benches.
@@ -324,7 +341,14 @@ impl Manager {
         let result = async {
             tokio::fs::create_dir_all(&spec.dir).await?;
             // Mounts are checked against the allowed roots of this node, now.
-            let checked = self.checked_spec(&rec)?;
+            let checked = match self.checked_spec(&rec) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.audit_refusal(ctx, "takeover", rec.id.as_str(), &e)
+                        .await;
+                    return Err(e);
+                }
+            };
             let stage = spec.dir.join("takeover-stage");
             self.snapshots.restore(&rec.tenant, &snap, &stage).await?;
             let r = if is_pause {
@@ -441,13 +465,30 @@ impl Manager {
         }
     }
 
-    /// The spec with every mount source checked against the operator's
-    /// current allowed roots and replaced by its canonical path: used to
-    /// build or rebuild a sandbox (create, resume, restore).
+    /// The spec with its image re-checked to be a name (records written
+    /// before host paths were refused may carry one) and every mount source
+    /// checked against the operator's current allowed roots and replaced by
+    /// its canonical path: used to build or rebuild a sandbox (create,
+    /// resume, restore, takeover).
     fn checked_spec(&self, rec: &SandboxRecord) -> Result<SandboxSpec> {
+        if let Some(image) = &rec.manifest.image {
+            stasis_core::manifest::validate_image_name(image)?;
+        }
         let mut spec = self.spec(rec);
         spec.manifest = crate::mounts::resolve(&rec.manifest, &self.cfg.allow_mounts)?;
         Ok(spec)
+    }
+
+    /// Record in the audit log that `op` was refused (`target`: the sandbox,
+    /// snapshot or collection it was asked of), with the error given.
+    async fn audit_refusal(&self, ctx: &Ctx, op: &str, target: &str, e: &Error) {
+        let detail = serde_json::json!({
+            "op": op,
+            "code": e.code,
+            "field": e.field,
+            "message": e.message,
+        });
+        self.audit(ctx, "refused", target, detail).await;
     }
 
     fn slot(&self, id: &SandboxId) -> Arc<Slot> {
@@ -458,6 +499,7 @@ impl Manager {
                 Arc::new(Slot {
                     lock: Arc::new(RwLock::new(())),
                     last_active_ms: AtomicI64::new(now_ms()),
+                    inflight: Arc::new(Inflight::new(self.cfg.inflight)),
                 })
             })
             .clone()
@@ -484,7 +526,17 @@ impl Manager {
 
     // ----- create / read -------------------------------------------------
 
-    pub async fn create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
+    /// Create a sandbox. A refused create answers the error, leaves no
+    /// sandbox record and nothing on disk, and is audited.
+    pub async fn create(&self, ctx: &Ctx, manifest: Manifest) -> Result<SandboxRecord> {
+        let r = self.do_create(ctx, manifest).await;
+        if let Err(e) = &r {
+            self.audit_refusal(ctx, "create", "sandboxes", e).await;
+        }
+        r
+    }
+
+    async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
         crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
@@ -505,10 +557,10 @@ impl Manager {
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, kind, None)
             .await?;
-        self.lease_for_start(&id).await?;
         let checked = self.checked_spec(&rec);
         let spec = self.spec(&rec);
         let result = async {
+            self.lease_for_start(&id).await?;
             let checked = checked?;
             tokio::fs::create_dir_all(&checked.dir).await?;
             backend.create(&checked).await
@@ -536,7 +588,7 @@ impl Manager {
         result: Result<()>,
         what: &str,
     ) -> Result<SandboxRecord> {
-        match result {
+        let result = match result {
             Ok(()) => {
                 self.touch(&rec.id);
                 self.transition(
@@ -550,20 +602,50 @@ impl Manager {
                 )
                 .await
             }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(rec) => Ok(rec),
+            // Also when the backend started it but the record could not say
+            // so: a sandbox nobody can reach must not keep its resources.
             Err(e) => {
                 warn!(sandbox = %rec.id, error = %e, "{what} failed; cleaning up");
-                if let Ok(b) = self.backend(rec.backend) {
-                    let _ = b.destroy(&rec.id, &spec.dir).await;
+                let mut cleaned = match self.backend(rec.backend) {
+                    Ok(b) => b.destroy(&rec.id, &spec.dir).await.is_ok(),
+                    Err(_) => true,
+                };
+                match tokio::fs::remove_dir_all(&spec.dir).await {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => cleaned = false,
+                    _ => {}
                 }
-                let _ = tokio::fs::remove_dir_all(&spec.dir).await;
-                let _ = self
-                    .transition(
-                        &rec.id,
-                        SandboxState::Creating,
-                        SandboxState::Failed,
-                        Patch::reason(format!("{what} failed: {}", e.message)),
-                    )
-                    .await;
+                // Nothing runs and nothing is on disk: the refused start
+                // leaves no record. Whatever could not be removed keeps its
+                // record, as Failed, for reconcile and orphan cleanup (a
+                // daemon killed before this point leaves it Creating, which
+                // reconcile settles the same way).
+                let discarded = cleaned
+                    && match self.meta.discard(&rec.id, SandboxState::Creating).await {
+                        Ok(()) => true,
+                        Err(d) => {
+                            warn!(sandbox = %rec.id, error = %d, "refused {what} not discarded");
+                            false
+                        }
+                    };
+                if discarded {
+                    if let Some(c) = self.cluster() {
+                        c.release(&rec.id).await;
+                    }
+                    self.slots.lock().expect("slots lock").remove(&rec.id);
+                } else {
+                    let _ = self
+                        .transition(
+                            &rec.id,
+                            SandboxState::Creating,
+                            SandboxState::Failed,
+                            Patch::reason(format!("{what} failed: {}", e.message)),
+                        )
+                        .await;
+                }
                 Err(e)
             }
         }
@@ -578,6 +660,46 @@ impl Manager {
     }
 
     // ----- using a running sandbox ---------------------------------------
+
+    /// [`Manager::running`] for one request of work (exec, files, sessions):
+    /// first a slot of the sandbox's in-flight limit (waiting in its bounded
+    /// queue; 429 `overloaded` beyond it). The caller's tenant is checked
+    /// first, so another tenant's sandbox answers 404, never 429.
+    async fn in_use(&self, ctx: &Ctx, id: &SandboxId) -> Result<(InUse, SandboxRecord)> {
+        self.in_use_with(ctx, id, None).await
+    }
+
+    /// [`Manager::in_use`] with a slot the caller may already hold (from
+    /// [`Manager::reserve`]).
+    async fn in_use_with(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        permit: Option<Permit>,
+    ) -> Result<(InUse, SandboxRecord)> {
+        let permit = match permit {
+            Some(p) => p,
+            None => self.reserve(ctx, id).await?,
+        };
+        let (guard, rec) = self.running(ctx, id).await?;
+        Ok((
+            InUse {
+                _guard: guard,
+                _permit: permit,
+            },
+            rec,
+        ))
+    }
+
+    /// A slot of the sandbox's in-flight limit, held until dropped: for a
+    /// caller that must know before it answers (a streamed exec answers 429
+    /// `overloaded` as a plain response, not inside its stream). 404 for
+    /// another tenant's sandbox.
+    pub async fn reserve(&self, ctx: &Ctx, id: &SandboxId) -> Result<Permit> {
+        self.meta.get_for(&ctx.tenant, id).await?;
+        let limiter = self.slot(id).inflight.clone();
+        limiter.acquire(&format!("sandbox {id}")).await
+    }
 
     /// Wait until the sandbox is running (resuming it transparently when it
     /// is paused) and hold it running for the lifetime of the returned guard.
@@ -638,8 +760,20 @@ impl Manager {
         &self,
         ctx: &Ctx,
         id: &SandboxId,
+        req: ExecRequest,
+        output: Option<mpsc::Sender<ExecChunk>>,
+    ) -> Result<ExecResult> {
+        self.exec_reserved(ctx, id, req, output, None).await
+    }
+
+    /// [`Manager::exec`] in a slot already reserved (see [`Manager::reserve`]).
+    pub async fn exec_reserved(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
         mut req: ExecRequest,
         output: Option<mpsc::Sender<ExecChunk>>,
+        permit: Option<Permit>,
     ) -> Result<ExecResult> {
         if req.argv.is_empty() || req.argv[0].is_empty() {
             return Err(Error::invalid("argv must name a command").with_field("argv"));
@@ -648,7 +782,7 @@ impl Manager {
             return Err(Error::invalid("timeout_ms must be between 1 and 86400000")
                 .with_field("timeout_ms"));
         }
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use_with(ctx, id, permit).await?;
         req.env = self.exec_env(&rec, std::mem::take(&mut req.env)).await?;
         let argv0 = req.argv[0].clone();
         let result = self.backend(rec.backend)?.exec(id, req, output).await;
@@ -691,7 +825,7 @@ impl Manager {
                 ),
             ));
         }
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
             .write_file(id, path, data, mode)
@@ -701,7 +835,7 @@ impl Manager {
     }
 
     pub async fn read_file(&self, ctx: &Ctx, id: &SandboxId, path: &str) -> Result<Vec<u8>> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
             .read_file(id, path, self.cfg.max_file_bytes)
@@ -747,7 +881,13 @@ impl Manager {
         let n = match size {
             Some(n) => n,
             None => {
-                let (_g, rec) = self.running(ctx, id).await?;
+                let (_g, rec) = match self.in_use(ctx, id).await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        let _ = tokio::fs::remove_file(&out).await;
+                        return Err(e);
+                    }
+                };
                 let r = backend.collect_outputs(id, &out).await;
                 match self.done(&rec, r).await {
                     Ok(n) => n,
@@ -774,7 +914,7 @@ impl Manager {
         id: &SandboxId,
         path: &str,
     ) -> Result<Vec<FileEntry>> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self.backend(rec.backend)?.list_files(id, path).await;
         let r = self.done(&rec, r).await;
         r
@@ -789,7 +929,7 @@ impl Manager {
         if spec.argv.is_empty() || spec.argv[0].is_empty() {
             return Err(Error::invalid("argv must name a command").with_field("argv"));
         }
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         spec.env = self.exec_env(&rec, std::mem::take(&mut spec.env)).await?;
         let r = self.backend(rec.backend)?.session_start(id, spec).await;
         let r = self.done(&rec, r).await;
@@ -808,7 +948,7 @@ impl Manager {
         session: &str,
         data: &[u8],
     ) -> Result<()> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
             .session_write(id, session, data)
@@ -825,8 +965,15 @@ impl Manager {
         offset: u64,
         wait: Duration,
     ) -> Result<SessionOutput> {
-        let wait = wait.min(Duration::from_secs(60));
-        let (_g, rec) = self.running(ctx, id).await?;
+        if wait > MAX_SESSION_WAIT {
+            return Err(Error::invalid(format!(
+                "wait_ms: must be at most {} (got {})",
+                MAX_SESSION_WAIT.as_millis(),
+                wait.as_millis()
+            ))
+            .with_field("wait_ms"));
+        }
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self
             .backend(rec.backend)?
             .session_read(id, session, offset, wait)
@@ -836,14 +983,14 @@ impl Manager {
     }
 
     pub async fn session_list(&self, ctx: &Ctx, id: &SandboxId) -> Result<Vec<SessionInfo>> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self.backend(rec.backend)?.session_list(id).await;
         let r = self.done(&rec, r).await;
         r
     }
 
     pub async fn session_kill(&self, ctx: &Ctx, id: &SandboxId, session: &str) -> Result<()> {
-        let (_g, rec) = self.running(ctx, id).await?;
+        let (_g, rec) = self.in_use(ctx, id).await?;
         let r = self.backend(rec.backend)?.session_kill(id, session).await;
         let r = self.done(&rec, r).await;
         r
@@ -1075,8 +1222,16 @@ impl Manager {
             }
             c.note_local_pause(&rec.id, None);
         }
-        // Mounts are checked against the allowed roots of now, not of create.
-        let checked = self.checked_spec(&rec)?;
+        // Mounts are checked against the allowed roots of now, not of create;
+        // an image that is a host path (an old record) is refused. The
+        // sandbox stays paused, its files intact.
+        let checked = match self.checked_spec(&rec) {
+            Ok(s) => s,
+            Err(e) => {
+                self.audit_refusal(ctx, "resume", rec.id.as_str(), &e).await;
+                return Err(e.context("resume refused"));
+            }
+        };
         let (backend, _, rec) = self
             .begin(&rec, SandboxState::Paused, SandboxState::Resuming)
             .await?;
@@ -1245,6 +1400,15 @@ impl Manager {
         id: &SandboxId,
         ttl: Option<Duration>,
     ) -> Result<SnapshotInfo> {
+        if let Some(t) = ttl {
+            if t < Duration::from_secs(1) || t > MAX_SNAPSHOT_TTL {
+                return Err(Error::invalid(format!(
+                    "ttl_secs: must be between 1 and {} (10 years)",
+                    MAX_SNAPSHOT_TTL.as_secs()
+                ))
+                .with_field("ttl_secs"));
+            }
+        }
         // Make sure it runs, then take the slot exclusively.
         drop(self.running(ctx, id).await?);
         let slot = self.slot(id);
@@ -1290,12 +1454,33 @@ impl Manager {
 
     /// Start a new sandbox from a snapshot. The manifest in force is the one
     /// given here, else the one the snapshot was taken under.
+    /// A refused restore answers the error, leaves no sandbox record and
+    /// nothing on disk, and is audited.
     pub async fn restore(
         &self,
         ctx: &Ctx,
         snapshot: &SnapshotId,
         manifest: Option<Manifest>,
     ) -> Result<SandboxRecord> {
+        let r = self.do_restore(ctx, snapshot, manifest).await;
+        if let Err(e) = &r {
+            if e.code != ErrorCode::NotFound {
+                self.audit_refusal(ctx, "restore", snapshot.as_str(), e)
+                    .await;
+            }
+        }
+        r
+    }
+
+    async fn do_restore(
+        &self,
+        ctx: &Ctx,
+        snapshot: &SnapshotId,
+        manifest: Option<Manifest>,
+    ) -> Result<SandboxRecord> {
+        if let Some(m) = &manifest {
+            m.validate()?;
+        }
         let info = self.snapshots.get(&ctx.tenant, snapshot).await?;
         let mut manifest = match manifest {
             Some(m) => m,
@@ -1323,10 +1508,10 @@ impl Manager {
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, info.backend, Some(snapshot))
             .await?;
-        self.lease_for_start(&id).await?;
         let checked = self.checked_spec(&rec);
         let spec = self.spec(&rec);
         let result = async {
+            self.lease_for_start(&id).await?;
             let checked = checked?;
             tokio::fs::create_dir_all(&spec.dir).await?;
             let stage = spec.dir.join("restore-stage");
@@ -1366,12 +1551,44 @@ impl Manager {
         let snap = self.snapshot(ctx, id, None).await?;
         let mut children = Vec::with_capacity(count as usize);
         for _ in 0..count {
-            children.push(self.restore(ctx, &snap.id, None).await?);
+            match self.restore(ctx, &snap.id, None).await {
+                Ok(c) => children.push(c),
+                Err(e) => {
+                    // All or nothing: the children made so far were never
+                    // handed to the client; they and the fork's snapshot go.
+                    for c in &children {
+                        self.discard_child(ctx, &c.id).await;
+                    }
+                    if let Err(d) = self.snapshots.delete(&ctx.tenant, &snap.id).await {
+                        warn!(snapshot = %snap.id, error = %d, "refused fork's snapshot not deleted");
+                    }
+                    return Err(e.context("fork refused"));
+                }
+            }
         }
         let ids: Vec<String> = children.iter().map(|c| c.id.to_string()).collect();
         let detail = serde_json::json!({"snapshot": snap.id, "children": ids});
         self.audit(ctx, "fork", id.as_str(), detail).await;
         Ok((snap, children))
+    }
+
+    /// Destroy a fork child that was never handed to a client and remove
+    /// its record (kept, Destroyed or Failed, when that fails).
+    async fn discard_child(&self, ctx: &Ctx, id: &SandboxId) {
+        let slot = self.slot(id);
+        let guard = slot.lock.clone().write_owned().await;
+        let r = match self.meta.get(id).await {
+            Ok(rec) => self.do_destroy(ctx, rec, "fork_rollback", guard).await,
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok(_) => {
+                if let Err(e) = self.meta.discard(id, SandboxState::Destroyed).await {
+                    warn!(sandbox = %id, error = %e, "rolled-back fork child not discarded");
+                }
+            }
+            Err(e) => warn!(sandbox = %id, error = %e, "fork child not rolled back"),
+        }
     }
 
     pub async fn list_snapshots(&self, ctx: &Ctx) -> Result<Vec<SnapshotInfo>> {
@@ -1646,9 +1863,7 @@ impl Manager {
                         running_ms: Some(rec.running_time_ms(now)),
                         running_since_ms: Some(None),
                         paused_at_ms: Some(Some(now)),
-                        expires_at_ms: Some(Some(
-                            now + rec.manifest.lifecycle.paused_ttl_secs as i64 * 1000,
-                        )),
+                        expires_at_ms: Some(Some(rec.manifest.lifecycle.paused_expiry_ms(now))),
                         // Resume rebuilds from the writable layer on disk.
                         pause_snapshot: Some(None),
                         pause_kind: Some(Some(PauseKind::Filesystem)),
@@ -1698,7 +1913,7 @@ impl Manager {
                             .checkpoint_at_ms
                             .or(rec.running_since_ms)
                             .unwrap_or(rec.created_at_ms);
-                        if now - last >= policy.checkpoint_secs as i64 * 1000 {
+                        if policy.checkpoint_due(now.saturating_sub(last)) {
                             if let Ok(guard) = slot.lock.clone().try_write_owned() {
                                 match self.checkpoint(&ctx, &rec.id, guard).await {
                                     Ok(_) => done.push((rec.id.clone(), "checkpointed")),
@@ -1709,11 +1924,9 @@ impl Manager {
                             }
                         }
                     }
-                    let over_lifetime = policy.max_lifetime_secs > 0
-                        && rec.running_time_ms(now) >= policy.max_lifetime_secs as i64 * 1000;
-                    let idle_ms = now - slot.last_active_ms.load(Ordering::Relaxed);
-                    let idle = policy.on_idle != OnIdle::Nothing
-                        && idle_ms >= policy.idle_timeout_secs as i64 * 1000;
+                    let over_lifetime = policy.lifetime_over(rec.running_time_ms(now));
+                    let idle_ms = now.saturating_sub(slot.last_active_ms.load(Ordering::Relaxed));
+                    let idle = policy.idle_over(idle_ms);
                     if !over_lifetime && !idle {
                         continue;
                     }

@@ -164,7 +164,14 @@ impl Snapshots {
                 .pause_snapshot
                 .clone()
                 .or_else(|| rec.source_snapshot.clone()),
-            expires_at_ms: ttl.map(|t| now + t.as_millis() as i64),
+            // Checked: a TTL too far to represent never expires, rather
+            // than wrapping into the past.
+            expires_at_ms: ttl.map(|t| {
+                i64::try_from(t.as_millis())
+                    .ok()
+                    .and_then(|ms| now.checked_add(ms))
+                    .unwrap_or(i64::MAX)
+            }),
             meta: serde_json::to_value(ManagerMeta {
                 kind,
                 manifest: rec.manifest.clone(),

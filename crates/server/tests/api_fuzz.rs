@@ -251,6 +251,154 @@ fn json_routes(sb: &str) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// Manifests refused for their shape, type or range, with the field named.
+fn manifest_cases() -> Vec<(Value, &'static str)> {
+    let big = json!(18446744073709551616.0);
+    vec![
+        (json!([]), "manifest"),
+        (json!([1, "process"]), "manifest"),
+        (json!("process"), "manifest"),
+        (json!({"resources": []}), "resources"),
+        (json!({"resources": [1.0, 512]}), "resources"),
+        (json!({"lifecycle": [5, "destroy"]}), "lifecycle"),
+        (json!({"network": []}), "network"),
+        (json!({"env": [["A", "1"]]}), "env"),
+        (json!({"mounts": [[]]}), "mounts[0]"),
+        (
+            json!({"resources": {"memory_mb": -1}}),
+            "resources.memory_mb",
+        ),
+        (
+            json!({"resources": {"memory_mb": big}}),
+            "resources.memory_mb",
+        ),
+        (
+            json!({"resources": {"memory_mb": "x"}}),
+            "resources.memory_mb",
+        ),
+        (
+            json!({"resources": {"memory_mb": 1.5}}),
+            "resources.memory_mb",
+        ),
+        (
+            json!({"resources": {"memory_mb": u64::MAX}}),
+            "resources.memory_mb",
+        ),
+        (json!({"resources": {"pids": -5}}), "resources.pids"),
+        (json!({"resources": {"disk_mb": -1}}), "resources.disk_mb"),
+        (
+            json!({"resources": {"disk_mb": u64::MAX}}),
+            "resources.disk_mb",
+        ),
+        (json!({"resources": {"cpus": 1e300}}), "resources.cpus"),
+        (
+            json!({"lifecycle": {"idle_timeout_secs": -1}}),
+            "lifecycle.idle_timeout_secs",
+        ),
+        (
+            json!({"lifecycle": {"on_idle": "bogus"}}),
+            "lifecycle.on_idle",
+        ),
+        (
+            json!({"lifecycle": {"max_lifetime_secs": u64::MAX}}),
+            "lifecycle.max_lifetime_secs",
+        ),
+        (
+            json!({"lifecycle": {"max_lifetime_secs": 1e16}}),
+            "lifecycle.max_lifetime_secs",
+        ),
+        (
+            json!({"lifecycle": {"max_lifetime_secs": 10_000_000_000_000_000u64}}),
+            "lifecycle.max_lifetime_secs",
+        ),
+        (
+            json!({"lifecycle": {"paused_ttl_secs": u64::MAX}}),
+            "lifecycle.paused_ttl_secs",
+        ),
+        (
+            json!({"lifecycle": {"idle_timeout_secs": u64::MAX}}),
+            "lifecycle.idle_timeout_secs",
+        ),
+        (
+            json!({"lifecycle": {"checkpoint_secs": u64::MAX}}),
+            "lifecycle.checkpoint_secs",
+        ),
+        (json!({"image": "/usr/.."}), "image"),
+        (json!({"image": "/etc/.."}), "image"),
+        (json!({"image": "/var/../"}), "image"),
+        (json!({"image": "../../.."}), "image"),
+    ]
+}
+
+/// Request bodies (and the session read's wait) with a duration or count
+/// that cannot be held or is beyond its documented maximum.
+fn body_cases(sb: &str) -> Vec<(&'static str, String, Value, &'static str)> {
+    let exec = format!("/v1/sandboxes/{sb}/exec");
+    vec![
+        (
+            "POST",
+            exec.clone(),
+            json!({"argv": ["true"], "timeout_ms": -1}),
+            "timeout_ms",
+        ),
+        (
+            "POST",
+            exec.clone(),
+            json!({"argv": ["true"], "timeout_ms": 18446744073709551616.0}),
+            "timeout_ms",
+        ),
+        (
+            "POST",
+            exec.clone(),
+            json!({"argv": ["true"], "timeout_ms": u64::MAX}),
+            "timeout_ms",
+        ),
+        ("POST", exec, json!({"argv": "true"}), "argv"),
+        (
+            "POST",
+            format!("/v1/sandboxes/{sb}/snapshots"),
+            json!({"ttl_secs": u64::MAX}),
+            "ttl_secs",
+        ),
+        (
+            "POST",
+            format!("/v1/sandboxes/{sb}/snapshots"),
+            json!({"ttl_secs": 0}),
+            "ttl_secs",
+        ),
+        (
+            "POST",
+            format!("/v1/sandboxes/{sb}/snapshots"),
+            json!({"ttl_secs": -1}),
+            "ttl_secs",
+        ),
+        (
+            "POST",
+            format!("/v1/sandboxes/{sb}/fork"),
+            json!({"count": 1u64 << 40}),
+            "count",
+        ),
+        (
+            "POST",
+            format!("/v1/sandboxes/{sb}/fork"),
+            json!({"count": 0}),
+            "count",
+        ),
+        (
+            "GET",
+            format!("/v1/sandboxes/{sb}/sessions/s1/output?wait_ms=60001"),
+            Value::Null,
+            "wait_ms",
+        ),
+        (
+            "GET",
+            format!("/v1/sandboxes/{sb}/sessions/s1/output?wait_ms=18446744073709551615"),
+            Value::Null,
+            "wait_ms",
+        ),
+    ]
+}
+
 fn id_routes() -> Vec<(&'static str, &'static str)> {
     vec![
         ("GET", "/v1/sandboxes/{}"),
@@ -319,6 +467,81 @@ fn main() {
         })
         .expect("hostile JSON bodies");
     total += u64::from(cases);
+
+    // 1b. Manifests of the wrong shape or type at any level, and durations
+    // and sizes beyond what they can hold: 400 naming the field, on create
+    // and restore, and never a sandbox record.
+    for (m, field) in manifest_cases() {
+        for (route, code) in [
+            ("/v1/sandboxes", "invalid_manifest"),
+            ("/v1/snapshots/snap-x/restore", "invalid_manifest"),
+        ] {
+            let body = serde_json::to_vec(&json!({ "manifest": m })).unwrap();
+            let (st, b) = rt.block_on(call(&env, req(&env, "POST", route, body)));
+            let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+            assert_eq!(st, StatusCode::BAD_REQUEST, "{route} {m}: {v}");
+            assert_eq!(v["error"]["code"], code, "{route} {m}: {v}");
+            assert_eq!(v["error"]["field"], field, "{route} {m}: {v}");
+            let msg = v["error"]["message"].as_str().unwrap_or("");
+            assert!(
+                msg.starts_with(&format!("{field}: ")) && !msg.contains('\n'),
+                "{route} {m}: {v}"
+            );
+            total += 1;
+        }
+    }
+    let sb = env.sandbox.clone();
+    for (m, p, body, field) in body_cases(&sb) {
+        let (st, b) = rt.block_on(call(&env, req(&env, m, &p, body.to_string().into_bytes())));
+        let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{m} {p} {body}: {v}");
+        assert_eq!(v["error"]["field"], field, "{m} {p} {body}: {v}");
+        total += 1;
+    }
+    // Wherever an object is expected, anything else is refused and named.
+    let sections = ["resources", "lifecycle", "network", "env"];
+    runner()
+        .run(
+            &(
+                0..sections.len() + 2,
+                hostile_json().prop_filter("not an object", |v| !v.is_object()),
+            ),
+            |(i, bad)| {
+                let (m, field) = match i {
+                    // `"manifest": null` is an absent manifest (the default).
+                    0 if bad.is_null() => (json!([null]), "manifest".to_string()),
+                    0 => (bad.clone(), "manifest".to_string()),
+                    1 => (json!({"mounts": [bad.clone()]}), "mounts[0]".to_string()),
+                    i => (
+                        json!({ sections[i - 2]: bad.clone() }),
+                        sections[i - 2].to_string(),
+                    ),
+                };
+                let body = serde_json::to_vec(&json!({ "manifest": m })).unwrap();
+                let (st, b) = rt.block_on(call(&env, req(&env, "POST", "/v1/sandboxes", body)));
+                check_4xx(&format!("manifest {m}"), st, &b)?;
+                let v: Value = serde_json::from_slice(&b).unwrap();
+                prop_assert_eq!(st, StatusCode::BAD_REQUEST, "{}", v);
+                prop_assert_eq!(
+                    v["error"]["code"].as_str(),
+                    Some("invalid_manifest"),
+                    "{}",
+                    v
+                );
+                prop_assert_eq!(v["error"]["field"].as_str(), Some(field.as_str()), "{}", v);
+                Ok(())
+            },
+        )
+        .expect("non-objects in a manifest");
+    total += u64::from(cases);
+    let (st, b) = rt.block_on(call(&env, req(&env, "GET", "/v1/sandboxes", vec![])));
+    let list: Value = serde_json::from_slice(&b).unwrap();
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(
+        list.as_array().map(Vec::len),
+        Some(1),
+        "a refused create left a sandbox record: {list}"
+    );
 
     // 2. Hostile path parameters.
     let ids = id_routes();

@@ -69,12 +69,26 @@ class RateLimited(StasisError):
     code = "rate_limited"
 
 
+class Overloaded(RateLimited):
+    """The sandbox has its limit of requests in flight and a full wait queue
+    (429 with Retry-After): nothing was done; retry later."""
+
+    code = "overloaded"
+
+
 class Timeout(StasisError):
     code = "timeout"
 
 
 class IntegrityError(StasisError):
     code = "integrity_error"
+
+
+class IncompatibleSnapshot(StasisError):
+    """A snapshot this node cannot load (e.g. a memory image saved under
+    another QEMU version, 422): nothing was changed; the sandbox stays paused."""
+
+    code = "incompatible_snapshot"
 
 
 class Unsupported(StasisError):
@@ -116,8 +130,10 @@ BY_CODE: dict[str, type[StasisError]] = {
         Busy,
         PayloadTooLarge,
         RateLimited,
+        Overloaded,
         Timeout,
         IntegrityError,
+        IncompatibleSnapshot,
         Unsupported,
         BackendError,
         InternalError,

@@ -154,9 +154,7 @@ pub(super) fn paused_patch(
         running_ms: Some(rec.running_time_ms(now)),
         running_since_ms: Some(None),
         paused_at_ms: Some(Some(now)),
-        expires_at_ms: Some(Some(
-            now + rec.manifest.lifecycle.paused_ttl_secs as i64 * 1000,
-        )),
+        expires_at_ms: Some(Some(rec.manifest.lifecycle.paused_expiry_ms(now))),
         pause_snapshot: Some(snap),
         pause_kind: Some(Some(kind)),
         ..Default::default()

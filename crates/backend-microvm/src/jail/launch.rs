@@ -1,0 +1,368 @@
+//! Starting a process inside a planned jail: clone into the namespaces,
+//! build the root, drop privileges, fork the program under a reaping init.
+//! Everything after the clone runs on data prepared before it (the child of
+//! a multi-threaded process may not allocate).
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use stasis_core::{Error, Result};
+
+use super::{resolve_bin, JailSpec, STAGING};
+
+/// The C strings and flags the child needs, built before the clone (the
+/// child of a multi-threaded process may not allocate).
+struct Plan {
+    staging: CString,
+    mkdirs: Vec<CString>,
+    /// (source, target, dir, remount flags)
+    mounts: Vec<(CString, CString, bool, libc::c_ulong)>,
+    cwd: CString,
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
+    new_root_dot: CString,
+    slash: CString,
+    tmpfs: CString,
+    tmpfs_opts: CString,
+    exe: CString,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    stdin: RawFd,
+    log: RawFd,
+    err: RawFd,
+}
+
+/// Steps of the child, reported with errno when one fails.
+const STEPS: &[&str] = &[
+    "setsid",
+    "make / private",
+    "mount the jail tmpfs",
+    "mkdir",
+    "create a mount point",
+    "bind mount",
+    "remount read-only",
+    "remount the jail root read-only",
+    "chdir to the jail root",
+    "pivot_root",
+    "detach the host root",
+    "chdir to the sandbox directory",
+    "setgroups",
+    "setresgid",
+    "setresuid",
+    "no_new_privs",
+    "dup2",
+    "exec",
+    "fork QEMU from the jail's init",
+];
+
+fn cstr(p: &Path) -> Result<CString> {
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| Error::invalid(format!("{}: NUL in path", p.display())))
+}
+
+fn staged(p: &Path) -> PathBuf {
+    let rel = p.strip_prefix("/").unwrap_or(p);
+    Path::new(STAGING).join(rel)
+}
+
+/// A jailed QEMU: its host pid and the jail's init (pid 1 of the jail's pid
+/// namespace, a child of this process: reap it with waitpid). The init only
+/// reaps: slirp double-forks each egress relay, so the relays are re-parented
+/// to pid 1 and would stay zombies under a QEMU that never waits for them.
+/// It exits with QEMU, which takes the whole namespace down.
+#[derive(Debug, Clone, Copy)]
+pub struct Jailed {
+    pub qemu: i32,
+    pub init: i32,
+}
+
+/// Start `exe args` in the jail `spec`; stdout/stderr go to `log`.
+pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) -> Result<Jailed> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Error::backend(
+            "the QEMU jail needs a daemon running as root (namespaces, mounts, uid switch)",
+        ));
+    }
+    std::fs::create_dir_all(STAGING)?;
+    let exe = resolve_bin(exe)?;
+    let mut mkdirs: Vec<PathBuf> = Vec::new();
+    let mut mounts = Vec::new();
+    for b in &spec.binds {
+        let target = staged(&b.path);
+        let mut anc: Vec<PathBuf> = target
+            .ancestors()
+            .skip(1)
+            .take_while(|a| a.starts_with(STAGING) && *a != Path::new(STAGING))
+            .map(Path::to_path_buf)
+            .collect();
+        anc.reverse();
+        for a in anc {
+            if !mkdirs.contains(&a) {
+                mkdirs.push(a);
+            }
+        }
+        let mut flags = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID;
+        if !b.writable {
+            flags |= libc::MS_RDONLY;
+        }
+        if !b.device {
+            flags |= libc::MS_NODEV;
+        }
+        if !b.exec {
+            flags |= libc::MS_NOEXEC;
+        }
+        mounts.push((cstr(&b.path)?, cstr(&target)?, b.dir, flags));
+    }
+    let args_c: Vec<CString> = std::iter::once(cstr(&exe))
+        .chain(args.iter().map(|a| {
+            CString::new(a.as_bytes()).map_err(|_| Error::invalid("NUL in a QEMU argument"))
+        }))
+        .collect::<Result<_>>()?;
+    let mut argv: Vec<*const libc::c_char> = args_c.iter().map(|c| c.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let envp: Vec<*const libc::c_char> = vec![std::ptr::null()];
+    let null = std::fs::File::open("/dev/null")?;
+    let (rd, wr) = {
+        let mut fds = [0; 2];
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+    };
+    let plan = Plan {
+        staging: CString::new(STAGING).unwrap(),
+        mkdirs: mkdirs.iter().map(|p| cstr(p)).collect::<Result<_>>()?,
+        mounts,
+        cwd: cstr(&spec.cwd)?,
+        uid: spec.uid,
+        gid: spec.gid,
+        groups: spec.groups.clone(),
+        new_root_dot: CString::new(".").unwrap(),
+        slash: CString::new("/").unwrap(),
+        tmpfs: CString::new("tmpfs").unwrap(),
+        tmpfs_opts: CString::new("mode=0755,size=1m,nr_inodes=4096").unwrap(),
+        exe: cstr(&exe)?,
+        argv,
+        envp,
+        stdin: null.as_raw_fd(),
+        log: log.as_raw_fd(),
+        err: wr.as_raw_fd(),
+    };
+    let mut flags = libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    if spec.new_net {
+        flags |= libc::CLONE_NEWNET;
+    }
+    let mut stack = vec![0u8; 256 << 10];
+    let top = unsafe { stack.as_mut_ptr().add(stack.len()) };
+    let top = (top as usize & !15) as *mut libc::c_void;
+    let pid = unsafe {
+        libc::clone(
+            child,
+            top,
+            flags | libc::SIGCHLD,
+            &plan as *const Plan as *mut libc::c_void,
+        )
+    };
+    if pid < 0 {
+        return Err(Error::backend(format!(
+            "cannot start the QEMU jail: clone: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    drop(wr);
+    // EOF: exec succeeded (the pipe is close-on-exec); else the failed step.
+    let mut buf = [0u8; 8];
+    let mut got = 0;
+    while got < 8 {
+        let n = unsafe { libc::read(rd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), 8 - got) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    drop(plan);
+    drop(stack);
+    if got == 0 {
+        // QEMU is the init's only child (forked before the pipe closed).
+        let children =
+            std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(qemu) = children
+            .split_whitespace()
+            .next()
+            .and_then(|c| c.parse().ok())
+        {
+            return Ok(Jailed { qemu, init: pid });
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        return Err(Error::backend(format!(
+            "QEMU exited as soon as it started in its jail (status {status})"
+        )));
+    }
+    let mut status = 0;
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let step = i32::from_ne_bytes(buf[..4].try_into().unwrap());
+    let errno = i32::from_ne_bytes(buf[4..].try_into().unwrap());
+    Err(Error::backend(format!(
+        "cannot start QEMU in its jail: {}: {}",
+        STEPS.get(step as usize).unwrap_or(&"?"),
+        std::io::Error::from_raw_os_error(errno)
+    )))
+}
+
+fn fail(err: RawFd, step: usize) -> ! {
+    let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let mut b = [0u8; 8];
+    b[..4].copy_from_slice(&(step as i32).to_ne_bytes());
+    b[4..].copy_from_slice(&errno.to_ne_bytes());
+    unsafe {
+        libc::write(err, b.as_ptr().cast(), 8);
+        libc::_exit(127)
+    }
+}
+
+/// The cloned child: only system calls on the prepared plan.
+extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
+    let p = unsafe { &*(arg as *const Plan) };
+    let null = std::ptr::null::<libc::c_char>();
+    let nulv = std::ptr::null::<libc::c_void>();
+    unsafe {
+        if libc::setsid() < 0 {
+            fail(p.err, 0);
+        }
+        if libc::mount(
+            null,
+            p.slash.as_ptr(),
+            null,
+            libc::MS_REC | libc::MS_PRIVATE,
+            nulv,
+        ) < 0
+        {
+            fail(p.err, 1);
+        }
+        if libc::mount(
+            p.tmpfs.as_ptr(),
+            p.staging.as_ptr(),
+            p.tmpfs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            p.tmpfs_opts.as_ptr().cast(),
+        ) < 0
+        {
+            fail(p.err, 2);
+        }
+        for d in &p.mkdirs {
+            if libc::mkdir(d.as_ptr(), 0o755) < 0
+                && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+            {
+                fail(p.err, 3);
+            }
+        }
+        for (src, dst, dir, flags) in &p.mounts {
+            if *dir {
+                if libc::mkdir(dst.as_ptr(), 0o755) < 0
+                    && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST)
+                {
+                    fail(p.err, 4);
+                }
+            } else {
+                let fd = libc::open(
+                    dst.as_ptr(),
+                    libc::O_CREAT | libc::O_WRONLY | libc::O_CLOEXEC,
+                    0o644,
+                );
+                if fd < 0 {
+                    fail(p.err, 4);
+                }
+                libc::close(fd);
+            }
+            if libc::mount(src.as_ptr(), dst.as_ptr(), null, libc::MS_BIND, nulv) < 0 {
+                fail(p.err, 5);
+            }
+            if libc::mount(null, dst.as_ptr(), null, *flags, nulv) < 0 {
+                fail(p.err, 6);
+            }
+        }
+        if libc::mount(
+            null,
+            p.staging.as_ptr(),
+            null,
+            libc::MS_REMOUNT | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            nulv,
+        ) < 0
+        {
+            fail(p.err, 7);
+        }
+        if libc::chdir(p.staging.as_ptr()) < 0 {
+            fail(p.err, 8);
+        }
+        if libc::syscall(
+            libc::SYS_pivot_root,
+            p.new_root_dot.as_ptr(),
+            p.new_root_dot.as_ptr(),
+        ) < 0
+        {
+            fail(p.err, 9);
+        }
+        if libc::umount2(p.new_root_dot.as_ptr(), libc::MNT_DETACH) < 0 {
+            fail(p.err, 10);
+        }
+        if libc::chdir(p.cwd.as_ptr()) < 0 {
+            fail(p.err, 11);
+        }
+        if libc::setgroups(p.groups.len(), p.groups.as_ptr()) < 0 {
+            fail(p.err, 12);
+        }
+        if libc::setresgid(p.gid, p.gid, p.gid) < 0 {
+            fail(p.err, 13);
+        }
+        if libc::setresuid(p.uid, p.uid, p.uid) < 0 {
+            fail(p.err, 14);
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            fail(p.err, 15);
+        }
+        if libc::dup2(p.stdin, 0) < 0 || libc::dup2(p.log, 1) < 0 || libc::dup2(p.log, 2) < 0 {
+            fail(p.err, 16);
+        }
+        // A raw fork (no atfork handlers: this is the copy of a
+        // multi-threaded process).
+        let qemu = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+        if qemu < 0 {
+            fail(p.err, 18);
+        }
+        if qemu == 0 {
+            libc::execve(p.exe.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+            fail(p.err, 17)
+        }
+        // The init: hold nothing, reap everything, leave with QEMU.
+        libc::prctl(libc::PR_SET_NAME, c"stasis-jail".as_ptr(), 0, 0, 0);
+        for fd in [p.err, 0, 1, 2] {
+            libc::close(fd);
+        }
+        loop {
+            let mut status = 0;
+            let r = libc::waitpid(-1, &mut status, 0);
+            if r == qemu as libc::pid_t {
+                let code = if libc::WIFEXITED(status) {
+                    libc::WEXITSTATUS(status)
+                } else {
+                    128 + libc::WTERMSIG(status)
+                };
+                libc::_exit(code)
+            }
+            if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                libc::_exit(0)
+            }
+        }
+    }
+}
