@@ -657,7 +657,7 @@ impl ProcessBackend {
         }
         // Covering `/` would hide the whole root.
         hide.retain(|p| p.is_absolute() && p.parent().is_some());
-        let idmap = match self.cfg.userns {
+        let idmap = match self.cfg.userns.clone() {
             Some(u) => {
                 let dir = spec.dir.clone();
                 Some(blocking(move || userns::allocate(&u, &dir)).await?)
@@ -1416,8 +1416,11 @@ impl Backend for ProcessBackend {
             }
         }
         if dir.is_absolute() {
+            let ucfg = self.cfg.userns.clone();
             blocking(move || {
-                userns::release(&dir);
+                if let Some(u) = &ucfg {
+                    userns::release(u, &dir);
+                }
                 disk::unmount(&dir)
             })
             .await?;

@@ -3,7 +3,7 @@
 //!
 //! Each sandbox gets a *slot* `n` of a configured range ([`UsernsConfig`]):
 //! inside ids `0..size` are host ids `base + n*size ..`. The slot is claimed
-//! with an exclusive file `<state dir>/.userns/<n>` naming the sandbox and
+//! with an exclusive file `<claims dir>/<n>` naming the sandbox and
 //! recorded in `<sandbox dir>/userns`, so a resume or a daemon restart keeps
 //! the same mapping (a running sandbox keeps it anyway: its supervisor, PID 1
 //! and sessions live in the user namespace created at start). `destroy`
@@ -31,7 +31,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 /// The host id ranges sandboxes are mapped to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UsernsConfig {
     /// First host uid/gid of slot 0.
     pub base: u32,
@@ -39,6 +39,10 @@ pub struct UsernsConfig {
     pub size: u32,
     /// Number of slots (sandboxes mapped at once).
     pub slots: u32,
+    /// Where the slot claims live (the server's `<data-dir>/userns`); `None`:
+    /// `.userns` next to the sandbox dirs. Sandboxes whose dirs share a
+    /// parent (the stale-claim check looks for `<parent>/<id>`) must share it.
+    pub claims_dir: Option<PathBuf>,
 }
 
 impl Default for UsernsConfig {
@@ -49,6 +53,7 @@ impl Default for UsernsConfig {
             base: 100_000,
             size: 65_536,
             slots: 65_000,
+            claims_dir: None,
         }
     }
 }
@@ -88,8 +93,11 @@ struct Record {
     map: IdMap,
 }
 
-fn claims_dir(sandbox_dir: &Path) -> Option<PathBuf> {
-    sandbox_dir.parent().map(|p| p.join(".userns"))
+fn claims_dir(cfg: &UsernsConfig, sandbox_dir: &Path) -> Option<PathBuf> {
+    match &cfg.claims_dir {
+        Some(d) => Some(d.clone()),
+        None => sandbox_dir.parent().map(|p| p.join(".userns")),
+    }
 }
 
 fn id_of(sandbox_dir: &Path) -> String {
@@ -103,7 +111,8 @@ fn id_of(sandbox_dir: &Path) -> String {
 /// (still claimed by it), else a newly claimed free slot.
 pub fn allocate(cfg: &UsernsConfig, dir: &Path) -> io::Result<IdMap> {
     cfg.validate().map_err(io::Error::other)?;
-    let claims = claims_dir(dir).ok_or_else(|| io::Error::other("sandbox dir has no parent"))?;
+    let claims =
+        claims_dir(cfg, dir).ok_or_else(|| io::Error::other("sandbox dir has no parent"))?;
     fs::create_dir_all(&claims)?;
     let id = id_of(dir);
     let rec_path = dir.join("userns");
@@ -163,8 +172,8 @@ fn try_claim(claim: &Path, id: &str) -> io::Result<bool> {
 }
 
 /// Free the slot of a destroyed sandbox (only a claim naming it).
-pub fn release(dir: &Path) {
-    let Some(claims) = claims_dir(dir) else {
+pub fn release(cfg: &UsernsConfig, dir: &Path) {
+    let Some(claims) = claims_dir(cfg, dir) else {
         return;
     };
     let Ok(data) = fs::read(dir.join("userns")) else {
@@ -439,6 +448,7 @@ mod tests {
             base: 200_000,
             size: 65_536,
             slots: 3,
+            claims_dir: Some(t.path().join("claims")),
         };
         let dirs: Vec<PathBuf> = (0..3).map(|i| t.path().join(format!("sb{i}"))).collect();
         for d in &dirs {
@@ -458,7 +468,7 @@ mod tests {
         let e = allocate(&cfg, &extra).unwrap_err();
         assert!(e.to_string().contains("in use"), "{e}");
         // A destroyed sandbox frees its slot; one whose dir vanished too.
-        release(&dirs[1]);
+        release(&cfg, &dirs[1]);
         assert_eq!(allocate(&cfg, &extra).unwrap(), maps[1]);
         fs::remove_dir_all(&dirs[2]).unwrap();
         let extra2 = t.path().join("sb4");
@@ -466,6 +476,13 @@ mod tests {
         assert_eq!(allocate(&cfg, &extra2).unwrap(), maps[2]);
         // The first sandbox still has its own.
         assert_eq!(allocate(&cfg, &dirs[0]).unwrap(), maps[0]);
+        // Nothing but sandbox dirs next to the sandbox dirs.
+        let mut names: Vec<String> = fs::read_dir(t.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["claims", "sb0", "sb1", "sb3", "sb4"]);
     }
 
     #[test]
@@ -473,12 +490,21 @@ mod tests {
         let ok = UsernsConfig::default();
         assert!(ok.validate().is_ok());
         for bad in [
-            UsernsConfig { base: 0, ..ok },
-            UsernsConfig { size: 0, ..ok },
-            UsernsConfig { slots: 0, ..ok },
+            UsernsConfig {
+                base: 0,
+                ..ok.clone()
+            },
+            UsernsConfig {
+                size: 0,
+                ..ok.clone()
+            },
+            UsernsConfig {
+                slots: 0,
+                ..ok.clone()
+            },
             UsernsConfig {
                 slots: 70_000,
-                ..ok
+                ..ok.clone()
             },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");

@@ -160,6 +160,10 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     }
     pcfg.hide_paths.push(data_dir.clone());
     pcfg.state_dir = Some(data_dir.join("sandboxes"));
+    if let Some(u) = pcfg.userns.as_mut() {
+        // (not in `sandboxes/`, which holds sandbox dirs only)
+        u.claims_dir = Some(data_dir.join("userns"));
+    }
     pcfg.images_dir = Some(cfg.images_dir.clone());
     let process = Arc::new(ProcessBackend::new(pcfg));
 
