@@ -144,10 +144,32 @@ pub fn move_file(src: &Path, dst: &Path) -> Result<()> {
 }
 
 /// The last `max` bytes of a log file, for error messages.
+/// The last `max` bytes of a log that a jailed QEMU may have written or
+/// replaced: opened without following a symlink (O_NOFOLLOW) and read only
+/// if it is a regular file, and only its tail, so a log swapped for a link
+/// to a host file or for a device never reaches an error message or hangs
+/// the daemon.
 pub fn log_tail(path: &Path, max: usize) -> String {
-    let s = std::fs::read(path).unwrap_or_default();
-    let start = s.len().saturating_sub(max);
-    String::from_utf8_lossy(&s[start..]).trim().to_string()
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return String::new();
+    };
+    let len = match f.metadata() {
+        Ok(m) if m.file_type().is_file() => m.len(),
+        _ => return String::new(),
+    };
+    let start = len.saturating_sub(max as u64);
+    if f.seek(SeekFrom::Start(start)).is_err() {
+        return String::new();
+    }
+    let mut s = Vec::with_capacity(max.min(len as usize));
+    let _ = f.take(max as u64).read_to_end(&mut s);
+    String::from_utf8_lossy(&s).trim().to_string()
 }
 
 pub fn now_unix_nanos() -> u64 {
@@ -160,6 +182,27 @@ pub fn now_unix_nanos() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_tails_read_only_regular_files_and_only_their_tail() {
+        let d = tempfile::tempdir().unwrap();
+        let log = d.path().join("qemu.log");
+        std::fs::write(&log, format!("{}the end\n", "x".repeat(5000))).unwrap();
+        assert_eq!(log_tail(&log, 8), "the end");
+        assert_eq!(log_tail(&log, 7), "he end");
+        assert_eq!(log_tail(&log, 100_000).len(), 5007);
+        // A log replaced by a link to another file, or by a device, is not read.
+        let secret = d.path().join("secret");
+        std::fs::write(&secret, "host secret").unwrap();
+        let link = d.path().join("console.log");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        assert_eq!(log_tail(&link, 600), "");
+        let dev = d.path().join("dev.log");
+        std::os::unix::fs::symlink("/dev/zero", &dev).unwrap();
+        assert_eq!(log_tail(&dev, 600), "");
+        assert_eq!(log_tail(Path::new("/dev/zero"), 600), "");
+        assert_eq!(log_tail(&d.path().join("missing"), 600), "");
+    }
 
     #[test]
     fn reads_own_process() {

@@ -1109,7 +1109,12 @@ impl Manager {
             kind,
             previous: rec.pause_snapshot.clone(),
         };
-        pause_recovery::write_intent(&stage, &intent)?;
+        // The backend has already stopped the sandbox: a failure from here
+        // on (a full disk, the store) is settled like a crash, never left
+        // in Pausing.
+        if let Err(e) = pause_recovery::write_intent(&stage, &intent) {
+            return Err(self.pause_failed(&rec, &spec, e).await);
+        }
         failpoint::hit("pause.intent-written");
         let ts = std::time::Instant::now();
         let snap = match self
@@ -1126,24 +1131,11 @@ impl Manager {
             .await
         {
             Ok(s) => s,
-            Err(e) => {
-                // The backend has already stopped the sandbox and its state
-                // exists only in the stage directory: keep it there, say so.
-                let reason = format!(
-                    "pause could not be stored ({}); its artifacts are kept in {}",
-                    e.message,
-                    stage.display()
-                );
-                let _ = self
-                    .transition(
-                        &rec.id,
-                        SandboxState::Pausing,
-                        SandboxState::Failed,
-                        Patch::reason(reason.clone()),
-                    )
-                    .await;
-                return Err(Error::backend(reason));
-            }
+            // Its state exists only in the stage directory: the settling
+            // tries the upload once more, else falls back to an earlier
+            // snapshot; only with nothing restorable is it Failed (the stage
+            // kept for inspection).
+            Err(e) => return Err(self.pause_failed(&rec, &spec, e).await),
         };
         let store_ms = elapsed_ms(ts);
         failpoint::hit("pause.stored");
