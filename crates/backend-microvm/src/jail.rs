@@ -69,8 +69,8 @@ pub struct JailConfig {
 impl Default for JailConfig {
     fn default() -> Self {
         JailConfig {
-            uid_base: 0x7a00_0000,
-            uid_count: 65536,
+            uid_base: stasis_backend::QEMU_JAIL_UID_BASE,
+            uid_count: stasis_backend::QEMU_JAIL_UID_COUNT,
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod layer;
 pub mod net;
 pub mod outputs;
 pub mod shim;
+mod subid;
 pub mod supervisor;
 mod supervisor_client;
 pub mod userns;

@@ -9,6 +9,14 @@
 //! and sessions live in the user namespace created at start). `destroy`
 //! frees the slot; a claim whose sandbox dir is gone is taken over.
 //!
+//! A slot is never shared: claims are taken and freed under a lock (a
+//! process-wide mutex and `flock` of `<claims dir>/.lock`, so two daemons on
+//! one data dir serialise too), a claim file appears whole (written to a temp
+//! file, then hard-linked to its name, which fails if the name exists), and
+//! an empty or unreadable owner is never taken for stale. The default ranges
+//! end below the QEMU jail's uids ([`stasis_backend::QEMU_JAIL_UID_BASE`]) and
+//! slots overlapping a range of `/etc/subuid` or `/etc/subgid` are skipped.
+//!
 //! Ownership on disk never depends on the slot: the shim mounts the lower
 //! layer and the writable layer through *idmapped mounts* of the sandbox's
 //! user namespace, so the upper layer stores inside ids (a file made by root
@@ -20,15 +28,21 @@
 //! host's user namespace (the shim creates them as host root and joins the
 //! sandbox's user namespace last), so root inside has its capabilities only
 //! over its own user namespace: it cannot mount, configure the network,
-//! change the hostname, load modules or reach files of unmapped owners
-//! (host root's files appear as `nobody`) even without the seccomp filter.
+//! change the hostname or load modules even without the seccomp filter.
+//! Files of the idmapped lower layer and input mounts keep their on-disk
+//! owners inside (host root's files are root's inside); only ids beyond the
+//! range's size (and files of non-idmapped filesystems) appear as `nobody`.
 
+use crate::subid;
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
+use stasis_backend::{QEMU_JAIL_UID_BASE, QEMU_JAIL_UID_COUNT};
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 /// The host id ranges sandboxes are mapped to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,17 +57,27 @@ pub struct UsernsConfig {
     /// `.userns` next to the sandbox dirs. Sandboxes whose dirs share a
     /// parent (the stale-claim check looks for `<parent>/<id>`) must share it.
     pub claims_dir: Option<PathBuf>,
+    /// Subordinate id files (`subuid(5)` format) whose ranges no slot may
+    /// overlap; a missing file lists none.
+    pub subid_files: Vec<PathBuf>,
 }
+
+/// First host id of the default ranges (like rootless containers' ranges).
+const DEFAULT_BASE: u32 = 100_000;
+/// Ids per sandbox by default.
+const DEFAULT_SIZE: u32 = 65_536;
 
 impl Default for UsernsConfig {
     fn default() -> Self {
-        // 100000 + n*65536 up to the top of the 32-bit id space, like
-        // /etc/subuid ranges of rootless containers.
+        // 100000 + n*65536 for every n whose range ends below the QEMU jail's
+        // uids (31230 slots), skipping the host users' /etc/subuid and
+        // /etc/subgid ranges.
         UsernsConfig {
-            base: 100_000,
-            size: 65_536,
-            slots: 65_000,
+            base: DEFAULT_BASE,
+            size: DEFAULT_SIZE,
+            slots: (QEMU_JAIL_UID_BASE - DEFAULT_BASE) / DEFAULT_SIZE,
             claims_dir: None,
+            subid_files: vec!["/etc/subuid".into(), "/etc/subgid".into()],
         }
     }
 }
@@ -74,13 +98,23 @@ impl UsernsConfig {
         }
     }
 
-    /// Check the range fits the 32-bit id space (and spares id 2^32-1).
+    /// Check the range fits the 32-bit id space (and spares id 2^32-1) and
+    /// stays clear of the microVM backend's QEMU jail uids.
     pub fn validate(&self) -> Result<(), String> {
         let end = self.base as u64 + self.size as u64 * self.slots as u64;
         if self.base == 0 || self.size == 0 || self.slots == 0 || end >= u32::MAX as u64 {
             return Err(format!(
                 "user namespace range base {} + {} slots of {} ids does not fit 1..2^32-1",
                 self.base, self.slots, self.size
+            ));
+        }
+        let jail =
+            QEMU_JAIL_UID_BASE as u64..QEMU_JAIL_UID_BASE as u64 + QEMU_JAIL_UID_COUNT as u64;
+        if (self.base as u64) < jail.end && jail.start < end {
+            return Err(format!(
+                "user namespace range {}..{end} (base {} + {} slots of {} ids) overlaps the \
+                 QEMU jail uids {}..{}",
+                self.base, self.base, self.slots, self.size, jail.start, jail.end
             ));
         }
         Ok(())
@@ -107,45 +141,123 @@ fn id_of(sandbox_dir: &Path) -> String {
         .unwrap_or_default()
 }
 
+/// Serialises claims between the threads of this process.
+static CLAIMS: Mutex<()> = Mutex::new(());
+
+/// Exclusive hold on a claims dir: the in-process mutex, then `flock` of
+/// `<claims>/.lock` against other processes (a restarting daemon and a
+/// lingering one on the same data dir).
+struct ClaimsLock {
+    _file: Flock<File>,
+    _guard: MutexGuard<'static, ()>,
+}
+
+fn lock(claims: &Path) -> io::Result<ClaimsLock> {
+    let guard = CLAIMS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(claims.join(".lock"))?;
+    loop {
+        match Flock::lock(file, FlockArg::LockExclusive) {
+            Ok(l) => {
+                return Ok(ClaimsLock {
+                    _file: l,
+                    _guard: guard,
+                })
+            }
+            Err((f, nix::errno::Errno::EINTR)) => file = f,
+            Err((_, e)) => return Err(io::Error::other(format!("lock {}: {e}", claims.display()))),
+        }
+    }
+}
+
+/// The sandbox named in a claim file; `None`: no claim.
+fn owner(claim: &Path) -> io::Result<Option<String>> {
+    match fs::read(claim) {
+        Ok(d) => Ok(Some(String::from_utf8_lossy(&d).into_owned())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A claim is stale when it names a sandbox whose dir (`<parent>/<owner>`)
+/// is gone. An empty or odd owner is never stale: claims are written whole
+/// (see [`try_claim`]), so such a file is not ours to judge and keeps its slot.
+fn stale(owner: &str, parent: &Path) -> bool {
+    if owner.is_empty() || owner.contains('/') || owner == "." || owner == ".." {
+        return false;
+    }
+    matches!(fs::symlink_metadata(parent.join(owner)), Err(e) if e.kind() == io::ErrorKind::NotFound)
+}
+
+/// Claim `slot` for `id` if no claim exists. The claim appears whole: the
+/// owner is written to a temp file which is then hard-linked to the slot's
+/// name (`link` fails if the name exists), so no one ever reads a partial
+/// claim. Call with the claims lock held (the temp file name is fixed).
+fn try_claim(claims: &Path, slot: u32, id: &str) -> io::Result<bool> {
+    let tmp = claims.join(".claim.tmp");
+    fs::write(&tmp, id.as_bytes())?;
+    let r = fs::hard_link(&tmp, claims.join(slot.to_string()));
+    let _ = fs::remove_file(&tmp);
+    match r {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// The mapping of the sandbox whose state dir is `dir`: the recorded one
-/// (still claimed by it), else a newly claimed free slot.
+/// (still claimed by it), else a newly claimed free slot. Slots whose range
+/// overlaps a subordinate id range of the host are never handed out.
 pub fn allocate(cfg: &UsernsConfig, dir: &Path) -> io::Result<IdMap> {
     cfg.validate().map_err(io::Error::other)?;
     let claims =
         claims_dir(cfg, dir).ok_or_else(|| io::Error::other("sandbox dir has no parent"))?;
+    let parent = dir
+        .parent()
+        .ok_or_else(|| io::Error::other("sandbox dir has no parent"))?;
     fs::create_dir_all(&claims)?;
+    let reserved = subid::read(&cfg.subid_files)?;
+    let usable = |slot: u32| {
+        slot < cfg.slots && {
+            let m = cfg.map(slot);
+            !subid::overlaps(&reserved, m.host as u64, m.size as u64)
+        }
+    };
     let id = id_of(dir);
+    let _lock = lock(&claims)?;
     let rec_path = dir.join("userns");
     if let Ok(data) = fs::read(&rec_path) {
         if let Ok(rec) = serde_json::from_slice::<Record>(&data) {
             let claim = claims.join(rec.slot.to_string());
-            let owner = fs::read_to_string(&claim).ok();
-            if rec.slot < cfg.slots && rec.map == cfg.map(rec.slot) {
-                if owner.as_deref() == Some(id.as_str()) {
+            let own = owner(&claim)?;
+            if usable(rec.slot) && rec.map == cfg.map(rec.slot) {
+                if own.as_deref() == Some(id.as_str()) {
                     return Ok(rec.map);
                 }
-                if owner.is_none() && try_claim(&claim, &id)? {
+                if own.is_none() && try_claim(&claims, rec.slot, &id)? {
                     return Ok(rec.map);
                 }
+            } else if own.as_deref() == Some(id.as_str()) {
+                // Our old slot is no longer allowed: give it back.
+                fs::remove_file(&claim)?;
             }
         }
     }
-    for slot in 0..cfg.slots {
+    for slot in (0..cfg.slots).filter(|&s| usable(s)) {
         let claim = claims.join(slot.to_string());
-        let taken = match fs::read_to_string(&claim) {
-            Ok(owner) => {
-                // A claim of a sandbox whose dir is gone is stale.
-                if owner == id || !dir.with_file_name(&owner).is_dir() || owner.is_empty() {
-                    let _ = fs::remove_file(&claim);
-                    !try_claim(&claim, &id)?
-                } else {
-                    true
-                }
+        let ours = match owner(&claim)? {
+            None => try_claim(&claims, slot, &id)?,
+            Some(o) if o == id => true,
+            Some(o) if stale(&o, parent) => {
+                fs::remove_file(&claim)?;
+                try_claim(&claims, slot, &id)?
             }
-            Err(e) if e.kind() == io::ErrorKind::NotFound => !try_claim(&claim, &id)?,
-            Err(e) => return Err(e),
+            Some(_) => false,
         };
-        if taken {
+        if !ours {
             continue;
         }
         let map = cfg.map(slot);
@@ -160,17 +272,6 @@ pub fn allocate(cfg: &UsernsConfig, dir: &Path) -> io::Result<IdMap> {
     )))
 }
 
-fn try_claim(claim: &Path, id: &str) -> io::Result<bool> {
-    match File::options().write(true).create_new(true).open(claim) {
-        Ok(mut f) => {
-            f.write_all(id.as_bytes())?;
-            Ok(true)
-        }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
-        Err(e) => Err(e),
-    }
-}
-
 /// Free the slot of a destroyed sandbox (only a claim naming it).
 pub fn release(cfg: &UsernsConfig, dir: &Path) {
     let Some(claims) = claims_dir(cfg, dir) else {
@@ -182,8 +283,11 @@ pub fn release(cfg: &UsernsConfig, dir: &Path) {
     let Ok(rec) = serde_json::from_slice::<Record>(&data) else {
         return;
     };
+    let Ok(_lock) = lock(&claims) else {
+        return;
+    };
     let claim = claims.join(rec.slot.to_string());
-    if fs::read_to_string(&claim).ok().as_deref() == Some(id_of(dir).as_str()) {
+    if owner(&claim).ok().flatten().as_deref() == Some(id_of(dir).as_str()) {
         let _ = fs::remove_file(claim);
     }
 }
@@ -449,6 +553,7 @@ mod tests {
             size: 65_536,
             slots: 3,
             claims_dir: Some(t.path().join("claims")),
+            subid_files: vec![],
         };
         let dirs: Vec<PathBuf> = (0..3).map(|i| t.path().join(format!("sb{i}"))).collect();
         for d in &dirs {
@@ -483,6 +588,39 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["claims", "sb0", "sb1", "sb3", "sb4"]);
+    }
+
+    #[test]
+    fn the_default_ranges_stay_clear_of_the_qemu_jail() {
+        let d = UsernsConfig::default();
+        assert!(d.validate().is_ok());
+        let end = d.base as u64 + d.size as u64 * d.slots as u64;
+        assert!(end <= QEMU_JAIL_UID_BASE as u64);
+        // One slot more would reach the jail's uids.
+        let e = UsernsConfig {
+            slots: d.slots + 1,
+            ..d.clone()
+        }
+        .validate()
+        .unwrap_err();
+        assert!(e.contains("QEMU jail"), "{e}");
+        // Ranges that start inside it, or span it, are refused too; ones
+        // above it are fine.
+        for (base, slots, ok) in [
+            (QEMU_JAIL_UID_BASE, 1, false),
+            (QEMU_JAIL_UID_BASE + 65_535, 1, false),
+            (QEMU_JAIL_UID_BASE - 1, 1, false),
+            (QEMU_JAIL_UID_BASE - 65_536, 1, true),
+            (QEMU_JAIL_UID_BASE + 65_536, 100, true),
+            (100_000, 40_000, false),
+        ] {
+            let c = UsernsConfig {
+                base,
+                slots,
+                ..d.clone()
+            };
+            assert_eq!(c.validate().is_ok(), ok, "{c:?}");
+        }
     }
 
     #[test]

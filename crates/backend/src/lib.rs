@@ -19,6 +19,12 @@ use stasis_core::{
     SessionOutput, SessionSpec, Stream,
 };
 
+/// The host uids (= gids) the microVM backend's QEMU jail runs under:
+/// `QEMU_JAIL_UID_BASE + 0..QEMU_JAIL_UID_COUNT`. Here so that the process
+/// backend's user namespace ranges can be kept clear of it.
+pub const QEMU_JAIL_UID_BASE: u32 = 0x7a00_0000;
+pub const QEMU_JAIL_UID_COUNT: u32 = 65_536;
+
 /// Everything a backend needs to build or rebuild a sandbox.
 #[derive(Debug, Clone)]
 pub struct SandboxSpec {
