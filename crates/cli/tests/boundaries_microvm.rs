@@ -258,7 +258,17 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
 
     // Fork bomb: stopped at the pids cap; the sandbox answers afterwards.
     let _ = exec_sh(&h, &id, "timeout 6 sh -c 'f() { f | f & }; f; sleep 5'").await;
-    let ev = h.sh(&id, "cat /sys/fs/cgroup/stasis/pids.events").await;
+    // Read through the files API, not a shell: what is left of the bomb
+    // may still hold every pid of the cap, and a shell could not fork.
+    let r = h
+        .raw(
+            "GET",
+            &format!("/v1/sandboxes/{id}/files?path=/sys/fs/cgroup/stasis/pids.events"),
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.status, 200, "{}", r.body);
+    let ev = r.body.as_str().unwrap_or_default().to_string();
     let hits: u64 = ev
         .split_whitespace()
         .nth(1)
