@@ -832,8 +832,13 @@ impl MicrovmBackend {
             inputs: vm.inputs.clone(),
             vcpus: vm.vcpus,
         };
-        std::fs::write(vm.dir.join(VM_RECORD), serde_json::to_vec_pretty(&rec)?)?;
-        Ok(())
+        // QEMU (perhaps the guest's) runs and may write the directory: a
+        // name it planted is replaced, never written through.
+        stasis_backend::fsafe::write_replace(
+            &vm.dir.join(VM_RECORD),
+            &serde_json::to_vec_pretty(&rec)?,
+            0o644,
+        )
     }
 
     fn insert(&self, vm: Arc<Vm>) -> Result<()> {
