@@ -429,9 +429,12 @@ impl JailSpec {
         // What it only reads stays root's; a file written under a strict
         // umask (0600) gets the read bits the QEMU uid needs. (Its contents
         // are no secret from the guest whose disk or memory it is.) Only
-        // files of the image or the sandbox directory, and only root's.
+        // root's files of the image or the sandbox directory: anything else
+        // (the host's firmware) is left as it is.
         for r in &self.reads {
-            trust::within(r, &[image_dir, &self.cwd])?;
+            if trust::within(r, &[image_dir, &self.cwd]).is_err() {
+                continue;
+            }
             let f = trust::open_regular(r)?;
             let md = f.metadata()?;
             if md.mode() & 0o004 == 0 && md.uid() == 0 {
@@ -693,8 +696,8 @@ mod tests {
         }
     }
 
-    /// A read planted as a symlink (or leading out of the two directories)
-    /// is not chmodded: prepare_dir fails and the host file keeps 0600.
+    /// A read leading out of the two directories (through a symlink or not)
+    /// is left alone; a symlink is never followed: the host file keeps 0600.
     #[test]
     fn prepare_dir_never_chmods_through_a_symlink_or_outside() {
         use std::os::unix::fs::PermissionsExt;
@@ -707,7 +710,10 @@ mod tests {
         std::fs::write(&shadow, "s").unwrap();
         std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
         std::os::unix::fs::symlink(&shadow, sb.join("memory.ram")).unwrap();
-        for read in [sb.join("memory.ram"), shadow.clone()] {
+        // A symlink inside the sandbox dir to a file there: refused.
+        std::fs::write(sb.join("inner"), "i").unwrap();
+        std::os::unix::fs::symlink(sb.join("inner"), sb.join("input.ext4")).unwrap();
+        for read in [sb.join("memory.ram"), shadow.clone(), sb.join("input.ext4")] {
             let spec = JailSpec {
                 uid: 0x7b00_0040,
                 gid: 0x7b00_0040,
@@ -717,10 +723,8 @@ mod tests {
                 cwd: sb.clone(),
                 reads: vec![read.clone()],
             };
-            assert!(
-                spec.prepare_dir(Path::new("disk.qcow2"), &img).is_err(),
-                "{read:?}"
-            );
+            let r = spec.prepare_dir(Path::new("disk.qcow2"), &img);
+            assert_eq!(r.is_err(), read.ends_with("input.ext4"), "{read:?}: {r:?}");
             assert_eq!(std::fs::metadata(&shadow).unwrap().mode() & 0o777, 0o600);
         }
         // Nor is a disk planted as a symlink chowned to the QEMU uid.
