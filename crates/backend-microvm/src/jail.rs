@@ -44,6 +44,11 @@
 //! view of the snapshot directories. The daemon (root) still reaches the QMP
 //! and agent sockets and `/proc/<pid>`.
 //!
+//! What QEMU writes is never trusted (`trust`): a backing file outside the
+//! image's and the sandbox's directories is refused before it is opened,
+//! bound or chmodded, and modes change only through `O_NOFOLLOW`
+//! descriptors; disks are checked when they leave or enter a sandbox.
+//!
 //! The jail holds no reference to the daemon: QEMU runs in its own session
 //! and namespaces, so a daemon restart re-attaches to it as before.
 
