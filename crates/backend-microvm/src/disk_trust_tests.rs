@@ -185,6 +185,29 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
         f.assert_host_untouched(&case);
         assert!(f.sb.join(qemu::DISK).is_file(), "base, {case}: disk lost");
     }
+    // A flatten interrupted after its rebase is redone: the top then names
+    // `.base.qcow2`, which the daemon wrote; it exports.
+    img(
+        &f.sb,
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-u",
+            "-b",
+            ".base.qcow2",
+            "-F",
+            "qcow2",
+            qemu::DISK,
+            "1M",
+        ],
+    );
+    f.b.export_disk(&f.sb, &f.out, true, &f.rootfs)
+        .await
+        .unwrap();
+    crate::jail::trust::check_disk(&f.out.join(DISK_ARTIFACT), &f.rootfs).unwrap();
+    std::fs::remove_file(f.out.join(DISK_ARTIFACT)).unwrap();
     std::fs::remove_file(f.sb.join(qemu::BASE_DISK)).unwrap();
     std::os::unix::fs::symlink(&f.shadow, f.sb.join(qemu::BASE_DISK)).unwrap();
     let e =

@@ -1230,8 +1230,19 @@ impl MicrovmBackend {
             // external data file. The rebase then forces the top onto the
             // copy of the base.
             self.check_disk(&tmp_base, rootfs).await?;
-            self.check_disk(&tmp_top, Path::new(qemu::BASE_DISK))
-                .await?;
+            // The top names `base.qcow2` (`import_disk`), or `.base.qcow2`
+            // when a flatten interrupted after its rebase is redone
+            // (`finish_pause`): both are the daemon's names, and the rebase
+            // below forces it onto the checked copy either way.
+            let redone = jail::trust::qcow2_refs(&tmp_top)?
+                .and_then(|r| r.backing)
+                .is_some_and(|b| b == Path::new(".base.qcow2"));
+            let top_backing = if redone {
+                ".base.qcow2"
+            } else {
+                qemu::BASE_DISK
+            };
+            self.check_disk(&tmp_top, Path::new(top_backing)).await?;
             qemu_img(
                 &self.config.qemu_img,
                 out,
