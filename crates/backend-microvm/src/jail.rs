@@ -44,15 +44,20 @@
 //! view of the snapshot directories. The daemon (root) still reaches the QMP
 //! and agent sockets and `/proc/<pid>`.
 //!
+//! What QEMU writes is never trusted (`trust`): a backing file outside the
+//! image's and the sandbox's directories is refused before it is opened,
+//! bound or chmodded, and modes change only through `O_NOFOLLOW`
+//! descriptors; disks are checked when they leave or enter a sandbox.
+//!
 //! The jail holds no reference to the daemon: QEMU runs in its own session
 //! and namespaces, so a daemon restart re-attaches to it as before.
 
 mod launch;
+pub mod trust;
 
 pub use launch::{spawn, Jailed};
 
 use std::collections::HashSet;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -123,6 +128,9 @@ pub struct Needs<'a> {
     pub kvm: bool,
     pub network: bool,
     pub dir: &'a Path,
+    /// The image's directory: with `dir`, the only place a backing file may
+    /// lie (the disk's header is QEMU-written, see `trust`).
+    pub image_dir: &'a Path,
 }
 
 /// Uids handed out but whose QEMU may not show in /proc yet.
@@ -252,37 +260,22 @@ fn absolute(base: &Path, path: &Path) -> PathBuf {
         .collect()
 }
 
-/// The backing file named in a qcow2 header, if any.
-pub fn qcow2_backing(path: &Path) -> Result<Option<PathBuf>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut f = std::fs::File::open(path)?;
-    let mut h = [0u8; 20];
-    f.read_exact(&mut h)?;
-    if &h[..4] != b"QFI\xfb" {
-        return Ok(None); // raw: no backing
-    }
-    let off = u64::from_be_bytes(h[8..16].try_into().unwrap());
-    let len = u32::from_be_bytes(h[16..20].try_into().unwrap()) as usize;
-    if off == 0 || len == 0 {
-        return Ok(None);
-    }
-    if len > 4096 {
-        return Err(Error::backend(format!(
-            "{}: backing file name of {len} bytes",
-            path.display()
-        )));
-    }
-    let mut name = vec![0u8; len];
-    f.seek(SeekFrom::Start(off))?;
-    f.read_exact(&mut name)?;
-    Ok(Some(PathBuf::from(std::ffi::OsStr::from_bytes(&name))))
-}
-
-/// The files of a qcow2 chain below `disk` (its backing files, in order).
-pub fn backing_chain(disk: &Path) -> Result<Vec<PathBuf>> {
+/// The files of a qcow2 chain below `disk` (its backing files, in order,
+/// as QEMU names them). The headers may have been written by a QEMU the
+/// guest owns: each backing file is refused before it is even opened
+/// unless its real path lies under one of `roots`, and a layer with an
+/// external data file is refused.
+pub fn backing_chain(disk: &Path, roots: &[&Path]) -> Result<Vec<PathBuf>> {
     let mut chain = Vec::new();
-    let mut cur = disk.to_path_buf();
-    while let Some(b) = qcow2_backing(&cur)? {
+    let (mut cur, mut real) = (disk.to_path_buf(), disk.to_path_buf());
+    while let Some(refs) = trust::qcow2_refs(&real)? {
+        if refs.data_file {
+            return Err(Error::integrity(format!(
+                "{}: names an external data file: refused",
+                cur.display()
+            )));
+        }
+        let Some(b) = refs.backing else { break };
         let next = absolute(cur.parent().unwrap_or(Path::new("/")), &b);
         if chain.contains(&next) || chain.len() > 64 {
             return Err(Error::backend(format!(
@@ -290,6 +283,13 @@ pub fn backing_chain(disk: &Path) -> Result<Vec<PathBuf>> {
                 disk.display()
             )));
         }
+        real = trust::within(&next, roots).map_err(|e| {
+            Error::integrity(format!(
+                "the backing chain of {} leaves the image and sandbox directories: {}",
+                disk.display(),
+                e.message
+            ))
+        })?;
         chain.push(next.clone());
         cur = next;
     }
@@ -344,7 +344,10 @@ impl JailSpec {
         }
         binds.push(file(absolute(&dir, n.kernel), false));
         binds.push(file(absolute(&dir, n.initrd), false));
-        for b in backing_chain(&absolute(&dir, n.disk))? {
+        // The chain comes from headers a previous QEMU may have written: a
+        // backing file whose real path leaves the image or the sandbox
+        // directory is refused (never bound, never chmodded).
+        for b in backing_chain(&absolute(&dir, n.disk), &[n.image_dir, &dir])? {
             binds.push(file(b, false));
         }
         for f in &n.files {
@@ -419,24 +422,30 @@ impl JailSpec {
     /// Give the jail uid what it writes in the sandbox directory: the
     /// directory (group, sticky, so the daemon's files stay the daemon's) and
     /// the writable disk.
-    pub fn prepare_dir(&self, disk: &Path) -> Result<()> {
+    pub fn prepare_dir(&self, disk: &Path, image_dir: &Path) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
-        let chown = |p: &Path, u: u32, g: u32| {
-            std::os::unix::fs::chown(p, Some(u), Some(g))
-                .map_err(|e| Error::backend(format!("chown {}: {e}", p.display())))
-        };
-        chown(&self.cwd, 0, self.gid)?;
+        std::os::unix::fs::chown(&self.cwd, Some(0), Some(self.gid))
+            .map_err(|e| Error::backend(format!("chown {}: {e}", self.cwd.display())))?;
         std::fs::set_permissions(&self.cwd, std::fs::Permissions::from_mode(0o1770))?;
+        // Through descriptors opened O_NOFOLLOW: a name planted in the
+        // (QEMU-writable) directory is refused, never followed.
         let disk = absolute(&self.cwd, disk);
-        chown(&disk, self.uid, self.gid)?;
-        std::fs::set_permissions(&disk, std::fs::Permissions::from_mode(0o600))?;
+        trust::fix_mode(&disk, Some((self.uid, self.gid)), |_| 0o600)?;
         // What it only reads stays root's; a file written under a strict
         // umask (0600) gets the read bits the QEMU uid needs. (Its contents
-        // are no secret from the guest whose disk or memory it is.)
+        // are no secret from the guest whose disk or memory it is.) Only
+        // root's files of the image or the sandbox directory: anything else
+        // (the host's firmware) is left as it is.
         for r in &self.reads {
-            let mode = std::fs::metadata(r)?.permissions().mode();
-            if mode & 0o004 == 0 {
-                std::fs::set_permissions(r, std::fs::Permissions::from_mode(mode | 0o044))?;
+            if trust::within(r, &[image_dir, &self.cwd]).is_err() {
+                continue;
+            }
+            let f = trust::open_regular(r)?;
+            let md = f.metadata()?;
+            if md.mode() & 0o004 == 0 && md.uid() == 0 {
+                f.set_permissions(std::fs::Permissions::from_mode(
+                    (md.mode() & 0o7777) | 0o044,
+                ))?;
             }
         }
         Ok(())
@@ -447,11 +456,7 @@ impl JailSpec {
 /// world-readable like every artifact (forks' QEMUs read it as a backing
 /// file; none may write it).
 pub fn disown(p: &Path) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    std::os::unix::fs::chown(p, Some(0), Some(0))
-        .map_err(|e| Error::backend(format!("chown {}: {e}", p.display())))?;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o644))?;
-    Ok(())
+    trust::fix_mode(p, Some((0, 0)), |_| 0o644)
 }
 
 /// Lease a uid, plan the jail of the QEMU `launch` describes (cwd `dir`)
@@ -460,6 +465,7 @@ pub fn prepare(
     cfg: &JailConfig,
     launch: &crate::qemu::Launch,
     dir: &Path,
+    image_dir: &Path,
 ) -> Result<(UidLease, JailSpec)> {
     use crate::qemu::{Accel, RamBacking, DISK, FIRMWARE};
     let lease = lease_uid(cfg, &launch.name)?;
@@ -480,9 +486,10 @@ pub fn prepare(
         kvm: launch.accel == Accel::Kvm,
         network,
         dir,
+        image_dir,
     };
     let spec = JailSpec::plan(lease.0, &needs)?;
-    spec.prepare_dir(Path::new(DISK))?;
+    spec.prepare_dir(Path::new(DISK), image_dir)?;
     Ok((lease, spec))
 }
 
@@ -507,15 +514,7 @@ mod tests {
     }
 
     fn qcow2_with_backing(path: &Path, backing: &str) {
-        let mut h = vec![0u8; 512];
-        h[..4].copy_from_slice(b"QFI\xfb");
-        h[4..8].copy_from_slice(&3u32.to_be_bytes());
-        if !backing.is_empty() {
-            h[8..16].copy_from_slice(&200u64.to_be_bytes());
-            h[16..20].copy_from_slice(&(backing.len() as u32).to_be_bytes());
-            h[200..200 + backing.len()].copy_from_slice(backing.as_bytes());
-        }
-        std::fs::write(path, h).unwrap();
+        trust::tests::qcow2(path, backing, None, None);
     }
 
     #[test]
@@ -527,15 +526,21 @@ mod tests {
         qcow2_with_backing(&root, "");
         qcow2_with_backing(&d.path().join("base.qcow2"), root.to_str().unwrap());
         qcow2_with_backing(&d.path().join("disk.qcow2"), "base.qcow2");
+        let roots = [d.path()];
         assert_eq!(
-            backing_chain(&d.path().join("disk.qcow2")).unwrap(),
+            backing_chain(&d.path().join("disk.qcow2"), &roots).unwrap(),
             vec![d.path().join("base.qcow2"), root.clone()]
         );
-        assert!(backing_chain(&root).unwrap().is_empty());
+        assert!(backing_chain(&root, &roots).unwrap().is_empty());
         // A chain that loops is refused, not followed forever.
         qcow2_with_backing(&d.path().join("a.qcow2"), "b.qcow2");
         qcow2_with_backing(&d.path().join("b.qcow2"), "a.qcow2");
-        assert!(backing_chain(&d.path().join("a.qcow2")).is_err());
+        assert!(backing_chain(&d.path().join("a.qcow2"), &roots).is_err());
+        // A layer with an external data file is refused.
+        trust::tests::qcow2(&d.path().join("df.qcow2"), "", None, Some("/etc/shadow"));
+        qcow2_with_backing(&d.path().join("disk.qcow2"), "df.qcow2");
+        let e = backing_chain(&d.path().join("disk.qcow2"), &roots).unwrap_err();
+        assert!(e.message.contains("data file"), "{e}");
     }
 
     #[test]
@@ -584,6 +589,7 @@ mod tests {
             kvm: false,
             network: false,
             dir: &sb,
+            image_dir: &img,
         };
         let s = JailSpec::plan(0x7b00_0010, &n).unwrap();
         let paths: Vec<&Path> = s.binds.iter().map(|b| b.path.as_path()).collect();
@@ -625,7 +631,7 @@ mod tests {
             cwd: sb.clone(),
             reads: vec![ram.clone()],
         };
-        spec.prepare_dir(Path::new("disk.qcow2")).unwrap();
+        spec.prepare_dir(Path::new("disk.qcow2"), d.path()).unwrap();
         let md = |p: &Path| std::fs::metadata(p).unwrap();
         assert_eq!(
             (md(&sb).uid(), md(&sb).gid(), md(&sb).mode() & 0o7777),
@@ -634,5 +640,112 @@ mod tests {
         let disk = md(&sb.join("disk.qcow2"));
         assert_eq!((disk.uid(), disk.mode() & 0o777), (0x7b00_0020, 0o600));
         assert_eq!((md(&ram).uid(), md(&ram).mode() & 0o777), (0, 0o644));
+    }
+
+    /// A header a compromised QEMU wrote names a host file (standing for
+    /// /etc/shadow, mode 0600), directly, relatively, or through a symlink
+    /// planted in the sandbox directory: the plan is refused, nothing is
+    /// bound, the host file keeps its mode.
+    #[test]
+    fn a_backing_chain_leaving_the_image_and_sandbox_dirs_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let (sb, img, host) = (
+            d.path().join("sb"),
+            d.path().join("img"),
+            d.path().join("etc"),
+        );
+        for p in [&sb, &img, &host] {
+            std::fs::create_dir_all(p).unwrap();
+        }
+        for f in ["vmlinux", "initrd.img"] {
+            std::fs::write(img.join(f), f).unwrap();
+        }
+        qcow2_with_backing(&img.join("rootfs.qcow2"), "");
+        let shadow = host.join("shadow");
+        std::fs::write(&shadow, "root:$6$secret").unwrap();
+        std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&shadow, sb.join("planted")).unwrap();
+        qcow2_with_backing(&sb.join("base.qcow2"), shadow.to_str().unwrap());
+        let (kernel, initrd) = (img.join("vmlinux"), img.join("initrd.img"));
+        for backing in [
+            shadow.to_str().unwrap().to_string(),
+            "../etc/shadow".into(),
+            "planted".into(),
+            // One level down: the sandbox's base names the host file.
+            "base.qcow2".into(),
+        ] {
+            qcow2_with_backing(&sb.join("disk.qcow2"), &backing);
+            let n = Needs {
+                qemu: Path::new("/bin/sh"),
+                firmware: "no-such-firmware.rom",
+                kernel: &kernel,
+                initrd: &initrd,
+                disk: Path::new("disk.qcow2"),
+                files: vec![],
+                relay: None,
+                kvm: false,
+                network: false,
+                dir: &sb,
+                image_dir: &img,
+            };
+            let e = JailSpec::plan(0x7b00_0030, &n).unwrap_err();
+            assert_eq!(
+                e.code,
+                stasis_core::ErrorCode::IntegrityError,
+                "{backing}: {e}"
+            );
+            assert!(e.message.contains("leaves"), "{e}");
+            let md = std::fs::metadata(&shadow).unwrap();
+            assert_eq!(md.mode() & 0o777, 0o600, "{backing}");
+        }
+    }
+
+    /// A read leading out of the two directories (through a symlink or not)
+    /// is left alone; a symlink is never followed: the host file keeps 0600.
+    #[test]
+    fn prepare_dir_never_chmods_through_a_symlink_or_outside() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let (sb, img) = (d.path().join("sb"), d.path().join("img"));
+        std::fs::create_dir_all(&sb).unwrap();
+        std::fs::create_dir_all(&img).unwrap();
+        std::fs::write(sb.join("disk.qcow2"), "x").unwrap();
+        let shadow = d.path().join("shadow");
+        std::fs::write(&shadow, "s").unwrap();
+        std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::symlink(&shadow, sb.join("memory.ram")).unwrap();
+        // A symlink inside the sandbox dir to a file there: refused.
+        std::fs::write(sb.join("inner"), "i").unwrap();
+        std::os::unix::fs::symlink(sb.join("inner"), sb.join("input.ext4")).unwrap();
+        for read in [sb.join("memory.ram"), shadow.clone(), sb.join("input.ext4")] {
+            let spec = JailSpec {
+                uid: 0x7b00_0040,
+                gid: 0x7b00_0040,
+                groups: vec![],
+                binds: vec![],
+                new_net: true,
+                cwd: sb.clone(),
+                reads: vec![read.clone()],
+            };
+            let r = spec.prepare_dir(Path::new("disk.qcow2"), &img);
+            assert_eq!(r.is_err(), read.ends_with("input.ext4"), "{read:?}: {r:?}");
+            assert_eq!(std::fs::metadata(&shadow).unwrap().mode() & 0o777, 0o600);
+        }
+        // Nor is a disk planted as a symlink chowned to the QEMU uid.
+        std::fs::remove_file(sb.join("disk.qcow2")).unwrap();
+        std::os::unix::fs::symlink(&shadow, sb.join("disk.qcow2")).unwrap();
+        let spec = JailSpec {
+            uid: 0x7b00_0040,
+            gid: 0x7b00_0040,
+            groups: vec![],
+            binds: vec![],
+            new_net: true,
+            cwd: sb.clone(),
+            reads: vec![],
+        };
+        assert!(spec.prepare_dir(Path::new("disk.qcow2"), &img).is_err());
+        let md = std::fs::metadata(&shadow).unwrap();
+        assert_eq!((md.uid(), md.mode() & 0o777), (0, 0o600));
     }
 }

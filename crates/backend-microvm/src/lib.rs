@@ -61,6 +61,8 @@
 
 mod agent;
 pub mod boundary;
+#[cfg(test)]
+mod disk_trust_tests;
 pub mod jail;
 pub mod outputs;
 pub mod qemu;
@@ -670,7 +672,7 @@ impl MicrovmBackend {
         };
         let _ = std::fs::remove_file(dir.join(qemu::CONSOLE_LOG));
         let jail = match &self.config.jail {
-            Some(cfg) => Some(jail::prepare(cfg, &launch, &dir)?),
+            Some(cfg) => Some(jail::prepare(cfg, &launch, &dir, &image.dir)?),
             None => None,
         };
         let mut proc = qemu::QemuProc::spawn(&launch, &dir, jail.as_ref().map(|j| &j.1))?;
@@ -830,8 +832,13 @@ impl MicrovmBackend {
             inputs: vm.inputs.clone(),
             vcpus: vm.vcpus,
         };
-        std::fs::write(vm.dir.join(VM_RECORD), serde_json::to_vec_pretty(&rec)?)?;
-        Ok(())
+        // QEMU (perhaps the guest's) runs and may write the directory: a
+        // name it planted is replaced, never written through.
+        stasis_backend::fsafe::write_replace(
+            &vm.dir.join(VM_RECORD),
+            &serde_json::to_vec_pretty(&rec)?,
+            0o644,
+        )
     }
 
     fn insert(&self, vm: Arc<Vm>) -> Result<()> {
@@ -1111,13 +1118,24 @@ impl MicrovmBackend {
         Ok(arts)
     }
 
+    /// A disk a jailed QEMU wrote (or an artifact made of one) is used only
+    /// when its header names no external data file and exactly the backing
+    /// file the daemon gave it: both the daemon's own reading of the header
+    /// and `qemu-img info`'s must agree (`jail::trust`).
+    async fn check_disk(&self, disk: &Path, backing: &Path) -> Result<()> {
+        jail::trust::check_disk(disk, backing)?;
+        jail::trust::check_disk_qemu_img(&self.config.qemu_img, disk, backing).await
+    }
+
     /// Put the disk of an artifact directory under `dir`: `base.qcow2` (a hard
-    /// link when possible) plus a fresh overlay `disk.qcow2` on it.
-    async fn import_disk(&self, artifacts: &Path, dir: &Path) -> Result<()> {
+    /// link when possible) plus a fresh overlay `disk.qcow2` on it. The
+    /// artifact must be an overlay on exactly `rootfs`.
+    async fn import_disk(&self, artifacts: &Path, dir: &Path, rootfs: &Path) -> Result<()> {
         let src = artifacts.join(DISK_ARTIFACT);
         if !src.is_file() {
             return Err(Error::not_found(format!("{}", src.display())));
         }
+        self.check_disk(&src, rootfs).await?;
         util::link_or_copy(&src, &dir.join(qemu::BASE_DISK))?;
         let _ = std::fs::remove_file(dir.join(qemu::DISK));
         qemu_img(
@@ -1138,25 +1156,58 @@ impl MicrovmBackend {
         .await
     }
 
-    /// Write the sandbox's disk as one overlay on the image into `out`. With
-    /// `consume`, the sandbox's own files may be moved (the VM is gone).
-    async fn export_disk(&self, dir: &Path, out: &Path, consume: bool) -> Result<()> {
+    /// Write the sandbox's disk as one overlay on the image (`rootfs`) into
+    /// `out`. With `consume`, the sandbox's own files may be moved (the VM is
+    /// gone). The disk was written by the jailed QEMU: every layer is checked
+    /// (`check_disk`) before root hands it to `qemu-img` or keeps it as an
+    /// artifact; a disk that fails is left where it was.
+    async fn export_disk(
+        &self,
+        dir: &Path,
+        out: &Path,
+        consume: bool,
+        rootfs: &Path,
+    ) -> Result<()> {
+        use std::os::unix::fs::MetadataExt;
         let dst = out.join(DISK_ARTIFACT);
         let base = dir.join(qemu::BASE_DISK);
         let disk = dir.join(qemu::DISK);
-        if !base.exists() {
-            return if consume {
+        // base.qcow2 is the daemon's (root's, made by `import_disk`); a
+        // name the QEMU created is no base.
+        let has_base = match std::fs::symlink_metadata(&base) {
+            Ok(md) if md.file_type().is_file() && md.uid() == 0 => true,
+            Ok(_) => {
+                return Err(Error::integrity(format!(
+                    "{} is not the daemon's file: refusing to export the disk",
+                    base.display()
+                )))
+            }
+            Err(_) => false,
+        };
+        if !has_base {
+            self.check_disk(&disk, rootfs).await?;
+            if consume {
                 // The overlay belonged to the jailed QEMU's uid; an artifact
                 // is the daemon's (later forks only read it).
                 util::move_file(&disk, &dst)?;
-                jail::disown(&dst)
             } else {
                 let (d, o) = (disk.clone(), dst.clone());
                 tokio::task::spawn_blocking(move || std::fs::copy(d, o))
                     .await
                     .map_err(|e| Error::internal(e.to_string()))??;
-                jail::disown(&dst)
-            };
+            }
+            jail::disown(&dst)?;
+            // What is kept is checked again (a QEMU that still runs may
+            // have rewritten the header between the check and the copy).
+            if let Err(e) = self.check_disk(&dst, rootfs).await {
+                if consume {
+                    let _ = util::move_file(&dst, &disk);
+                } else {
+                    let _ = std::fs::remove_file(&dst);
+                }
+                return Err(e);
+            }
+            return Ok(());
         }
         // Flatten overlay -> base -> image into a single overlay on the image:
         // copy base (it may be a hard link to someone else's artifact), then
@@ -1174,6 +1225,24 @@ impl MicrovmBackend {
             std::fs::copy(&disk, &tmp_top)?;
         }
         let r = async {
+            // Both layers as root will read them: the base on the image, the
+            // top on the base (`import_disk` made it so), neither with an
+            // external data file. The rebase then forces the top onto the
+            // copy of the base.
+            self.check_disk(&tmp_base, rootfs).await?;
+            // The top names `base.qcow2` (`import_disk`), or `.base.qcow2`
+            // when a flatten interrupted after its rebase is redone
+            // (`finish_pause`): both are the daemon's names, and the rebase
+            // below forces it onto the checked copy either way.
+            let redone = jail::trust::qcow2_refs(&tmp_top)?
+                .and_then(|r| r.backing)
+                .is_some_and(|b| b == Path::new(".base.qcow2"));
+            let top_backing = if redone {
+                ".base.qcow2"
+            } else {
+                qemu::BASE_DISK
+            };
+            self.check_disk(&tmp_top, Path::new(top_backing)).await?;
             qemu_img(
                 &self.config.qemu_img,
                 out,
@@ -1201,6 +1270,10 @@ impl MicrovmBackend {
             Ok(())
         }
         .await;
+        if r.is_err() && consume {
+            // The sandbox's only copy of its top layer: put it back.
+            let _ = util::move_file(&tmp_top, &disk);
+        }
         let _ = std::fs::remove_file(&tmp_top);
         let _ = std::fs::remove_file(&tmp_base);
         r
@@ -1328,7 +1401,8 @@ impl MicrovmBackend {
         if let (Some(m), true) = (&meta, with_memory) {
             check_devices(m, &spec.manifest)?;
         }
-        self.import_disk(artifacts, &spec.dir).await?;
+        self.import_disk(artifacts, &spec.dir, &image.rootfs())
+            .await?;
         let prepare_ms = t0.elapsed().as_millis() as u64;
         let accel = match &meta {
             Some(m) if with_memory => m.accelerator,
@@ -1505,7 +1579,9 @@ impl MicrovmBackend {
                 tracing::warn!(sandbox = %spec.id, "interrupted pause: its disk is nowhere");
                 return Ok(None);
             }
-            self.export_disk(&spec.dir, out, true).await?;
+            let image = Image::resolve(&self.config.images_dir, spec.manifest.image.as_deref())?;
+            self.export_disk(&spec.dir, out, true, &image.rootfs())
+                .await?;
         }
         for f in [qemu::BASE_DISK, MEMORY_RAM] {
             let _ = std::fs::remove_file(spec.dir.join(f));
@@ -1906,7 +1982,7 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             seccomp: config.jail.is_some(),
         };
         let jail = match &config.jail {
-            Some(cfg) => Some(jail::prepare(cfg, &launch, &tmp)?),
+            Some(cfg) => Some(jail::prepare(cfg, &launch, &tmp, &image.dir)?),
             None => None,
         };
         let mut proc = qemu::QemuProc::spawn(&launch, &tmp, jail.as_ref().map(|j| &j.1))?;
@@ -2300,7 +2376,8 @@ impl Backend for MicrovmBackend {
         failpoint::hit("pause.quit");
         let td = Instant::now();
         let r = async {
-            self.export_disk(&vm.dir, out, true).await?;
+            self.export_disk(&vm.dir, out, true, &vm.image.rootfs())
+                .await?;
             failpoint::hit("pause.disk-exported");
             self.artifacts_of(out)
         }
@@ -2365,7 +2442,9 @@ impl Backend for MicrovmBackend {
         // The VM is stopped and its block devices flushed/inactivated by the
         // completed migration: copy the disk now, then continue.
         let td = Instant::now();
-        let disk = self.export_disk(&vm.dir, out, false).await;
+        let disk = self
+            .export_disk(&vm.dir, out, false, &vm.image.rootfs())
+            .await;
         let cont = vm.qmp.lock().await.execute("cont", None).await;
         if let Err(e) = cont {
             self.fail_vm(&vm, &format!("cont after snapshot: {}", e.message))

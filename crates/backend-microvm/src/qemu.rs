@@ -220,6 +220,40 @@ impl Launch {
     }
 }
 
+/// QEMU's stdout/stderr log, opened by the daemon in the directory a
+/// previous (jailed, perhaps the guest's) QEMU could write: a symlink or
+/// other non-file planted under the name is removed, never opened through.
+fn open_log(path: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .open(path)
+    };
+    match open() {
+        Ok(f) if f.metadata()?.file_type().is_file() => return Ok(f),
+        Ok(_) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENXIO)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    stasis_backend::fsafe::remove_nofollow(path)?;
+    let f = open()?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(Error::backend(format!(
+            "{} keeps being replaced: refusing to log there",
+            path.display()
+        )));
+    }
+    Ok(f)
+}
+
+/// `qemu.pid`, written while QEMU runs: replaced, never written through.
+fn write_pid(dir: &Path, pid: i32) -> Result<()> {
+    stasis_backend::fsafe::write_replace(&dir.join(PID_FILE), format!("{pid}\n").as_bytes(), 0o644)
+}
+
 /// A running (or exited) QEMU. Either our child, or a process found again
 /// through its pid file after a daemon restart.
 pub struct QemuProc {
@@ -242,13 +276,10 @@ impl QemuProc {
         for f in [AGENT_SOCK, QMP_SOCK, PID_FILE] {
             let _ = std::fs::remove_file(dir.join(f));
         }
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(dir.join(QEMU_LOG))?;
+        let log = open_log(&dir.join(QEMU_LOG))?;
         if let Some(jail) = jail {
             let j = crate::jail::spawn(jail, &launch.qemu, &launch.args(), &log)?;
-            std::fs::write(dir.join(PID_FILE), format!("{}\n", j.qemu))?;
+            write_pid(dir, j.qemu)?;
             return Ok(QemuProc {
                 pid: j.qemu,
                 child: None,
@@ -274,7 +305,7 @@ impl QemuProc {
             .spawn()
             .map_err(|e| Error::backend(format!("cannot start {}: {e}", launch.qemu.display())))?;
         let pid = child.id() as i32;
-        std::fs::write(dir.join(PID_FILE), format!("{pid}\n"))?;
+        write_pid(dir, pid)?;
         Ok(QemuProc {
             pid,
             child: Some(child),
@@ -493,5 +524,59 @@ mod tests {
     #[test]
     fn finds_no_qemu_in_ordinary_processes() {
         assert_eq!(sandbox_of(std::process::id() as i32), None);
+    }
+
+    /// Names a previous QEMU planted in the sandbox directory (a symlink to
+    /// a host file, a FIFO) are replaced: the log and the pid file are
+    /// never opened through them.
+    #[test]
+    fn log_and_pid_file_are_never_written_through_a_planted_name() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let passwd = d.path().join("passwd");
+        std::fs::write(&passwd, "root:x:0:0\n").unwrap();
+        std::fs::set_permissions(&passwd, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let sb = d.path().join("sb");
+        std::fs::create_dir(&sb).unwrap();
+        std::os::unix::fs::symlink(&passwd, sb.join(QEMU_LOG)).unwrap();
+        std::os::unix::fs::symlink(&passwd, sb.join(PID_FILE)).unwrap();
+        use std::io::Write;
+        open_log(&sb.join(QEMU_LOG))
+            .unwrap()
+            .write_all(b"qemu says\n")
+            .unwrap();
+        write_pid(&sb, 4242).unwrap();
+        assert_eq!(std::fs::read_to_string(&passwd).unwrap(), "root:x:0:0\n");
+        assert_eq!(
+            std::fs::read_to_string(sb.join(QEMU_LOG)).unwrap(),
+            "qemu says\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(sb.join(PID_FILE)).unwrap(),
+            "4242\n"
+        );
+        for n in [QEMU_LOG, PID_FILE] {
+            assert!(std::fs::symlink_metadata(sb.join(n))
+                .unwrap()
+                .file_type()
+                .is_file());
+        }
+        // A FIFO (which would block the daemon) is replaced too; a log that
+        // is a real file is appended to.
+        std::fs::remove_file(sb.join(QEMU_LOG)).unwrap();
+        nix::unistd::mkfifo(
+            &sb.join(QEMU_LOG),
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+        )
+        .unwrap();
+        open_log(&sb.join(QEMU_LOG))
+            .unwrap()
+            .write_all(b"a")
+            .unwrap();
+        open_log(&sb.join(QEMU_LOG))
+            .unwrap()
+            .write_all(b"b")
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(sb.join(QEMU_LOG)).unwrap(), "ab");
     }
 }

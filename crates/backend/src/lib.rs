@@ -7,6 +7,7 @@
 //! path, `..` component or symlink inside the sandbox reaches anything outside it.
 
 pub mod failpoint;
+pub mod fsafe;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};

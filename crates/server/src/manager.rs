@@ -350,6 +350,7 @@ impl Manager {
                 }
             };
             let stage = spec.dir.join("takeover-stage");
+            fresh_stage(&stage).await?;
             self.snapshots.restore(&rec.tenant, &snap, &stage).await?;
             let r = if is_pause {
                 backend.resume(&checked, &stage).await
@@ -1088,8 +1089,7 @@ impl Manager {
             .await?;
         failpoint::hit("pause.pausing");
         let stage = spec.dir.join(pause_recovery::STAGE);
-        let _ = tokio::fs::remove_dir_all(&stage).await;
-        tokio::fs::create_dir_all(&stage).await?;
+        fresh_stage(&stage).await?;
         let tb = std::time::Instant::now();
         let artifacts = match backend.pause(&rec.id, &stage, keep_memory).await {
             Ok(a) => a,
@@ -1413,8 +1413,7 @@ impl Manager {
         let backend = self.backend(rec.backend)?.clone();
         let spec = self.spec(&rec);
         let stage = spec.dir.join("snapshot-stage");
-        let _ = tokio::fs::remove_dir_all(&stage).await;
-        tokio::fs::create_dir_all(&stage).await?;
+        fresh_stage(&stage).await?;
         let result = async {
             let artifacts = backend.snapshot(id, &stage).await?;
             let ttl = ttl.unwrap_or(self.cfg.snapshot_ttl);
@@ -2005,8 +2004,7 @@ impl Manager {
         let backend = self.backend(rec.backend)?.clone();
         let spec = self.spec(&rec);
         let stage = spec.dir.join("checkpoint-stage");
-        let _ = tokio::fs::remove_dir_all(&stage).await;
-        tokio::fs::create_dir_all(&stage).await?;
+        fresh_stage(&stage).await?;
         let at = now_ms();
         let result = async {
             let artifacts = backend.snapshot(id, &stage).await?;
@@ -2115,4 +2113,14 @@ pub(crate) fn artifact_list(artifacts: &[Artifact]) -> Vec<(String, String)> {
             (a.name.clone(), kind)
         })
         .collect()
+}
+
+/// A stage directory in the sandbox directory, which a jailed QEMU may write
+/// too: cleared without following what it finds, made by `mkdir`, checked
+/// to be the daemon's own directory (see `stasis_backend::fsafe`).
+async fn fresh_stage(stage: &std::path::Path) -> Result<()> {
+    let s = stage.to_path_buf();
+    tokio::task::spawn_blocking(move || stasis_backend::fsafe::fresh_dir(&s))
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
 }

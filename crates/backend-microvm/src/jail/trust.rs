@@ -1,0 +1,362 @@
+//! Nothing a jailed QEMU wrote steers the daemon. A guest may own its QEMU;
+//! that QEMU writes `disk.qcow2` (header included) and may create names in
+//! the sandbox directory. So the daemon (root):
+//!
+//! * reads qcow2 headers only through `O_NOFOLLOW` descriptors of regular
+//!   files, and accepts a disk only when it has **no external data file**
+//!   and its backing file is **exactly** the one the daemon gave it
+//!   ([`check_disk`]);
+//! * lets a jail see (bind) and read (chmod) only files whose real path lies
+//!   under the image's directory or the sandbox directory ([`within`]);
+//! * changes modes and owners through descriptors opened `O_NOFOLLOW`
+//!   ([`fix_mode`]).
+
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use stasis_core::{Error, Result};
+
+/// qcow2 header extension: the name of an external data file.
+const EXT_DATA_FILE: u32 = 0x4441_5441;
+/// qcow2 header extension: the format of the backing file.
+const EXT_BACKING_FORMAT: u32 = 0xe279_2aca;
+/// qcow2 incompatible feature bit: the data lives in an external file.
+const INCOMPAT_DATA_FILE: u64 = 1 << 2;
+
+/// What a qcow2 header names outside itself.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Qcow2Refs {
+    pub backing: Option<PathBuf>,
+    pub backing_format: Option<String>,
+    /// An external data file (the incompatible bit or the extension).
+    pub data_file: bool,
+}
+
+/// Open a file for reading without following a symlink at its last
+/// component (nor blocking on a FIFO); it must be a regular file.
+pub fn open_regular(path: &Path) -> Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                Error::integrity(format!("{} is a symlink: refused", path.display()))
+            } else {
+                Error::backend(format!("{}: {e}", path.display()))
+            }
+        })?;
+    if !f.metadata()?.file_type().is_file() {
+        return Err(Error::integrity(format!(
+            "{} is not a regular file: refused",
+            path.display()
+        )));
+    }
+    Ok(f)
+}
+
+/// The references of a qcow2 header (`None`: not qcow2, e.g. raw).
+pub fn qcow2_refs(path: &Path) -> Result<Option<Qcow2Refs>> {
+    let mut f = open_regular(path)?;
+    // Header and extensions lie in the first cluster; the backing name may
+    // follow them. 64 KiB holds both for every image qemu-img writes (it
+    // refuses names over 1023 bytes); anything beyond is refused below.
+    let mut h = Vec::with_capacity(65536);
+    (&mut f).take(65536).read_to_end(&mut h)?;
+    if h.len() < 72 || h[..4] != *b"QFI\xfb" {
+        return Ok(None);
+    }
+    let bad = |why: &str| Error::integrity(format!("{}: qcow2 header {why}", path.display()));
+    let be32 = |o: usize| u32::from_be_bytes(h[o..o + 4].try_into().unwrap());
+    let be64 = |o: usize| u64::from_be_bytes(h[o..o + 8].try_into().unwrap());
+    let version = be32(4);
+    let (b_off, b_len) = (be64(8), be32(16) as u64);
+    let backing = if b_off == 0 || b_len == 0 {
+        None
+    } else {
+        let end = b_off.checked_add(b_len).filter(|e| *e <= h.len() as u64);
+        let end = end.ok_or_else(|| bad("has a backing file name out of bounds"))?;
+        let name = &h[b_off as usize..end as usize];
+        Some(PathBuf::from(std::ffi::OsStr::from_bytes(name)))
+    };
+    let mut refs = Qcow2Refs {
+        backing,
+        backing_format: None,
+        data_file: false,
+    };
+    let ext_start = match version {
+        2 => 72,
+        3 => {
+            if h.len() < 104 {
+                return Err(bad("is truncated"));
+            }
+            refs.data_file = be64(72) & INCOMPAT_DATA_FILE != 0;
+            be32(100) as usize
+        }
+        v => return Err(bad(&format!("has version {v}"))),
+    };
+    let mut at = ext_start;
+    loop {
+        if at + 8 > h.len() {
+            return Err(bad("has extensions past its first 64 KiB"));
+        }
+        let (ty, len) = (be32(at), be32(at + 4) as usize);
+        if ty == 0 {
+            break;
+        }
+        let data = at + 8;
+        if data + len > h.len() {
+            return Err(bad("has an extension out of bounds"));
+        }
+        match ty {
+            EXT_DATA_FILE => refs.data_file = true,
+            EXT_BACKING_FORMAT => {
+                refs.backing_format =
+                    Some(String::from_utf8_lossy(&h[data..data + len]).into_owned());
+            }
+            _ => {}
+        }
+        at = data + len.div_ceil(8) * 8;
+    }
+    Ok(Some(refs))
+}
+
+/// Accept `disk` only as a qcow2 without an external data file whose
+/// backing file is exactly `backing` (as the daemon wrote it, relative or
+/// absolute) in qcow2 format. Anything else is an `integrity_error`.
+pub fn check_disk(disk: &Path, backing: &Path) -> Result<()> {
+    let refuse = |why: String| {
+        Error::integrity(format!(
+            "disk {} {why}: the disk was altered outside the daemon, refusing to use it",
+            disk.display()
+        ))
+    };
+    let refs = qcow2_refs(disk)?.ok_or_else(|| refuse("is not a qcow2 image".into()))?;
+    if refs.data_file {
+        return Err(refuse("names an external data file".into()));
+    }
+    match &refs.backing {
+        Some(b) if b == backing => {}
+        Some(b) => {
+            return Err(refuse(format!(
+                "has backing file {:?}, expected {:?}",
+                b.display(),
+                backing.display()
+            )))
+        }
+        None => return Err(refuse("has no backing file".into())),
+    }
+    if let Some(f) = refs.backing_format.as_deref().filter(|f| *f != "qcow2") {
+        return Err(refuse(format!("has backing format {f:?}, expected qcow2")));
+    }
+    Ok(())
+}
+
+/// The same check, as `qemu-img info` reads the header (a second reader:
+/// what QEMU itself would follow). `-U` and no `--backing-chain`: nothing
+/// but the file itself is opened.
+pub async fn check_disk_qemu_img(qemu_img: &Path, disk: &Path, backing: &Path) -> Result<()> {
+    let out = tokio::process::Command::new(qemu_img)
+        .args(["info", "-U", "--output=json", "-f", "qcow2"])
+        .arg(disk)
+        .output()
+        .await
+        .map_err(|e| Error::backend(format!("cannot run {}: {e}", qemu_img.display())))?;
+    if !out.status.success() {
+        return Err(Error::integrity(format!(
+            "disk {}: qemu-img info: {}",
+            disk.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| Error::backend(format!("qemu-img info output: {e}")))?;
+    let refuse = |why: String| {
+        Error::integrity(format!(
+            "disk {} {why}: the disk was altered outside the daemon, refusing to use it",
+            disk.display()
+        ))
+    };
+    if info
+        .pointer("/format-specific/data/data-file")
+        .is_some_and(|v| !v.is_null())
+    {
+        return Err(refuse("names an external data file".into()));
+    }
+    let want = backing.to_string_lossy();
+    match info.get("backing-filename").and_then(|v| v.as_str()) {
+        Some(b) if b == want => {}
+        b => return Err(refuse(format!("has backing file {b:?}, expected {want:?}"))),
+    }
+    match info.get("backing-filename-format").and_then(|v| v.as_str()) {
+        None | Some("qcow2") => Ok(()),
+        Some(f) => Err(refuse(format!("has backing format {f:?}, expected qcow2"))),
+    }
+}
+
+/// `path`'s real location, refused unless it lies under one of `roots`
+/// (each taken by its real location too): a name QEMU wrote cannot make
+/// the daemon open, bind or chmod anything elsewhere.
+pub fn within(path: &Path, roots: &[&Path]) -> Result<PathBuf> {
+    let real = std::fs::canonicalize(path)
+        .map_err(|e| Error::integrity(format!("{}: {e}", path.display())))?;
+    for r in roots {
+        if let Ok(r) = std::fs::canonicalize(r) {
+            if real.starts_with(&r) {
+                return Ok(real);
+            }
+        }
+    }
+    Err(Error::integrity(format!(
+        "{} ({}) lies outside {}: refused",
+        path.display(),
+        real.display(),
+        roots
+            .iter()
+            .map(|r| r.display().to_string())
+            .collect::<Vec<_>>()
+            .join(" and ")
+    )))
+}
+
+/// Set owner (if given) and mode of a regular file through an `O_NOFOLLOW`
+/// descriptor: a symlink planted under the name is refused, not followed.
+pub fn fix_mode(path: &Path, owner: Option<(u32, u32)>, mode: impl Fn(u32) -> u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let f = open_regular(path)?;
+    if let Some((u, g)) = owner {
+        std::os::unix::fs::fchown(&f, Some(u), Some(g))
+            .map_err(|e| Error::backend(format!("chown {}: {e}", path.display())))?;
+    }
+    let old = f.metadata()?.mode() & 0o7777;
+    let new = mode(old);
+    if new != old {
+        f.set_permissions(std::fs::Permissions::from_mode(new))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A qcow2 v3 header naming `backing` (if not empty), with a backing
+    /// format extension `fmt` and/or a data-file extension.
+    pub fn qcow2(path: &Path, backing: &str, fmt: Option<&str>, data_file: Option<&str>) {
+        let mut h = vec![0u8; 1024];
+        h[..4].copy_from_slice(b"QFI\xfb");
+        h[4..8].copy_from_slice(&3u32.to_be_bytes());
+        h[20..24].copy_from_slice(&16u32.to_be_bytes());
+        h[96..100].copy_from_slice(&4u32.to_be_bytes());
+        h[100..104].copy_from_slice(&104u32.to_be_bytes());
+        let mut at = 104;
+        let mut ext = |ty: u32, data: &[u8], h: &mut Vec<u8>| {
+            h[at..at + 4].copy_from_slice(&ty.to_be_bytes());
+            h[at + 4..at + 8].copy_from_slice(&(data.len() as u32).to_be_bytes());
+            h[at + 8..at + 8 + data.len()].copy_from_slice(data);
+            at += 8 + data.len().div_ceil(8) * 8;
+        };
+        if let Some(f) = fmt {
+            ext(EXT_BACKING_FORMAT, f.as_bytes(), &mut h);
+        }
+        if let Some(d) = data_file {
+            ext(EXT_DATA_FILE, d.as_bytes(), &mut h);
+            h[72..80].copy_from_slice(&INCOMPAT_DATA_FILE.to_be_bytes());
+        }
+        if !backing.is_empty() {
+            h[8..16].copy_from_slice(&512u64.to_be_bytes());
+            h[16..20].copy_from_slice(&(backing.len() as u32).to_be_bytes());
+            h[512..512 + backing.len()].copy_from_slice(backing.as_bytes());
+        }
+        std::fs::write(path, h).unwrap();
+    }
+
+    #[test]
+    fn only_the_expected_backing_and_no_data_file_pass() {
+        let d = tempfile::tempdir().unwrap();
+        let disk = d.path().join("disk.qcow2");
+        let want = Path::new("/images/default/rootfs.qcow2");
+        qcow2(&disk, want.to_str().unwrap(), Some("qcow2"), None);
+        check_disk(&disk, want).unwrap();
+        // Every other backing file, a foreign backing format, an external
+        // data file (extension or bit), no backing, not qcow2, a symlink.
+        let bad: Vec<(&str, Option<&str>, Option<&str>)> = vec![
+            ("/etc/shadow", Some("raw"), None),
+            ("/etc/shadow", None, None),
+            (
+                "/images/default/rootfs.qcow2/../../../etc/shadow",
+                None,
+                None,
+            ),
+            ("rootfs.qcow2", Some("qcow2"), None),
+            (want.to_str().unwrap(), Some("raw"), None),
+            (want.to_str().unwrap(), Some("qcow2"), Some("/etc/shadow")),
+            ("", None, None),
+        ];
+        for (b, f, df) in bad {
+            qcow2(&disk, b, f, df);
+            let e = check_disk(&disk, want).unwrap_err();
+            assert_eq!(
+                e.code,
+                stasis_core::ErrorCode::IntegrityError,
+                "{b} {f:?} {df:?}: {e}"
+            );
+        }
+        // The data-file bit alone is enough.
+        qcow2(&disk, want.to_str().unwrap(), None, None);
+        let mut h = std::fs::read(&disk).unwrap();
+        h[79] |= 4;
+        std::fs::write(&disk, h).unwrap();
+        assert!(check_disk(&disk, want).is_err());
+        std::fs::write(
+            &disk,
+            b"raw bytes, not a qcow2 image at all........................................",
+        )
+        .unwrap();
+        assert!(check_disk(&disk, want).is_err());
+        let real = d.path().join("real.qcow2");
+        qcow2(&real, want.to_str().unwrap(), None, None);
+        std::fs::remove_file(&disk).unwrap();
+        std::os::unix::fs::symlink(&real, &disk).unwrap();
+        let e = check_disk(&disk, want).unwrap_err();
+        assert!(e.message.contains("symlink"), "{e}");
+    }
+
+    #[test]
+    fn paths_outside_the_roots_are_refused_even_through_symlinks() {
+        let d = tempfile::tempdir().unwrap();
+        let (img, sb, host) = (
+            d.path().join("img"),
+            d.path().join("sb"),
+            d.path().join("etc"),
+        );
+        for p in [&img, &sb, &host] {
+            std::fs::create_dir(p).unwrap();
+        }
+        std::fs::write(img.join("rootfs.qcow2"), "r").unwrap();
+        std::fs::write(host.join("shadow"), "s").unwrap();
+        std::os::unix::fs::symlink(host.join("shadow"), sb.join("base.qcow2")).unwrap();
+        let roots = [img.as_path(), sb.as_path()];
+        within(&img.join("rootfs.qcow2"), &roots).unwrap();
+        assert!(within(&host.join("shadow"), &roots).is_err());
+        assert!(within(&sb.join("base.qcow2"), &roots).is_err());
+        assert!(within(&sb.join("../etc/shadow"), &roots).is_err());
+    }
+
+    #[test]
+    fn modes_change_through_the_file_never_a_symlink() {
+        let d = tempfile::tempdir().unwrap();
+        let secret = d.path().join("shadow");
+        std::fs::write(&secret, "s").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let link = d.path().join("memory.ram");
+        std::os::unix::fs::symlink(&secret, &link).unwrap();
+        assert!(fix_mode(&link, None, |m| m | 0o044).is_err());
+        assert_eq!(std::fs::metadata(&secret).unwrap().mode() & 0o777, 0o600);
+        fix_mode(&secret, None, |m| m | 0o044).unwrap();
+        assert_eq!(std::fs::metadata(&secret).unwrap().mode() & 0o777, 0o644);
+    }
+}
