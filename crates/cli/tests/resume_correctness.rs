@@ -553,30 +553,47 @@ async fn idle_keep_memory_and_reads_never_change_policy(b: B) {
 async fn policy_paths_filesystem_destroy_ttl(b: B) {
     let d = TestDaemon::start(&format!("p3_policy_paths::{}", b.name())).await;
     let h = d.http();
+    // Each sandbox is used as soon as it exists: with a 3 s idle window, one
+    // created early could otherwise go idle while the others still boot.
     let (fs, gone, ttl) = tokio::join!(
-        h.create(manifest(
-            b,
-            json!({"idle_timeout_secs": 3, "on_idle": "pause_filesystem"})
-        )),
-        h.create(manifest(
-            b,
-            json!({"idle_timeout_secs": 3, "on_idle": "destroy"})
-        )),
-        h.create(manifest(
-            b,
-            json!({"idle_timeout_secs": 3, "on_idle": "pause", "paused_ttl_secs": 5})
-        )),
+        async {
+            let id = h
+                .create(manifest(
+                    b,
+                    json!({"idle_timeout_secs": 3, "on_idle": "pause_filesystem"}),
+                ))
+                .await;
+            let a = h
+                .sh(
+                    &id,
+                    "echo durable > f.txt; sync; sleep 1000 >/dev/null 2>&1 & echo started",
+                )
+                .await;
+            assert_eq!(a, "started\n");
+            id
+        },
+        async {
+            let id = h
+                .create(manifest(
+                    b,
+                    json!({"idle_timeout_secs": 3, "on_idle": "destroy"}),
+                ))
+                .await;
+            h.sh(&id, "echo x > f.txt").await;
+            id
+        },
+        async {
+            let id = h
+                .create(manifest(
+                    b,
+                    json!({"idle_timeout_secs": 3, "on_idle": "pause", "paused_ttl_secs": 5}),
+                ))
+                .await;
+            h.sh(&id, "echo x > f.txt").await;
+            id
+        },
     );
     let fs_policy = policy_of(&h.state(&fs).await);
-    let (a, _, _) = tokio::join!(
-        h.sh(
-            &fs,
-            "echo durable > f.txt; sync; sleep 1000 >/dev/null 2>&1 & echo started"
-        ),
-        h.sh(&gone, "echo x > f.txt"),
-        h.sh(&ttl, "echo x > f.txt"),
-    );
-    assert_eq!(a, "started\n");
     let (p_fs, _, p_ttl) = tokio::join!(
         h.wait_state(&fs, "paused", b.slow()),
         h.wait_state(&gone, "destroyed", b.slow()),
