@@ -422,16 +422,7 @@ fn input_mount(
         return Err(e("open_tree"));
     }
     let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-    let setattr = |attr: MountAttr| unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
+    let setattr = |attr: MountAttr| mount_setattr(&tree, &attr);
     let ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
     let mut rc = -1;
     if let Some(ns) = userns {
@@ -473,20 +464,40 @@ fn input_mount(
     Ok(())
 }
 
-const OPEN_TREE_CLONE: u32 = 1;
+// The new mount API's flags and `struct mount_attr` (linux/mount.h; the
+// libc crate has the syscall numbers but not these).
+pub(crate) const OPEN_TREE_CLONE: u32 = 1;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+pub(crate) const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+pub(crate) const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 
 #[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
+pub(crate) struct MountAttr {
+    pub(crate) attr_set: u64,
+    pub(crate) attr_clr: u64,
+    pub(crate) propagation: u64,
+    pub(crate) userns_fd: u64,
+}
+
+/// mount_setattr(2) on a detached mount tree (`open_tree` with
+/// OPEN_TREE_CLONE); 0 or -1 with errno set.
+pub(crate) fn mount_setattr(tree: &OwnedFd, attr: &MountAttr) -> libc::c_long {
+    let empty = c"";
+    // SAFETY: a valid fd, an empty NUL-terminated path with AT_EMPTY_PATH,
+    // and a pointer to a live `mount_attr` of the size passed.
+    unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint,
+            attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    }
 }
 
 /// PID 1 of the sandbox, in its fresh namespaces: build the root and pivot.

@@ -33,6 +33,9 @@
 //! owners inside (host root's files are root's inside); only ids beyond the
 //! range's size (and files of non-idmapped filesystems) appear as `nobody`.
 
+use crate::shim::{
+    mount_setattr, MountAttr, MOUNT_ATTR_IDMAP, MOVE_MOUNT_F_EMPTY_PATH, OPEN_TREE_CLONE,
+};
 use crate::subid;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
@@ -368,18 +371,6 @@ fn pipe() -> Result<(File, File), String> {
     Ok((File::from(r), File::from(w)))
 }
 
-const OPEN_TREE_CLONE: u32 = 1;
-const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-
-#[repr(C)]
-struct MountAttr {
-    attr_set: u64,
-    attr_clr: u64,
-    propagation: u64,
-    userns_fd: u64,
-}
-
 /// Attach, on `target`, a clone of the mount at `src` (not its submounts)
 /// idmapped through `userns`: on-disk id `i` is seen as host id `host + i`,
 /// i.e. as id `i` inside the sandbox.
@@ -403,17 +394,7 @@ pub(crate) fn mount_idmapped(src: &Path, target: &Path, userns: &OwnedFd) -> Res
         propagation: 0,
         userns_fd: userns.as_raw_fd() as u64,
     };
-    let empty = c"";
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
+    let rc = mount_setattr(&tree, &attr);
     if rc != 0 {
         return Err(err(&format!(
             "idmapped mount of {} (the kernel or filesystem must support idmapped mounts)",
@@ -425,7 +406,7 @@ pub(crate) fn mount_idmapped(src: &Path, target: &Path, userns: &OwnedFd) -> Res
         libc::syscall(
             libc::SYS_move_mount,
             tree.as_raw_fd(),
-            empty.as_ptr(),
+            c"".as_ptr(),
             libc::AT_FDCWD,
             t.as_ptr(),
             MOVE_MOUNT_F_EMPTY_PATH,
