@@ -36,17 +36,28 @@ target/debug/stasis bench lifecycle --backend process --repeats 1 --fork 2 --pau
 # runs); end with one total line.
 log=$(mktemp)
 set +e
-cargo test --locked --workspace --no-fail-fast 2>&1 | tee "$log"
+# A hung test must fail the run, not eat CI's time: the whole cargo test is
+# bounded (its process group is killed at the limit) and the hang is counted
+# as a failure. The long microVM tests also carry their own watchdogs, which
+# name the test that hung.
+timeout --kill-after=60 "${STASIS_TEST_TIMEOUT:-50m}" \
+    cargo test --locked --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
+hung=0
+if ((status == 124 || status == 137)); then
+    echo "test: cargo test did not finish within ${STASIS_TEST_TIMEOUT:-50m}; the test binary that was running is above" >&2
+    hung=1
+fi
 sum() { { grep -E '^test result:' "$log" || true; } | { grep -oE "[0-9]+ $1" || true; } | awk '{s+=$1} END {print s+0}'; }
 passed=$(($(sum passed) + install_passed))
-failed=$(($(sum failed) + install_failed))
+failed=$(($(sum failed) + install_failed + hung))
 ((install_failed == 0)) || ((status != 0)) || status=1
 # The Python client's tests (pytest) against the daemon built above; their
 # counts join the total.
 set +e
-STASIS_BIN="$REPO/target/debug/stasis" "$REPO/.venv/bin/python" -m pytest \
+STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_PYTEST_TIMEOUT:-15m}" \
+    "$REPO/.venv/bin/python" -m pytest \
     clients/python/tests -q -p no:cacheprovider 2>&1 | tee "$log"
 pystatus=${PIPESTATUS[0]}
 set -e

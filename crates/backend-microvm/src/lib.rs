@@ -2144,15 +2144,11 @@ impl Backend for MicrovmBackend {
         output: Option<mpsc::Sender<ExecChunk>>,
     ) -> Result<ExecResult> {
         let vm = self.vm(id)?;
-        if req.argv.is_empty() {
-            return Err(Error::invalid("argv must not be empty"));
-        }
+        stasis_core::exec::check_argv(&req.argv)?;
         if req.cwd.is_none() {
             req.cwd = Some(vm.workdir.clone());
         }
-        for (k, v) in &vm.env {
-            req.env.entry(k.clone()).or_insert_with(|| v.clone());
-        }
+        req.env = stasis_core::exec::merge_env([&vm.env, &req.env]);
         let extra = Duration::from_millis(req.timeout_ms);
         let stream = output.is_some();
         match self
@@ -2251,15 +2247,11 @@ impl Backend for MicrovmBackend {
 
     async fn session_start(&self, id: &SandboxId, mut spec: SessionSpec) -> Result<SessionInfo> {
         let vm = self.vm(id)?;
-        if spec.argv.is_empty() {
-            return Err(Error::invalid("argv must not be empty"));
-        }
+        stasis_core::exec::check_argv(&spec.argv)?;
         if spec.cwd.is_none() {
             spec.cwd = Some(vm.workdir.clone());
         }
-        for (k, v) in &vm.env {
-            spec.env.entry(k.clone()).or_insert_with(|| v.clone());
-        }
+        spec.env = stasis_core::exec::merge_env([&vm.env, &spec.env]);
         match self
             .call(&vm, Request::SessionStart { spec }, None, Duration::ZERO)
             .await?

@@ -279,16 +279,8 @@ fn merge_env(
     manifest: &BTreeMap<String, String>,
     req: &BTreeMap<String, String>,
 ) -> Result<Vec<(String, String)>> {
-    for (k, v) in req {
-        if !stasis_core::manifest::validate_env_name(k) || v.contains('\0') {
-            return Err(
-                Error::invalid(format!("invalid environment variable {k:?}")).with_field("env"),
-            );
-        }
-    }
-    let mut env = default_env();
-    env.extend(manifest.iter().map(|(k, v)| (k.clone(), v.clone())));
-    env.extend(req.iter().map(|(k, v)| (k.clone(), v.clone())));
+    stasis_core::exec::check_env(req)?;
+    let env = stasis_core::exec::merge_env([&default_env(), manifest, req]);
     Ok(env.into_iter().collect())
 }
 
@@ -851,12 +843,7 @@ impl ProcessBackend {
         req: ExecRequest,
         output: Option<mpsc::Sender<ExecChunk>>,
     ) -> Result<ExecResult> {
-        if req.argv.is_empty() || req.argv[0].is_empty() {
-            return Err(Error::invalid("argv must not be empty").with_field("argv"));
-        }
-        if req.argv.iter().any(|a| a.contains('\0')) {
-            return Err(Error::invalid("argv contains NUL").with_field("argv"));
-        }
+        stasis_core::exec::check_argv(&req.argv)?;
         let env = merge_env(&sb.spec.manifest.env, &req.env)?;
         let cwd = match &req.cwd {
             Some(c) => fsops::normalize(sb.workdir(), c).map_err(|e| e.with_field("cwd"))?,
@@ -1175,12 +1162,7 @@ impl Backend for ProcessBackend {
 
     async fn session_start(&self, id: &SandboxId, spec: SessionSpec) -> Result<SessionInfo> {
         let sb = self.get(id)?;
-        if spec.argv.is_empty()
-            || spec.argv[0].is_empty()
-            || spec.argv.iter().any(|a| a.contains('\0'))
-        {
-            return Err(Error::invalid("argv must be non-empty, without NUL").with_field("argv"));
-        }
+        stasis_core::exec::check_argv(&spec.argv)?;
         let env = merge_env(&sb.spec.manifest.env, &spec.env)?;
         let cwd = match &spec.cwd {
             Some(c) => fsops::normalize(sb.workdir(), c).map_err(|e| e.with_field("cwd"))?,

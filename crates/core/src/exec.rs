@@ -104,3 +104,124 @@ pub struct SessionOutput {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
 }
+
+/// The longest timeout an exec or tool call may ask for: one day.
+pub const MAX_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+
+/// The one check of a command line, wherever one enters (API, manager, run
+/// state, backends): it must name a command, and no argument may hold NUL
+/// (it could not be passed to execve).
+pub fn check_argv(argv: &[String]) -> crate::Result<()> {
+    if argv.first().is_none_or(|a| a.is_empty()) {
+        return Err(crate::Error::invalid("argv must name a command").with_field("argv"));
+    }
+    if argv.iter().any(|a| a.contains('\0')) {
+        return Err(crate::Error::invalid("argv contains NUL").with_field("argv"));
+    }
+    Ok(())
+}
+
+/// The one check of an exec's timeout: between 1 ms and [`MAX_TIMEOUT_MS`].
+pub fn check_timeout_ms(ms: u64) -> crate::Result<()> {
+    if ms == 0 || ms > MAX_TIMEOUT_MS {
+        return Err(crate::Error::invalid(format!(
+            "timeout_ms must be between 1 and {MAX_TIMEOUT_MS}"
+        ))
+        .with_field("timeout_ms"));
+    }
+    Ok(())
+}
+
+/// The one check of an environment given with a request: names as the
+/// manifest allows them, values without NUL.
+pub fn check_env(env: &BTreeMap<String, String>) -> crate::Result<()> {
+    for (k, v) in env {
+        if !crate::manifest::validate_env_name(k) {
+            return Err(
+                crate::Error::invalid(format!("invalid environment variable name {k:?}"))
+                    .with_field("env"),
+            );
+        }
+        if v.contains('\0') {
+            return Err(
+                crate::Error::invalid(format!("environment variable {k:?} contains NUL"))
+                    .with_field("env"),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The one rule for layering environments: each later layer wins over the
+/// earlier ones (e.g. the manifest's env, then secrets, then the request's).
+pub fn merge_env<'a>(
+    layers: impl IntoIterator<Item = &'a BTreeMap<String, String>>,
+) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for layer in layers {
+        env.extend(layer.iter().map(|(k, v)| (k.clone(), v.clone())));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn argv_must_name_a_command_without_nul() {
+        assert!(check_argv(&argv(&["true"])).is_ok());
+        assert!(check_argv(&argv(&["sh", ""])).is_ok());
+        for bad in [
+            argv(&[]),
+            argv(&[""]),
+            argv(&["", "x"]),
+            argv(&["a\0b"]),
+            argv(&["sh", "-c\0"]),
+        ] {
+            let e = check_argv(&bad).unwrap_err();
+            assert_eq!(e.code, crate::ErrorCode::InvalidArgument, "{bad:?}");
+            assert_eq!(e.field.as_deref(), Some("argv"), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn timeouts_are_bounded() {
+        assert!(check_timeout_ms(1).is_ok());
+        assert!(check_timeout_ms(MAX_TIMEOUT_MS).is_ok());
+        for bad in [0, MAX_TIMEOUT_MS + 1, u64::MAX] {
+            assert_eq!(
+                check_timeout_ms(bad).unwrap_err().field.as_deref(),
+                Some("timeout_ms")
+            );
+        }
+    }
+
+    #[test]
+    fn env_names_and_values_are_checked() {
+        let ok: BTreeMap<_, _> = [("A_1".to_string(), "x y".to_string())].into();
+        assert!(check_env(&ok).is_ok());
+        for (k, v) in [("1A", "x"), ("A=B", "x"), ("", "x"), ("A", "x\0")] {
+            let env: BTreeMap<_, _> = [(k.to_string(), v.to_string())].into();
+            assert_eq!(
+                check_env(&env).unwrap_err().field.as_deref(),
+                Some("env"),
+                "{k:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn later_layers_win() {
+        let a: BTreeMap<_, _> = [("K".into(), "a".into()), ("A".into(), "1".into())].into();
+        let b: BTreeMap<_, _> = [("K".into(), "b".into())].into();
+        let m = merge_env([&a, &b]);
+        assert_eq!(m["K"], "b");
+        assert_eq!(m["A"], "1");
+        assert_eq!(merge_env([&b, &a])["K"], "a");
+    }
+}

@@ -80,9 +80,8 @@ pub fn command(
     env: &BTreeMap<String, String>,
     cwd: Option<&str>,
 ) -> Result<Command, AgentError> {
-    let Some(program) = argv.first() else {
-        return Err(AgentError::invalid("argv is empty"));
-    };
+    stasis_core::exec::check_argv(argv).map_err(|e| AgentError::invalid(e.message))?;
+    let program = &argv[0];
     let cwd = PathBuf::from(cwd.unwrap_or_else(|| default_cwd()));
     if !cwd.is_dir() {
         return Err(AgentError::not_found(format!(

@@ -264,13 +264,8 @@ impl CallSpec {
             ))
             .with_field("kind"));
         }
-        if self.argv.is_empty() || self.argv[0].is_empty() {
-            return Err(Error::invalid("argv must name a command").with_field("argv"));
-        }
-        if self.timeout_ms == 0 || self.timeout_ms > 24 * 3600 * 1000 {
-            return Err(Error::invalid("timeout_ms must be between 1 and 86400000")
-                .with_field("timeout_ms"));
-        }
+        stasis_core::exec::check_argv(&self.argv)?;
+        stasis_core::exec::check_timeout_ms(self.timeout_ms)?;
         Ok(())
     }
 }

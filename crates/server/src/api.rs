@@ -298,15 +298,7 @@ pub struct ExecBody {
 
 impl ExecBody {
     fn into_request(self) -> ApiResult<ExecRequest> {
-        for k in self.env.keys() {
-            if !stasis_core::manifest::validate_env_name(k) {
-                return Err(
-                    Error::invalid(format!("invalid environment variable name {k:?}"))
-                        .with_field("env")
-                        .into(),
-                );
-            }
-        }
+        stasis_core::exec::check_env(&self.env).map_err(ApiError::from)?;
         let stdin =
             match (self.stdin, self.stdin_b64) {
                 (Some(_), Some(_)) => {

@@ -776,13 +776,9 @@ impl Manager {
         output: Option<mpsc::Sender<ExecChunk>>,
         permit: Option<Permit>,
     ) -> Result<ExecResult> {
-        if req.argv.is_empty() || req.argv[0].is_empty() {
-            return Err(Error::invalid("argv must name a command").with_field("argv"));
-        }
-        if req.timeout_ms == 0 || req.timeout_ms > 24 * 3600 * 1000 {
-            return Err(Error::invalid("timeout_ms must be between 1 and 86400000")
-                .with_field("timeout_ms"));
-        }
+        stasis_core::exec::check_argv(&req.argv)?;
+        stasis_core::exec::check_timeout_ms(req.timeout_ms)?;
+        stasis_core::exec::check_env(&req.env)?;
         let (_g, rec) = self.in_use_with(ctx, id, permit).await?;
         req.env = self.exec_env(&rec, std::mem::take(&mut req.env)).await?;
         let argv0 = req.argv[0].clone();
@@ -800,12 +796,14 @@ impl Manager {
     async fn exec_env(
         &self,
         rec: &SandboxRecord,
-        mut request: std::collections::BTreeMap<String, String>,
+        request: std::collections::BTreeMap<String, String>,
     ) -> Result<std::collections::BTreeMap<String, String>> {
-        let mut env = rec.manifest.env.clone();
-        env.append(&mut crate::tenancy::resolve_secrets(self, &rec.tenant, &rec.manifest).await?);
-        env.append(&mut request);
-        Ok(env)
+        let secrets = crate::tenancy::resolve_secrets(self, &rec.tenant, &rec.manifest).await?;
+        Ok(stasis_core::exec::merge_env([
+            &rec.manifest.env,
+            &secrets,
+            &request,
+        ]))
     }
 
     pub async fn write_file(
@@ -927,9 +925,8 @@ impl Manager {
         id: &SandboxId,
         mut spec: SessionSpec,
     ) -> Result<SessionInfo> {
-        if spec.argv.is_empty() || spec.argv[0].is_empty() {
-            return Err(Error::invalid("argv must name a command").with_field("argv"));
-        }
+        stasis_core::exec::check_argv(&spec.argv)?;
+        stasis_core::exec::check_env(&spec.env)?;
         let (_g, rec) = self.in_use(ctx, id).await?;
         spec.env = self.exec_env(&rec, std::mem::take(&mut spec.env)).await?;
         let r = self.backend(rec.backend)?.session_start(id, spec).await;

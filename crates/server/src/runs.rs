@@ -340,14 +340,7 @@ impl Runs {
         id: &str,
         req: ToolCallRequest,
     ) -> Result<CallOutcome> {
-        for k in req.env.keys() {
-            if !stasis_core::manifest::validate_env_name(k) {
-                return Err(
-                    Error::invalid(format!("invalid environment variable name {k:?}"))
-                        .with_field("env"),
-                );
-            }
-        }
+        stasis_core::exec::check_env(&req.env)?;
         let spec = CallSpec {
             kind: req.kind,
             argv: req.argv,
