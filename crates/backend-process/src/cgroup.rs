@@ -265,6 +265,27 @@ fn subdirs_deepest_first(dir: &Path, out: &mut Vec<PathBuf>) {
     out.push(dir.to_path_buf());
 }
 
+/// Remove an empty cgroup directory. The kernel answers EBUSY for a short
+/// while after the last task has exited (the exiting task still holds its
+/// css_set until it is reaped), in every hierarchy it was in, so retry for
+/// up to `patience` before giving up.
+fn rmdir_settled(d: &Path, patience: Duration) -> io::Result<()> {
+    let deadline = Instant::now() + patience;
+    loop {
+        match fs::remove_dir(d) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("rmdir {}: {e}", d.display()),
+                ))
+            }
+        }
+    }
+}
+
 fn procs_recursive(dir: &Path) -> Vec<i32> {
     let mut dirs = Vec::new();
     subdirs_deepest_first(dir, &mut dirs);
@@ -532,42 +553,44 @@ impl SandboxCgroup {
     }
 
     /// Kill everything and remove the sandbox's cgroups. Idempotent.
+    ///
+    /// A process can arrive after the kill: a shim forked just before (by the
+    /// supervisor for a session) joins its leaf and then recreates its copy
+    /// in the service-tracking hierarchies. So kill and remove in rounds
+    /// until no directory of the sandbox is left, or give up after a bound.
     pub fn destroy(&self) -> io::Result<()> {
-        self.kill("")?;
-        // Service-tracking copies (empty once everything is dead).
-        for s in &self.cg.service {
-            let mut dirs = Vec::new();
-            subdirs_deepest_first(&s.join(&self.rel), &mut dirs);
-            for d in dirs {
-                let _ = fs::remove_dir(d);
-            }
-        }
-        for h in self.dirs("") {
-            let mut dirs = Vec::new();
-            subdirs_deepest_first(&h, &mut dirs);
-            for d in dirs {
-                let mut tries = 0;
-                loop {
-                    match fs::remove_dir(&d) {
-                        Ok(()) => break,
-                        Err(e) if e.kind() == io::ErrorKind::NotFound => break,
-                        // EBUSY right after the last task exits: retry briefly.
-                        Err(e) if tries < 200 => {
-                            tries += 1;
-                            let _ = e;
-                            std::thread::sleep(Duration::from_millis(5));
-                        }
-                        Err(e) => {
-                            return Err(io::Error::new(
-                                e.kind(),
-                                format!("rmdir {}: {e}", d.display()),
-                            ))
-                        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            self.kill("")?;
+            // The controller hierarchies first (the tracker among them), then
+            // the service-tracking copies; each deepest first.
+            let roots: Vec<PathBuf> = self
+                .dirs("")
+                .into_iter()
+                .chain(self.cg.service.iter().map(|s| s.join(&self.rel)))
+                .collect();
+            let mut last_err = None;
+            for root in &roots {
+                let mut dirs = Vec::new();
+                subdirs_deepest_first(root, &mut dirs);
+                for d in dirs {
+                    if let Err(e) = rmdir_settled(&d, Duration::from_millis(250)) {
+                        last_err = Some(e);
                     }
                 }
             }
+            if roots.iter().all(|r| !r.exists()) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(last_err.unwrap_or_else(|| {
+                    io::Error::other(format!(
+                        "cgroups of {} keep coming back",
+                        self.rel.display()
+                    ))
+                }));
+            }
         }
-        Ok(())
     }
 
     /// (cpu ns, memory bytes, process count)

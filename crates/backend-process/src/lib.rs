@@ -773,7 +773,16 @@ impl ProcessBackend {
     }
 
     /// Kill every process of the sandbox and remove its cgroups.
+    ///
+    /// The supervisor (and whatever is still in its cgroup: a shim it forked
+    /// for a session that has not joined the sandbox yet) goes first, so
+    /// nothing can join the sandbox's cgroups while they are removed.
     async fn stop(&self, sb: &Arc<Sandbox>, run: &mut Run) -> Result<()> {
+        let sup = match run {
+            Run::Running { sup, .. } => Some(sup.clone()),
+            Run::Stopped => None,
+        };
+        self.kill_supervisor(sb, sup.as_ref()).await;
         let cg = sb.cg.clone();
         blocking(move || cg.destroy()).await?;
         if !sb.spec.manifest.network.allow.is_empty() {
@@ -784,11 +793,6 @@ impl ProcessBackend {
             })
             .await?;
         }
-        let sup = match run {
-            Run::Running { sup, .. } => Some(sup.clone()),
-            Run::Stopped => None,
-        };
-        self.kill_supervisor(sb, sup.as_ref()).await;
         *run = Run::Stopped;
         Ok(())
     }

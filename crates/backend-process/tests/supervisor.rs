@@ -78,15 +78,26 @@ fn in_supervisor_cgroup(e: &Env, spec: &SandboxSpec) -> Vec<i32> {
         .collect()
 }
 
-/// Gone, or a zombie its new parent (init) has not reaped yet.
+/// Gone, or exited (every thread) and not reaped yet by its new parent.
 fn dead(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(s) => s
-            .rsplit_once(") ")
-            .map(|(_, r)| r.starts_with('Z'))
-            .unwrap_or(false),
+    // Asked the way the backend asks (its pidfd polls readable): a killed
+    // multi-threaded process shows its leader as a zombie in /proc while
+    // its other threads are still exiting, and until they are gone the
+    // backend rightly still sees it alive.
+    // SAFETY: pidfd_open takes no pointers.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as i32;
+    if fd < 0 {
+        return true;
     }
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll on one fd we own without waiting, then close it.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    unsafe { libc::close(fd) };
+    r != 0
 }
 
 fn ticks(text: &str) -> Vec<u64> {
