@@ -460,9 +460,9 @@ impl Sup {
             merge_stderr: true,
             init_cgroup: format!("{}/init", self.cg.rel_path().display()),
         };
-        let cfg_fd = crate::config_memfd(&serde_json::to_vec(&exec)?)?;
+        let cfg_fd = crate::launch::config_memfd(&serde_json::to_vec(&exec)?)?;
         let spawned =
-            crate::shim_exec_command(&self.cfg.shim_program, &self.cfg.shim_args, &cfg_fd)
+            crate::launch::shim_exec_command(&self.cfg.shim_program, &self.cfg.shim_args, &cfg_fd)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -507,7 +507,7 @@ impl Sup {
         let cg = self.cg.clone();
         tokio::spawn(async move {
             let _ = child.wait().await;
-            crate::drain(&cg, &s3.leaf, vec![reader]).await;
+            crate::launch::drain(&cg, &s3.leaf, vec![reader]).await;
             let status: Option<ExecStatus> = tokio::fs::read(&status_path)
                 .await
                 .ok()
