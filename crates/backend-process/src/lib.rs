@@ -29,6 +29,7 @@ pub mod fsops;
 mod launch;
 pub mod layer;
 mod lifecycle;
+mod mount_api;
 pub mod net;
 pub mod outputs;
 mod probes;

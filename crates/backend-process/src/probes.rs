@@ -92,7 +92,7 @@ pub fn probe() -> serde_json::Value {
     let seccomp_kernel = std::fs::read_to_string("/proc/self/status")
         .map(|s| s.lines().any(|l| l.starts_with("Seccomp:")))
         .unwrap_or(false);
-    let seccomp_filter = shim::seccomp_programs().map(|p| p.len());
+    let seccomp_filter = shim::jail::seccomp_programs().map(|p| p.len());
     let root = unsafe { libc::geteuid() } == 0;
     let live = if root {
         live_probe()
@@ -115,7 +115,7 @@ pub fn probe() -> serde_json::Value {
             "kernel": seccomp_kernel,
             "filter_builds": seccomp_filter.is_ok(),
             "error": seccomp_filter.err(),
-            "denied_syscalls": shim::denied_syscalls().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            "denied_syscalls": shim::jail::denied_syscalls().iter().map(|(n, _)| *n).collect::<Vec<_>>(),
         },
         "available": root && cg["usable"] == json!(true) && overlay && seccomp_kernel && live.is_ok(),
     })

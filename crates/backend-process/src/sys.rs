@@ -1,5 +1,5 @@
-//! Small host helpers the daemon side shares: running blocking work off the
-//! async runtime (its I/O errors become backend errors) and `pidfd_open`.
+//! Small host helpers: running blocking work off the daemon's async runtime
+//! (its I/O errors become backend errors), and `pidfd_open` (daemon and shim).
 
 use stasis_core::{Error, Result};
 
