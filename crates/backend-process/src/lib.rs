@@ -19,6 +19,16 @@
 //! - pause = freeze the cgroup (CPU stops, memory stays) + `fs.tar` of the
 //!   upper layer; processes cannot be brought into a *new* sandbox (no
 //!   checkpointer), only files.
+//!
+//! Modules (the daemon's side): `sandbox` (the table of sandboxes and each
+//! one's run state), `lifecycle` (create, pause, resume, snapshot, restore,
+//! destroy, recover, orphan cleanup), `start` (PID 1 and the supervisor up
+//! and down), `rootfs` (lower layer, writable layer, host-root masks,
+//! `fs.tar`), `exec`, `session`, `files`, `probes` (capabilities and
+//! `stasis doctor`), `launch` (the shim's `exec` mode), `config`, `sys`.
+//! Below them: [`cgroup`], [`disk`], [`layer`], [`net`], [`fsops`],
+//! [`outputs`], [`userns`], [`supervisor`]; [`shim`] is what runs inside
+//! the namespaces. This file is only the [`Backend`] impl.
 
 pub mod cgroup;
 mod config;
@@ -182,9 +192,6 @@ impl Backend for ProcessBackend {
         lifecycle::cleanup_orphans(self, known).await
     }
 
-    /// Read from the sandbox's root even while it is paused (frozen): no
-    /// resume needed. A sandbox whose processes are gone (filesystem-only
-    /// pause, daemon restart) answers `invalid_state`; the server resumes it.
     async fn collect_outputs(&self, id: &SandboxId, out: &Path) -> Result<u64> {
         let sb = self.get(id)?;
         files::collect_outputs(&sb, out).await
