@@ -272,3 +272,32 @@ pub(crate) async fn exec(
     res.stderr = err.data;
     Ok(res)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn env_layers_defaults_then_manifest_then_request() {
+        let manifest = map(&[("HOME", "/work"), ("A", "manifest")]);
+        let req = map(&[("A", "request"), ("B", "b")]);
+        let env: BTreeMap<_, _> = merge_env(&manifest, &req).unwrap().into_iter().collect();
+        assert_eq!(env["HOME"], "/work");
+        assert_eq!(env["A"], "request");
+        assert_eq!(env["B"], "b");
+        assert_eq!(env["LANG"], "C.UTF-8");
+        assert!(env["PATH"].contains("/usr/bin"));
+    }
+
+    #[test]
+    fn a_request_env_with_a_bad_name_is_refused() {
+        let e = merge_env(&BTreeMap::new(), &map(&[("A=B", "x")])).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("env"));
+    }
+}

@@ -34,6 +34,13 @@ pub(crate) fn config_memfd(data: &[u8]) -> Result<std::os::fd::OwnedFd> {
     Ok(f.into())
 }
 
+/// `<parent>/<id>/init`, what `/proc/<init>/cgroup` of a sandbox's PID 1
+/// ends with: the shim checks it so a recycled pid can never lead an exec
+/// into the wrong namespaces.
+pub(crate) fn init_cgroup_marker(cg: &SandboxCgroup) -> String {
+    format!("{}/init", cg.rel_path().display())
+}
+
 /// The shim in `exec` mode, its config passed as fd 3 (never a file).
 pub(crate) fn shim_exec_command(
     program: &Path,

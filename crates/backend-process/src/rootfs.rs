@@ -240,3 +240,85 @@ fn whiteout(p: &Path) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stasis_core::{Manifest, SandboxId};
+
+    fn spec(image: Option<&str>, disk_mb: u64) -> SandboxSpec {
+        let mut manifest = Manifest {
+            image: image.map(str::to_string),
+            ..Default::default()
+        };
+        manifest.resources.disk_mb = disk_mb;
+        SandboxSpec {
+            id: SandboxId::generate(),
+            manifest,
+            dir: PathBuf::from("/data/sandboxes/sb"),
+        }
+    }
+
+    fn images(dir: &Path) -> ProcessConfig {
+        ProcessConfig {
+            images_dir: Some(dir.to_path_buf()),
+            userns: None,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_writable_layer_lives_on_the_quota_disk_only_with_one() {
+        let s = spec(None, 0);
+        assert_eq!(layer_root(&s), s.dir);
+        let s = spec(None, 64);
+        assert_eq!(layer_root(&s), disk::mount_point(&s.dir));
+    }
+
+    #[test]
+    fn without_an_image_the_lower_layer_is_the_host_root() {
+        let cfg = ProcessConfig::default();
+        assert_eq!(lower(&cfg, &spec(None, 0)).unwrap(), PathBuf::from("/"));
+    }
+
+    #[test]
+    fn an_image_resolves_to_its_rootfs_inside_the_images_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("alpine/rootfs")).unwrap();
+        let got = lower(&images(tmp.path()), &spec(Some("alpine"), 0)).unwrap();
+        assert_eq!(
+            got,
+            tmp.path().join("alpine/rootfs").canonicalize().unwrap()
+        );
+    }
+
+    #[test]
+    fn an_image_is_refused_without_an_images_dir_or_when_missing() {
+        let cfg = ProcessConfig {
+            images_dir: None,
+            ..Default::default()
+        };
+        let e = lower(&cfg, &spec(Some("alpine"), 0)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidManifest);
+        let tmp = tempfile::tempdir().unwrap();
+        let e = lower(&images(tmp.path()), &spec(Some("nope"), 0)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidManifest);
+        assert!(
+            e.message.contains("not a registered image"),
+            "{}",
+            e.message
+        );
+    }
+
+    #[test]
+    fn an_image_symlinked_out_of_the_images_dir_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (imgs, outside) = (tmp.path().join("images"), tmp.path().join("outside"));
+        std::fs::create_dir_all(outside.join("rootfs")).unwrap();
+        std::fs::create_dir_all(&imgs).unwrap();
+        std::os::unix::fs::symlink(&outside, imgs.join("evil")).unwrap();
+        let e = lower(&images(&imgs), &spec(Some("evil"), 0)).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidManifest);
+        assert!(e.message.contains("leads out"), "{}", e.message);
+    }
+}

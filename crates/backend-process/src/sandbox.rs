@@ -164,7 +164,7 @@ impl Sandbox {
     /// checks it so a recycled pid can never lead an exec into the wrong
     /// namespaces.
     pub(crate) fn init_cgroup_marker(&self) -> String {
-        format!("{}/init", self.cg.rel_path().display())
+        crate::launch::init_cgroup_marker(&self.cg)
     }
 
     /// The supervisor of a running sandbox (frozen or not).

@@ -458,7 +458,7 @@ impl Sup {
             cwd: spec.cwd.unwrap_or_else(|| "/".into()),
             status_path: status_path.clone(),
             merge_stderr: true,
-            init_cgroup: format!("{}/init", self.cg.rel_path().display()),
+            init_cgroup: crate::launch::init_cgroup_marker(&self.cg),
         };
         let cfg_fd = crate::launch::config_memfd(&serde_json::to_vec(&exec)?)?;
         let spawned =
