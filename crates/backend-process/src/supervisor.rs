@@ -45,7 +45,7 @@ use stasis_agent_proto::{asynch, Body, Frame, Reply, Request, PROTOCOL_VERSION};
 use stasis_core::{Error, Result, SessionInfo, SessionOutput, SessionSpec};
 
 use crate::cgroup::{Cgroups, SandboxCgroup};
-use crate::shim::{ExecConfig, ExecStatus, InitConfig};
+use crate::shim::config::{ExecConfig, ExecStatus, InitConfig};
 
 /// Name of the supervisor's socket in the sandbox's `run/` directory.
 pub const SOCKET_NAME: &str = "supervisor.sock";
@@ -458,11 +458,11 @@ impl Sup {
             cwd: spec.cwd.unwrap_or_else(|| "/".into()),
             status_path: status_path.clone(),
             merge_stderr: true,
-            init_cgroup: format!("{}/init", self.cg.rel_path().display()),
+            init_cgroup: crate::launch::init_cgroup_marker(&self.cg),
         };
-        let cfg_fd = crate::config_memfd(&serde_json::to_vec(&exec)?)?;
+        let cfg_fd = crate::launch::config_memfd(&serde_json::to_vec(&exec)?)?;
         let spawned =
-            crate::shim_exec_command(&self.cfg.shim_program, &self.cfg.shim_args, &cfg_fd)
+            crate::launch::shim_exec_command(&self.cfg.shim_program, &self.cfg.shim_args, &cfg_fd)
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
@@ -507,7 +507,7 @@ impl Sup {
         let cg = self.cg.clone();
         tokio::spawn(async move {
             let _ = child.wait().await;
-            crate::drain(&cg, &s3.leaf, vec![reader]).await;
+            crate::launch::drain(&cg, &s3.leaf, vec![reader]).await;
             let status: Option<ExecStatus> = tokio::fs::read(&status_path)
                 .await
                 .ok()

@@ -149,7 +149,8 @@ pub(crate) async fn spawn(
     let (Some(Ok(init)), Some(Ok(sup))) = (it.next(), it.next()) else {
         return Err(format!("bad supervisor report {l:?}"));
     };
-    let pidfd = crate::pidfd_open(sup).map_err(|e| format!("supervisor {sup} vanished: {e}"))?;
+    let pidfd =
+        crate::sys::pidfd_open(sup).map_err(|e| format!("supervisor {sup} vanished: {e}"))?;
     Ok((
         SupervisorHandle {
             pid: sup,
@@ -180,7 +181,7 @@ pub(crate) async fn attach(run_dir: &Path) -> Result<(SupervisorHandle, i32)> {
             socket.display()
         )));
     }
-    let pidfd = crate::pidfd_open(pid).map_err(gone)?;
+    let pidfd = crate::sys::pidfd_open(pid).map_err(gone)?;
     let frame = Frame {
         id: 1,
         body: Body::Request(Request::Hello),

@@ -33,7 +33,7 @@
 //! owners inside (host root's files are root's inside); only ids beyond the
 //! range's size (and files of non-idmapped filesystems) appear as `nobody`.
 
-use crate::shim::{
+use crate::mount_api::{
     mount_setattr, MountAttr, MOUNT_ATTR_IDMAP, MOVE_MOUNT_F_EMPTY_PATH, OPEN_TREE_CLONE,
 };
 use crate::subid;

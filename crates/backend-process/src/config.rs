@@ -1,0 +1,59 @@
+//! The process backend's configuration ([`ProcessConfig`]) and its defaults.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::shim::SHIM_SUBCOMMAND;
+use crate::userns;
+
+#[derive(Debug, Clone)]
+pub struct ProcessConfig {
+    /// Program run as the shim, followed by `shim_args`, then `<mode> <config>`.
+    /// Default: the current executable with `["__process-shim"]` (the
+    /// `stasis` binary dispatches that to [`crate::shim_main`]).
+    pub shim_program: PathBuf,
+    pub shim_args: Vec<String>,
+    /// Name of this backend's parent cgroup in each hierarchy.
+    pub cgroup_parent: String,
+    /// Exec output kept per stream; beyond it `truncated` is set.
+    pub capture_limit: usize,
+    /// Bytes of output kept per session (oldest dropped first).
+    pub session_buffer: usize,
+    /// Host paths to hide from sandboxes whose lower layer is the host's `/`
+    /// (an empty read-only tmpfs is mounted over each one visible inside).
+    /// The parent of each sandbox's `spec.dir` is always hidden; the server
+    /// should add its data directory here.
+    pub hide_paths: Vec<PathBuf>,
+    /// How long a sandbox's init may take to come up.
+    pub init_timeout: Duration,
+    /// The directory holding every sandbox's `spec.dir` (the server's
+    /// `<data-dir>/sandboxes`): orphan cleanup unmounts quota filesystems
+    /// left under it by sandboxes the server no longer knows.
+    pub state_dir: Option<PathBuf>,
+    /// Host uid/gid ranges of the sandboxes' user namespaces (see
+    /// [`crate::userns`]); `None` runs sandboxes without one (host root with
+    /// reduced capabilities).
+    pub userns: Option<userns::UsernsConfig>,
+    /// The operator's images directory (the server's `--images`): a
+    /// manifest's `image` names `<images_dir>/<name>/rootfs/`, a root
+    /// filesystem directory used as the read-only lower layer. Never a path
+    /// a tenant gives; `None`: only the default (host root, masked).
+    pub images_dir: Option<PathBuf>,
+}
+
+impl Default for ProcessConfig {
+    fn default() -> Self {
+        ProcessConfig {
+            shim_program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("stasis")),
+            shim_args: vec![SHIM_SUBCOMMAND.to_string()],
+            cgroup_parent: "stasis".to_string(),
+            capture_limit: 16 << 20,
+            session_buffer: 4 << 20,
+            hide_paths: Vec::new(),
+            init_timeout: Duration::from_secs(20),
+            state_dir: None,
+            userns: Some(userns::UsernsConfig::default()),
+            images_dir: None,
+        }
+    }
+}

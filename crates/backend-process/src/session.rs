@@ -1,0 +1,106 @@
+//! Persistent sessions: the daemon's side checks the command and its
+//! working directory and asks the sandbox's supervisor, which owns the
+//! sessions' processes and buffered output, to start, feed, read, list or
+//! kill them.
+
+use std::time::Duration;
+
+use stasis_agent_proto::{Reply, Request};
+use stasis_core::{Error, ErrorCode, Result, SessionInfo, SessionOutput, SessionSpec};
+
+use crate::exec::command_env_cwd;
+use crate::fsops;
+use crate::sandbox::Sandbox;
+
+pub(crate) async fn start(sb: &Sandbox, spec: SessionSpec) -> Result<SessionInfo> {
+    let (env, cwd) = command_env_cwd(sb, &spec.argv, &spec.env, spec.cwd.as_deref())?;
+    let init_pid = sb.pid().await?;
+    {
+        let c = cwd.clone();
+        let ok = tokio::task::spawn_blocking(move || {
+            fsops::Root::of_pid(init_pid)
+                .and_then(|r| r.list(&c))
+                .is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        if !ok {
+            return Err(
+                Error::invalid(format!("working directory {cwd} does not exist")).with_field("cwd"),
+            );
+        }
+    }
+    let spec = SessionSpec {
+        argv: spec.argv,
+        env: env.into_iter().collect(),
+        cwd: Some(cwd),
+    };
+    match sb
+        .supervisor_call(Request::SessionStart { spec }, Duration::ZERO)
+        .await?
+    {
+        Reply::Session { info } => Ok(info),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(crate) async fn write(sb: &Sandbox, session: &str, data: &[u8]) -> Result<()> {
+    sb.pid().await?;
+    let req = Request::SessionWrite {
+        session: session.to_string(),
+        data: data.to_vec(),
+    };
+    match sb.supervisor_call(req, Duration::ZERO).await? {
+        Reply::Ok => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
+/// Served by the supervisor from its buffer, also while the sandbox is
+/// frozen.
+pub(crate) async fn read(
+    sb: &Sandbox,
+    session: &str,
+    offset: u64,
+    wait: Duration,
+) -> Result<SessionOutput> {
+    let req = Request::SessionRead {
+        session: session.to_string(),
+        offset,
+        wait_ms: wait.as_millis() as u64,
+    };
+    match sb.supervisor_call(req, wait).await? {
+        Reply::SessionOutput { output } => Ok(output),
+        other => Err(unexpected(other)),
+    }
+}
+
+pub(crate) async fn list(sb: &Sandbox) -> Result<Vec<SessionInfo>> {
+    match sb
+        .supervisor_call(Request::SessionList, Duration::ZERO)
+        .await
+    {
+        Ok(Reply::Sessions { sessions }) => Ok(sessions),
+        Ok(other) => Err(unexpected(other)),
+        // Processes gone (filesystem pause): no sessions.
+        Err(e) if e.code == ErrorCode::InvalidState => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
+}
+
+pub(crate) async fn kill(sb: &Sandbox, session: &str) -> Result<()> {
+    sb.pid().await?;
+    let req = Request::SessionKill {
+        session: session.to_string(),
+    };
+    match sb.supervisor_call(req, Duration::ZERO).await? {
+        Reply::Ok => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
+fn unexpected(r: Reply) -> Error {
+    Error::backend(format!(
+        "unexpected answer from the sandbox's supervisor: {r:?}"
+    ))
+}
