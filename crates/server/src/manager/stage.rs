@@ -79,3 +79,6 @@ async fn fresh_stage(stage: &Path) -> Result<()> {
         .await
         .map_err(|e| Error::internal(e.to_string()))?
 }
+
+#[cfg(test)]
+mod tests;
