@@ -1,0 +1,101 @@
+//! A tenant's snapshots as objects (list, get, delete, export, import) and
+//! the transfer files under the data dir that uploads and downloads pass
+//! through.
+
+use std::path::{Path, PathBuf};
+
+use stasis_core::{Error, Result, SnapshotId};
+
+use super::{Ctx, Manager};
+use crate::snapshots::{SnapshotInfo, SnapshotKind};
+
+/// A unique, path-safe token (reuses the id generator's randomness).
+fn uuid_like() -> String {
+    SnapshotId::generate()
+        .as_str()
+        .trim_start_matches("snap-")
+        .to_string()
+}
+
+impl Manager {
+    pub async fn list_snapshots(&self, ctx: &Ctx) -> Result<Vec<SnapshotInfo>> {
+        self.snapshots.list(&ctx.tenant).await
+    }
+
+    pub async fn get_snapshot(&self, ctx: &Ctx, id: &SnapshotId) -> Result<SnapshotInfo> {
+        self.snapshots.get(&ctx.tenant, id).await
+    }
+
+    pub async fn delete_snapshot(&self, ctx: &Ctx, id: &SnapshotId) -> Result<()> {
+        let info = self.snapshots.get(&ctx.tenant, id).await?;
+        if info.kind == SnapshotKind::Pause {
+            // A paused sandbox's own state: deleting it would lose the sandbox.
+            let owner = self
+                .meta
+                .list(Some(&ctx.tenant), None)
+                .await?
+                .into_iter()
+                .find(|r| r.pause_snapshot.as_ref() == Some(id) && !r.state.is_terminal());
+            if let Some(owner) = owner {
+                return Err(Error::state(format!(
+                    "snapshot {id} holds the state of sandbox {}; destroy the sandbox instead",
+                    owner.id
+                )));
+            }
+        }
+        self.snapshots.delete(&ctx.tenant, id).await?;
+        self.audit(
+            ctx,
+            "delete",
+            id.as_str(),
+            serde_json::json!({"object": "snapshot"}),
+        )
+        .await;
+        Ok(())
+    }
+
+    /// Write snapshot `id` as one self-contained encrypted file under the
+    /// data dir and return its path; the caller streams it and removes it.
+    pub async fn export_snapshot(&self, ctx: &Ctx, id: &SnapshotId) -> Result<PathBuf> {
+        let dir = self.cfg.data_dir.join("transfers");
+        tokio::fs::create_dir_all(&dir).await?;
+        let out = dir.join(format!("export-{}-{}", id, uuid_like()));
+        self.snapshots
+            .store()
+            .export_snapshot(&ctx.tenant, id, &out, None)
+            .await?;
+        self.audit(
+            ctx,
+            "download",
+            id.as_str(),
+            serde_json::json!({"object": "snapshot", "as": "export"}),
+        )
+        .await;
+        Ok(out)
+    }
+
+    /// Import an export file (already on local disk) into the caller's tenant.
+    pub async fn import_snapshot(&self, ctx: &Ctx, file: &Path) -> Result<SnapshotInfo> {
+        let rec = self
+            .snapshots
+            .store()
+            .import_snapshot(&ctx.tenant, file, None)
+            .await?;
+        let info = self.snapshots.get(&ctx.tenant, &rec.id).await?;
+        self.audit(
+            ctx,
+            "import",
+            rec.id.as_str(),
+            serde_json::json!({"raw_bytes": info.raw_bytes}),
+        )
+        .await;
+        Ok(info)
+    }
+
+    /// A fresh path for an upload being received.
+    pub async fn transfer_path(&self, what: &str) -> Result<PathBuf> {
+        let dir = self.cfg.data_dir.join("transfers");
+        tokio::fs::create_dir_all(&dir).await?;
+        Ok(dir.join(format!("{what}-{}", uuid_like())))
+    }
+}

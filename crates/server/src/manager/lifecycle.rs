@@ -1,0 +1,564 @@
+//! A sandbox's life: create, pause, resume, destroy, and waiting for a
+//! sandbox to run (resuming it transparently). Each operation holds the
+//! sandbox's slot exclusively and persists its first state change before it
+//! asks the backend to act (see the crash-safety note of the manager).
+
+use std::sync::Arc;
+
+use tokio::sync::{OwnedRwLockReadGuard, OwnedRwLockWriteGuard};
+use tracing::{info, warn};
+
+use stasis_backend::{failpoint, Backend, SandboxSpec};
+use stasis_core::{
+    now_ms, Error, ErrorCode, Manifest, OnIdle, Result, SandboxId, SandboxState, SnapshotId,
+};
+use stasis_meta::{Patch, PauseKind, SandboxRecord};
+
+use super::pause_recovery::{self, Intent};
+use super::stage::{staged, Cleanup, Prep};
+use super::{elapsed_ms, Ctx, Manager, OpTiming};
+use crate::metrics::Op;
+use crate::snapshots::SnapshotKind;
+
+impl Manager {
+    /// Create a sandbox. A refused create answers the error, leaves no
+    /// sandbox record and nothing on disk, and is audited.
+    pub async fn create(&self, ctx: &Ctx, manifest: Manifest) -> Result<SandboxRecord> {
+        let r = self.do_create(ctx, manifest).await;
+        if let Err(e) = &r {
+            self.audit_refusal(ctx, "create", "sandboxes", e).await;
+        }
+        r
+    }
+
+    async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
+        manifest.validate()?;
+        crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
+        crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
+        let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
+        let timer = self.metrics.op(Op::Create, kind);
+        let backend = self.backend(kind)?.clone();
+        let caps = backend.capabilities();
+        if !caps.available {
+            return Err(Error::unsupported(format!(
+                "backend {kind} is unavailable here: {}",
+                caps.reason.unwrap_or_default()
+            )));
+        }
+        let id = SandboxId::generate();
+        let slot = self.slot(&id);
+        let _guard = slot.lock.clone().write_owned().await;
+        let rec = self
+            .meta
+            .insert_sandbox(&id, &ctx.tenant, &manifest, kind, None)
+            .await?;
+        let checked = self.checked_spec(&rec);
+        let spec = self.spec(&rec);
+        let result = async {
+            self.lease_for_start(&id).await?;
+            let checked = checked?;
+            tokio::fs::create_dir_all(&checked.dir).await?;
+            backend.create(&checked).await
+        }
+        .await;
+        let rec = self.finish_start(ctx, rec, &spec, result, "create").await?;
+        self.audit(
+            ctx,
+            "create",
+            id.as_str(),
+            serde_json::json!({"backend": kind, "manifest_digest": rec.manifest_digest}),
+        )
+        .await;
+        timer.ok();
+        Ok(rec)
+    }
+
+    /// Settle a sandbox in `Creating` after its backend start: Running on
+    /// success; on failure everything is removed and the record says why.
+    pub(super) async fn finish_start(
+        &self,
+        _ctx: &Ctx,
+        rec: SandboxRecord,
+        spec: &SandboxSpec,
+        result: Result<()>,
+        what: &str,
+    ) -> Result<SandboxRecord> {
+        let result = match result {
+            Ok(()) => {
+                self.touch(&rec.id);
+                self.transition(
+                    &rec.id,
+                    SandboxState::Creating,
+                    SandboxState::Running,
+                    Patch {
+                        running_since_ms: Some(Some(now_ms())),
+                        ..Default::default()
+                    },
+                )
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(rec) => Ok(rec),
+            // Also when the backend started it but the record could not say
+            // so: a sandbox nobody can reach must not keep its resources.
+            Err(e) => {
+                warn!(sandbox = %rec.id, error = %e, "{what} failed; cleaning up");
+                let mut cleaned = match self.backend(rec.backend) {
+                    Ok(b) => b.destroy(&rec.id, &spec.dir).await.is_ok(),
+                    Err(_) => true,
+                };
+                match tokio::fs::remove_dir_all(&spec.dir).await {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => cleaned = false,
+                    _ => {}
+                }
+                // Nothing runs and nothing is on disk: the refused start
+                // leaves no record. Whatever could not be removed keeps its
+                // record, as Failed, for reconcile and orphan cleanup (a
+                // daemon killed before this point leaves it Creating, which
+                // reconcile settles the same way).
+                let discarded = cleaned
+                    && match self.meta.discard(&rec.id, SandboxState::Creating).await {
+                        Ok(()) => true,
+                        Err(d) => {
+                            warn!(sandbox = %rec.id, error = %d, "refused {what} not discarded");
+                            false
+                        }
+                    };
+                if discarded {
+                    if let Some(c) = self.cluster() {
+                        c.release(&rec.id).await;
+                    }
+                    self.slots.lock().expect("slots lock").remove(&rec.id);
+                } else {
+                    let _ = self
+                        .transition(
+                            &rec.id,
+                            SandboxState::Creating,
+                            SandboxState::Failed,
+                            Patch::reason(format!("{what} failed: {}", e.message)),
+                        )
+                        .await;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    pub async fn get(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
+        self.meta.get_for(&ctx.tenant, id).await
+    }
+
+    pub async fn list(&self, ctx: &Ctx, state: Option<SandboxState>) -> Result<Vec<SandboxRecord>> {
+        self.meta.list(Some(&ctx.tenant), state).await
+    }
+
+    /// Wait until the sandbox is running (resuming it transparently when it
+    /// is paused) and hold it running for the lifetime of the returned guard.
+    pub(super) async fn running(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+    ) -> Result<(OwnedRwLockReadGuard<()>, SandboxRecord)> {
+        let slot = self.slot(id);
+        for _ in 0..5 {
+            let rec = self.meta.get_for(&ctx.tenant, id).await?;
+            match rec.state {
+                SandboxState::Running => {
+                    if self.cluster().is_some_and(|c| c.fence(id).is_none()) {
+                        let guard = slot.lock.clone().write_owned().await;
+                        let rec = self.meta.get(id).await?;
+                        self.ensure_local(ctx, rec).await?;
+                        drop(guard);
+                        continue;
+                    }
+                    let guard = slot.lock.clone().read_owned().await;
+                    let rec = self.meta.get(id).await?;
+                    if rec.state == SandboxState::Running {
+                        self.touch(id);
+                        return Ok((guard, rec));
+                    }
+                }
+                SandboxState::Paused => {
+                    let guard = slot.lock.clone().write_owned().await;
+                    let rec = self.meta.get(id).await?;
+                    if rec.state == SandboxState::Paused {
+                        self.do_resume(ctx, rec, guard).await?;
+                    }
+                }
+                SandboxState::Creating
+                | SandboxState::Pausing
+                | SandboxState::Resuming
+                | SandboxState::Destroying => {
+                    // An operation holds the slot exclusively: wait for it.
+                    drop(slot.lock.clone().read_owned().await);
+                }
+                SandboxState::Destroyed | SandboxState::Failed => {
+                    return Err(Error::state(format!(
+                        "sandbox {id} is {}{}",
+                        rec.state,
+                        rec.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                    )));
+                }
+            }
+        }
+        Err(Error::new(
+            ErrorCode::Busy,
+            format!("sandbox {id} kept changing state; try again"),
+        ))
+    }
+
+    /// Take a sandbox's slot exclusively (after checking the caller may see
+    /// it) and read its record under the lock.
+    async fn exclusive(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+    ) -> Result<(OwnedRwLockWriteGuard<()>, SandboxRecord)> {
+        self.meta.get_for(&ctx.tenant, id).await?;
+        let guard = self.slot(id).lock.clone().write_owned().await;
+        let rec = self.meta.get(id).await?;
+        let rec = self.ensure_local(ctx, rec).await?;
+        Ok((guard, rec))
+    }
+
+    /// Persist the first step of a lifecycle operation (`from` -> `to`) and
+    /// return what the operation needs: backend, spec, updated record.
+    async fn begin(
+        &self,
+        rec: &SandboxRecord,
+        from: SandboxState,
+        to: SandboxState,
+    ) -> Result<(Arc<dyn Backend>, SandboxSpec, SandboxRecord)> {
+        rec.state.check_transition(to)?;
+        let backend = self.backend(rec.backend)?.clone();
+        let spec = self.spec(rec);
+        let rec = self.transition(&rec.id, from, to, Patch::default()).await?;
+        Ok((backend, spec, rec))
+    }
+
+    /// Explicit pause. `keep_memory` None follows the sandbox's policy.
+    pub async fn pause(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        keep_memory: Option<bool>,
+    ) -> Result<(SandboxRecord, OpTiming)> {
+        let (guard, rec) = self.exclusive(ctx, id).await?;
+        let keep = keep_memory.unwrap_or(rec.manifest.lifecycle.on_idle != OnIdle::PauseFilesystem);
+        self.do_pause(ctx, rec, keep, "explicit", guard).await
+    }
+
+    pub(super) async fn do_pause(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+        keep_memory: bool,
+        why: &str,
+        _guard: OwnedRwLockWriteGuard<()>,
+    ) -> Result<(SandboxRecord, OpTiming)> {
+        let t0 = std::time::Instant::now();
+        let timer = self.metrics.op(Op::Pause, rec.backend);
+        let (backend, spec, rec) = self
+            .begin(&rec, SandboxState::Running, SandboxState::Pausing)
+            .await?;
+        failpoint::hit("pause.pausing");
+        let stage = spec.dir.join(pause_recovery::STAGE);
+        let kind = if keep_memory {
+            PauseKind::Memory
+        } else {
+            PauseKind::Filesystem
+        };
+        // The stage outlives a failed pause: settling it may still upload it.
+        let work = async {
+            let tb = std::time::Instant::now();
+            let artifacts = match backend.pause(&rec.id, &stage, keep_memory).await {
+                Ok(a) => a,
+                Err(e) => return Err(self.pause_failed(&rec, &spec, e).await),
+            };
+            let backend_ms = elapsed_ms(tb);
+            failpoint::hit("pause.staged");
+            // The upload's snapshot id is recorded first: a daemon killed during
+            // the upload finds out at restart whether it completed.
+            let intent = Intent {
+                snapshot: SnapshotId::generate(),
+                kind,
+                previous: rec.pause_snapshot.clone(),
+            };
+            // The backend has already stopped the sandbox: a failure from here
+            // on (a full disk, the store) is settled like a crash, never left
+            // in Pausing.
+            if let Err(e) = pause_recovery::write_intent(&stage, &intent) {
+                return Err(self.pause_failed(&rec, &spec, e).await);
+            }
+            failpoint::hit("pause.intent-written");
+            let ts = std::time::Instant::now();
+            let snap = match self
+                .snapshots
+                .put_as(
+                    intent.snapshot.clone(),
+                    &rec,
+                    SnapshotKind::Pause,
+                    &stage,
+                    &artifacts,
+                    None,
+                    &ctx.actor,
+                )
+                .await
+            {
+                Ok(s) => s,
+                // Its state exists only in the stage directory: the settling
+                // tries the upload once more, else falls back to an earlier
+                // snapshot; only with nothing restorable is it Failed (the stage
+                // kept for inspection).
+                Err(e) => return Err(self.pause_failed(&rec, &spec, e).await),
+            };
+            let store_ms = elapsed_ms(ts);
+            failpoint::hit("pause.stored");
+            let rec = self
+                .record_pause(&rec, &snap.id, kind, Some(&intent), None)
+                .await?;
+            Ok((rec, snap, backend_ms, store_ms))
+        };
+        let (rec, snap, backend_ms, store_ms) =
+            staged(&stage, Prep::Fresh, Cleanup::OnSuccess, work).await?;
+        let timing = OpTiming {
+            backend_ms,
+            store_ms,
+            total_ms: elapsed_ms(t0),
+        };
+        info!(sandbox = %rec.id, why, kind = kind.as_str(), ms = timing.total_ms, bytes = snap.raw_bytes, "paused");
+        self.audit(
+            ctx,
+            "pause",
+            rec.id.as_str(),
+            serde_json::json!({"why": why, "kind": kind, "snapshot": snap.id, "raw_bytes": snap.raw_bytes, "stored_bytes": snap.stored_bytes}),
+        )
+        .await;
+        timer.ok();
+        Ok((rec, timing))
+    }
+
+    /// A backend pause failed: settle the sandbox on what is true now (it
+    /// still runs, or what the pause saved, or an earlier snapshot).
+    async fn pause_failed(&self, rec: &SandboxRecord, spec: &SandboxSpec, e: Error) -> Error {
+        let backend = match self.backend(rec.backend) {
+            Ok(b) => b.clone(),
+            Err(e2) => return e2,
+        };
+        let why = format!("pause failed ({})", e.message);
+        match self.settle_pause(rec, &backend, spec, &why).await {
+            Ok((SandboxState::Running, _)) => Error::new(
+                e.code,
+                format!("pause failed, sandbox kept running: {}", e.message),
+            ),
+            Ok((_, reason)) => Error::backend(reason),
+            Err(e2) => {
+                let reason = format!("{why}; {}", e2.message);
+                let _ = self
+                    .transition(
+                        &rec.id,
+                        SandboxState::Pausing,
+                        SandboxState::Failed,
+                        Patch::reason(reason.clone()),
+                    )
+                    .await;
+                Error::backend(reason)
+            }
+        }
+    }
+
+    pub async fn resume(&self, ctx: &Ctx, id: &SandboxId) -> Result<(SandboxRecord, OpTiming)> {
+        let (guard, rec) = self.exclusive(ctx, id).await?;
+        self.do_resume(ctx, rec, guard).await
+    }
+
+    async fn do_resume(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+        _guard: OwnedRwLockWriteGuard<()>,
+    ) -> Result<(SandboxRecord, OpTiming)> {
+        let t0 = std::time::Instant::now();
+        let timer = self.metrics.op(Op::Resume, rec.backend);
+        if let Some(c) = self.cluster() {
+            rec.state.check_transition(SandboxState::Resuming)?;
+            self.lease_for_start(&rec.id).await?;
+            // State this node still holds from an older pause is stale when
+            // another node ran the sandbox since: drop it, use the store.
+            if !c.local_pause_is(&rec.id, rec.pause_snapshot.as_ref()) {
+                if let Ok(b) = self.backend(rec.backend) {
+                    let _ = b.destroy(&rec.id, &self.sandbox_dir(&rec.id)).await;
+                }
+            }
+            c.note_local_pause(&rec.id, None);
+        }
+        // Mounts are checked against the allowed roots of now, not of create;
+        // an image that is a host path (an old record) is refused. The
+        // sandbox stays paused, its files intact.
+        let checked = match self.checked_spec(&rec) {
+            Ok(s) => s,
+            Err(e) => {
+                self.audit_refusal(ctx, "resume", rec.id.as_str(), &e).await;
+                return Err(e.context("resume refused"));
+            }
+        };
+        let (backend, _, rec) = self
+            .begin(&rec, SandboxState::Paused, SandboxState::Resuming)
+            .await?;
+        let spec = checked;
+        let restore_dir = spec.dir.join("resume-stage");
+        let (mut store_ms, mut backend_ms) = (0, 0);
+        let work = async {
+            let ts = std::time::Instant::now();
+            let needs = backend.resume_needs_artifacts(&rec.id).await;
+            let fetched = match rec.pause_snapshot.as_ref().filter(|_| needs) {
+                Some(snap) => self
+                    .snapshots
+                    .restore(&rec.tenant, snap, &restore_dir)
+                    .await
+                    .map(|_| ()),
+                None => tokio::fs::create_dir_all(&restore_dir)
+                    .await
+                    .map_err(Error::from),
+            };
+            store_ms = elapsed_ms(ts);
+            fetched?;
+            let tb = std::time::Instant::now();
+            let r = backend.resume(&spec, &restore_dir).await;
+            backend_ms = elapsed_ms(tb);
+            r
+        };
+        let result = staged(&restore_dir, Prep::Clear, Cleanup::Always, work).await;
+        match result {
+            Ok(()) => {
+                self.touch(&rec.id);
+                let rec = self
+                    .transition(
+                        &rec.id,
+                        SandboxState::Resuming,
+                        SandboxState::Running,
+                        Patch {
+                            reason: Some(None),
+                            running_since_ms: Some(Some(now_ms())),
+                            paused_at_ms: Some(None),
+                            expires_at_ms: Some(None),
+                            ..Default::default()
+                        },
+                    )
+                    .await?;
+                let timing = OpTiming {
+                    backend_ms,
+                    store_ms,
+                    total_ms: elapsed_ms(t0),
+                };
+                info!(sandbox = %rec.id, ms = timing.total_ms, "resumed");
+                self.audit(
+                    ctx,
+                    "resume",
+                    rec.id.as_str(),
+                    serde_json::json!({"ms": timing.total_ms}),
+                )
+                .await;
+                timer.ok();
+                Ok((rec, timing))
+            }
+            Err(e) => {
+                // A snapshot that fails verification will never resume: say so
+                // and stop. Anything else leaves the sandbox paused (its
+                // snapshot untouched) so the next request can try again.
+                let _ = backend.destroy(&rec.id, &spec.dir).await;
+                let to = if e.code == ErrorCode::IntegrityError {
+                    SandboxState::Failed
+                } else {
+                    SandboxState::Paused
+                };
+                let _ = self
+                    .transition(
+                        &rec.id,
+                        SandboxState::Resuming,
+                        to,
+                        Patch::reason(format!("resume failed: {}", e.message)),
+                    )
+                    .await;
+                Err(e.context("resume failed"))
+            }
+        }
+    }
+
+    pub async fn destroy(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
+        let (guard, rec) = self.exclusive(ctx, id).await?;
+        self.do_destroy(ctx, rec, "delete", guard).await
+    }
+
+    pub(super) async fn do_destroy(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+        action: &str,
+        _guard: OwnedRwLockWriteGuard<()>,
+    ) -> Result<SandboxRecord> {
+        let timer = self.metrics.op(Op::Destroy, rec.backend);
+        rec.state.check_transition(SandboxState::Destroying)?;
+        let rec = self
+            .transition(
+                &rec.id,
+                rec.state,
+                SandboxState::Destroying,
+                Patch::default(),
+            )
+            .await?;
+        let rec = self.finish_destroy(rec).await?;
+        self.audit(ctx, action, rec.id.as_str(), serde_json::json!({}))
+            .await;
+        timer.ok();
+        Ok(rec)
+    }
+
+    /// Destroying -> Destroyed: idempotent, so reconcile can finish it too.
+    pub(super) async fn finish_destroy(&self, rec: SandboxRecord) -> Result<SandboxRecord> {
+        let spec = self.spec(&rec);
+        if let Ok(b) = self.backend(rec.backend) {
+            if let Err(e) = b.destroy(&rec.id, &spec.dir).await {
+                let _ = self
+                    .transition(
+                        &rec.id,
+                        SandboxState::Destroying,
+                        SandboxState::Failed,
+                        Patch::reason(format!("destroy failed: {}", e.message)),
+                    )
+                    .await;
+                return Err(e);
+            }
+        }
+        let _ = tokio::fs::remove_dir_all(&spec.dir).await;
+        for snap in rec
+            .pause_snapshot
+            .iter()
+            .chain(rec.checkpoint_snapshot.iter())
+        {
+            if let Err(e) = self.snapshots.delete(&rec.tenant, snap).await {
+                if e.code != ErrorCode::NotFound {
+                    warn!(sandbox = %rec.id, error = %e, "pause or checkpoint snapshot not deleted");
+                }
+            }
+        }
+        let rec = self
+            .transition(
+                &rec.id,
+                SandboxState::Destroying,
+                SandboxState::Destroyed,
+                Patch {
+                    running_ms: Some(rec.running_time_ms(now_ms())),
+                    running_since_ms: Some(None),
+                    expires_at_ms: Some(None),
+                    pause_snapshot: Some(None),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        self.slots.lock().expect("slots lock").remove(&rec.id);
+        Ok(rec)
+    }
+}

@@ -1,0 +1,302 @@
+//! The sandbox manager: owns lifecycle state, drives backends, moves pause
+//! and snapshot artifacts through the snapshot store, and applies the idle
+//! and TTL policies. HTTP handlers are thin wrappers around these methods.
+//!
+//! Concurrency: each sandbox has a slot with an async RwLock. Operations that
+//! use a running sandbox (exec, files, sessions) hold it shared; lifecycle
+//! changes (create, pause, resume, snapshot, destroy) hold it exclusive. The
+//! idle reaper only ever *tries* the exclusive lock, so a sandbox with a
+//! request in flight is never paused under it.
+//!
+//! Crash safety: every lifecycle change is persisted (meta, compare-and-set)
+//! before the backend is asked to act; `reconcile` resolves whatever a killed
+//! daemon left in a transitional state.
+//!
+//! The manager's rooms, one concern each. They share this module's plumbing
+//! (the struct, slots, specs, state writes, audit) and call each other in one
+//! direction only; this module itself only declares and re-exports them:
+//! - `stage`: stage directories between a backend and the snapshot store;
+//! - `lost`: settling a sandbox whose compute is gone;
+//! - `pause_recovery`: settling a pause that did not finish;
+//! - `lease`: cluster leases, takeover of a dead node's sandboxes, heartbeat;
+//! - `lifecycle`: create, pause, resume, destroy, and waiting for a sandbox to run;
+//! - `snapshot_ops`: snapshot, checkpoint, restore, fork;
+//! - `catalog`: a tenant's snapshots as objects (list, delete, export,
+//!   import) and transfer files;
+//! - `guest`: work inside a running sandbox (exec, files, sessions, usage);
+//! - `recovery`: reconcile after a crash;
+//! - `reaper`: the idle, TTL, lifetime and checkpoint policies.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::sync::RwLock;
+use tracing::warn;
+
+use stasis_backend::{Backend, Capabilities, SandboxSpec};
+use stasis_core::{now_ms, BackendKind, Error, Result, SandboxId, SandboxState, TenantId};
+use stasis_meta::{Meta, NewAuditEntry, Patch, SandboxRecord};
+
+use crate::cluster::Cluster;
+use crate::inflight::Inflight;
+use crate::metrics::Metrics;
+use crate::snapshots::Snapshots;
+
+mod catalog;
+mod guest;
+mod lease;
+mod lifecycle;
+mod lost;
+mod pause_recovery;
+mod reaper;
+mod recovery;
+mod snapshot_ops;
+mod stage;
+
+pub use guest::MAX_SESSION_WAIT;
+pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
+pub use recovery::ReconcileReport;
+pub use snapshot_ops::MAX_SNAPSHOT_TTL;
+pub(crate) use stage::artifact_list;
+
+/// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    pub tenant: TenantId,
+    pub actor: String,
+}
+
+impl Ctx {
+    pub fn system(tenant: TenantId) -> Self {
+        Ctx {
+            tenant,
+            actor: "system".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ManagerConfig {
+    pub data_dir: PathBuf,
+    pub default_backend: BackendKind,
+    /// Largest file accepted by `write_file` / returned by `read_file`.
+    pub max_file_bytes: u64,
+    /// Default TTL of user snapshots.
+    pub snapshot_ttl: Duration,
+    /// How often the reaper looks for idle and expired sandboxes.
+    pub reaper_interval: Duration,
+    /// How often the snapshot store is garbage-collected.
+    pub gc_interval: Duration,
+    /// Canonical host directories that manifest mounts may come from.
+    pub allow_mounts: Vec<PathBuf>,
+    /// Limit on requests in flight (and queued) per sandbox.
+    pub inflight: crate::inflight::InflightLimits,
+}
+
+impl ManagerConfig {
+    pub fn new(data_dir: PathBuf) -> Self {
+        ManagerConfig {
+            data_dir,
+            default_backend: BackendKind::Process,
+            max_file_bytes: 64 * 1024 * 1024,
+            snapshot_ttl: Duration::from_secs(7 * 24 * 3600),
+            reaper_interval: Duration::from_millis(250),
+            gc_interval: Duration::from_secs(60),
+            allow_mounts: Vec::new(),
+            inflight: Default::default(),
+        }
+    }
+}
+
+/// One sandbox's place in the manager: its lock (shared by requests, held
+/// exclusively by lifecycle changes), its last activity, its in-flight limit.
+struct Slot {
+    lock: Arc<RwLock<()>>,
+    last_active_ms: AtomicI64,
+    inflight: Arc<Inflight>,
+}
+
+/// Timings of one lifecycle operation, reported to clients and benches.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct OpTiming {
+    pub backend_ms: u64,
+    pub store_ms: u64,
+    pub total_ms: u64,
+}
+
+pub struct Manager {
+    cfg: ManagerConfig,
+    meta: Meta,
+    snapshots: Snapshots,
+    backends: HashMap<BackendKind, Arc<dyn Backend>>,
+    slots: StdMutex<HashMap<SandboxId, Arc<Slot>>>,
+    last_gc_ms: AtomicI64,
+    /// Set when several daemons share the metadata database.
+    cluster: std::sync::OnceLock<Arc<Cluster>>,
+    metrics: Metrics,
+}
+
+fn elapsed_ms(start: std::time::Instant) -> u64 {
+    start.elapsed().as_millis() as u64
+}
+
+impl Manager {
+    pub fn new(
+        cfg: ManagerConfig,
+        meta: Meta,
+        snapshots: Snapshots,
+        backends: Vec<Arc<dyn Backend>>,
+    ) -> Arc<Self> {
+        let backends = backends.into_iter().map(|b| (b.kind(), b)).collect();
+        Arc::new(Manager {
+            cfg,
+            meta,
+            snapshots,
+            backends,
+            slots: StdMutex::new(HashMap::new()),
+            last_gc_ms: AtomicI64::new(now_ms()),
+            cluster: std::sync::OnceLock::new(),
+            metrics: Metrics::new(),
+        })
+    }
+
+    /// Join a cluster (before reconcile and serving).
+    pub fn set_cluster(&self, c: Arc<Cluster>) {
+        let _ = self.cluster.set(c);
+    }
+
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.get()
+    }
+
+    /// A state write; in a cluster fenced by this node's lease of the
+    /// sandbox, and the lease is given up when the sandbox stops running here.
+    async fn transition(
+        &self,
+        id: &SandboxId,
+        from: SandboxState,
+        to: SandboxState,
+        patch: Patch,
+    ) -> Result<SandboxRecord> {
+        let Some(c) = self.cluster() else {
+            return self.meta.transition(id, from, to, patch).await;
+        };
+        let fence = c.fence(id);
+        let mut rec = self
+            .meta
+            .transition_fenced(id, from, to, patch, fence.as_ref())
+            .await?;
+        if matches!(
+            to,
+            SandboxState::Paused | SandboxState::Failed | SandboxState::Destroyed
+        ) {
+            c.release(id).await;
+            rec.owner = None;
+        }
+        Ok(rec)
+    }
+
+    pub fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    pub fn snapshots(&self) -> &Snapshots {
+        &self.snapshots
+    }
+
+    pub fn config(&self) -> &ManagerConfig {
+        &self.cfg
+    }
+
+    /// This daemon's metrics (served at `/metrics`).
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    pub fn capabilities(&self) -> Vec<Capabilities> {
+        let mut caps: Vec<_> = self.backends.values().map(|b| b.capabilities()).collect();
+        caps.sort_by_key(|c| c.backend.as_str());
+        caps
+    }
+
+    fn backend(&self, kind: BackendKind) -> Result<&Arc<dyn Backend>> {
+        self.backends.get(&kind).ok_or_else(|| {
+            Error::unsupported(format!("backend {kind} is not enabled on this daemon"))
+        })
+    }
+
+    fn sandbox_dir(&self, id: &SandboxId) -> PathBuf {
+        self.cfg.data_dir.join("sandboxes").join(id.as_str())
+    }
+
+    fn spec(&self, rec: &SandboxRecord) -> SandboxSpec {
+        SandboxSpec {
+            id: rec.id.clone(),
+            manifest: rec.manifest.clone(),
+            dir: self.sandbox_dir(&rec.id),
+        }
+    }
+
+    /// The spec with its image re-checked to be a name (records written
+    /// before host paths were refused may carry one) and every mount source
+    /// checked against the operator's current allowed roots and replaced by
+    /// its canonical path: used to build or rebuild a sandbox (create,
+    /// resume, restore, takeover).
+    fn checked_spec(&self, rec: &SandboxRecord) -> Result<SandboxSpec> {
+        if let Some(image) = &rec.manifest.image {
+            stasis_core::manifest::validate_image_name(image)?;
+        }
+        let mut spec = self.spec(rec);
+        spec.manifest = crate::mounts::resolve(&rec.manifest, &self.cfg.allow_mounts)?;
+        Ok(spec)
+    }
+
+    /// Record in the audit log that `op` was refused (`target`: the sandbox,
+    /// snapshot or collection it was asked of), with the error given.
+    async fn audit_refusal(&self, ctx: &Ctx, op: &str, target: &str, e: &Error) {
+        let detail = serde_json::json!({
+            "op": op,
+            "code": e.code,
+            "field": e.field,
+            "message": e.message,
+        });
+        self.audit(ctx, "refused", target, detail).await;
+    }
+
+    fn slot(&self, id: &SandboxId) -> Arc<Slot> {
+        let mut slots = self.slots.lock().expect("slots lock");
+        slots
+            .entry(id.clone())
+            .or_insert_with(|| {
+                Arc::new(Slot {
+                    lock: Arc::new(RwLock::new(())),
+                    last_active_ms: AtomicI64::new(now_ms()),
+                    inflight: Arc::new(Inflight::new(self.cfg.inflight)),
+                })
+            })
+            .clone()
+    }
+
+    fn touch(&self, id: &SandboxId) {
+        self.slot(id)
+            .last_active_ms
+            .store(now_ms(), Ordering::Relaxed);
+    }
+
+    async fn audit(&self, ctx: &Ctx, action: &str, target: &str, detail: serde_json::Value) {
+        let entry = NewAuditEntry {
+            tenant: ctx.tenant.clone(),
+            actor: ctx.actor.clone(),
+            action: action.to_string(),
+            target: target.to_string(),
+            detail,
+        };
+        if let Err(e) = self.meta.audit(entry).await {
+            warn!(error = %e, action, target, "audit append failed");
+        }
+    }
+}

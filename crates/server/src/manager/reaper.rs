@@ -1,0 +1,178 @@
+//! The idle, TTL, lifetime and checkpoint policies (a sandbox's manifest
+//! `lifecycle`), applied by a periodic pass. What to do with one sandbox is
+//! the pure [`decide`] (and [`checkpoint_due`]), from the time, its record
+//! and its last activity (unit-tested); the pass acts on it only under the
+//! sandbox's exclusive lock, which it never waits for (a sandbox with a
+//! request in flight is left for the next pass).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tracing::warn;
+
+use stasis_core::{now_ms, OnIdle, Result, SandboxId, SandboxState};
+use stasis_meta::SandboxRecord;
+
+use super::{Ctx, Manager};
+
+/// What the reaper does to one sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reap {
+    /// Running past `max_lifetime_secs` of running time: destroyed.
+    LifetimeExpired,
+    /// Idle past `idle_timeout_secs`, `on_idle: pause` (`keep_memory`) or
+    /// `pause_filesystem`: paused.
+    IdlePause { keep_memory: bool },
+    /// Idle past `idle_timeout_secs`, `on_idle: destroy`: destroyed.
+    IdleDestroy,
+    /// Paused past `paused_ttl_secs`: destroyed.
+    TtlExpired,
+}
+
+impl Reap {
+    /// Its name, as the pass reports it and metrics count it.
+    pub fn what(self) -> &'static str {
+        match self {
+            Reap::LifetimeExpired => "lifetime_expired",
+            Reap::IdlePause { keep_memory: true } => "idle_paused",
+            Reap::IdlePause { keep_memory: false } => "idle_paused_filesystem",
+            Reap::IdleDestroy => "idle_destroyed",
+            Reap::TtlExpired => "ttl_expired",
+        }
+    }
+
+    /// The state the sandbox must still be in when its lock is taken.
+    pub fn applies_in(self) -> SandboxState {
+        match self {
+            Reap::TtlExpired => SandboxState::Paused,
+            _ => SandboxState::Running,
+        }
+    }
+}
+
+/// Whether a periodic checkpoint of a running sandbox is due at `now`
+/// (counted from its last checkpoint, else from when it last started
+/// running, else from its creation).
+pub fn checkpoint_due(now: i64, rec: &SandboxRecord) -> bool {
+    let policy = &rec.manifest.lifecycle;
+    if rec.state != SandboxState::Running || policy.checkpoint_secs == 0 {
+        return false;
+    }
+    let last = rec
+        .checkpoint_at_ms
+        .or(rec.running_since_ms)
+        .unwrap_or(rec.created_at_ms);
+    policy.checkpoint_due(now.saturating_sub(last))
+}
+
+/// What the policies ask of a sandbox at `now`, its last activity at
+/// `last_active_ms` (none: leave it). Over its lifetime wins over idle.
+pub fn decide(now: i64, rec: &SandboxRecord, last_active_ms: i64) -> Option<Reap> {
+    let policy = &rec.manifest.lifecycle;
+    match rec.state {
+        SandboxState::Running => {
+            if policy.lifetime_over(rec.running_time_ms(now)) {
+                return Some(Reap::LifetimeExpired);
+            }
+            if !policy.idle_over(now.saturating_sub(last_active_ms)) {
+                return None;
+            }
+            match policy.on_idle {
+                OnIdle::Pause => Some(Reap::IdlePause { keep_memory: true }),
+                OnIdle::PauseFilesystem => Some(Reap::IdlePause { keep_memory: false }),
+                OnIdle::Destroy => Some(Reap::IdleDestroy),
+                OnIdle::Nothing => None,
+            }
+        }
+        SandboxState::Paused if rec.expires_at_ms.is_some_and(|t| t <= now) => {
+            Some(Reap::TtlExpired)
+        }
+        _ => None,
+    }
+}
+
+impl Manager {
+    /// One pass of the idle/TTL/lifetime policies. Returns what it did.
+    pub async fn reap_once(&self) -> Result<Vec<(SandboxId, &'static str)>> {
+        let now = now_ms();
+        let mut done = Vec::new();
+        for rec in self.meta.list_live().await? {
+            let ctx = Ctx::system(rec.tenant.clone());
+            let slot = self.slot(&rec.id);
+            // In a cluster, only the node that runs it applies its policies.
+            if rec.state == SandboxState::Running
+                && self.cluster().is_some_and(|c| c.fence(&rec.id).is_none())
+            {
+                continue;
+            }
+            if checkpoint_due(now, &rec) {
+                if let Ok(guard) = slot.lock.clone().try_write_owned() {
+                    match self.checkpoint(&ctx, &rec.id, guard).await {
+                        Ok(_) => done.push((rec.id.clone(), "checkpointed")),
+                        Err(e) => {
+                            warn!(sandbox = %rec.id, error = %e, "checkpoint failed")
+                        }
+                    }
+                }
+            }
+            let last_active_ms = slot.last_active_ms.load(Ordering::Relaxed);
+            let Some(reap) = decide(now, &rec, last_active_ms) else {
+                continue;
+            };
+            // Never under a request in flight.
+            let Ok(guard) = slot.lock.clone().try_write_owned() else {
+                continue;
+            };
+            let rec = self.meta.get(&rec.id).await?;
+            if rec.state != reap.applies_in() {
+                continue;
+            }
+            let r = match reap {
+                Reap::IdlePause { keep_memory } => self
+                    .do_pause(&ctx, rec.clone(), keep_memory, "idle", guard)
+                    .await
+                    .map(|_| ()),
+                Reap::LifetimeExpired | Reap::IdleDestroy | Reap::TtlExpired => self
+                    .do_destroy(&ctx, rec.clone(), "expire", guard)
+                    .await
+                    .map(|_| ()),
+            };
+            match r {
+                Ok(()) => {
+                    self.metrics.reaped(reap.what());
+                    done.push((rec.id.clone(), reap.what()))
+                }
+                Err(e) if reap == Reap::TtlExpired => {
+                    warn!(sandbox = %rec.id, error = %e, "TTL destroy failed")
+                }
+                Err(e) => warn!(sandbox = %rec.id, error = %e, "idle policy failed"),
+            }
+        }
+        if now - self.last_gc_ms.load(Ordering::Relaxed) >= self.cfg.gc_interval.as_millis() as i64
+        {
+            self.last_gc_ms.store(now, Ordering::Relaxed);
+            if let Err(e) = self.snapshots.gc().await {
+                warn!(error = %e, "snapshot store GC failed");
+            }
+        }
+        Ok(done)
+    }
+
+    /// Run the reaper until the returned handle is aborted.
+    pub fn spawn_reaper(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(me.cfg.reaper_interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                if let Err(e) = me.reap_once().await {
+                    warn!(error = %e, "reaper pass failed");
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
