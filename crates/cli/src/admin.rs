@@ -77,6 +77,7 @@ pub enum SecretCmd {
     },
 }
 
+/// `stasis admin`.
 pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
     match cmd {
         AdminCmd::Tenant(TenantCmd::Create { name, id }) => {
@@ -159,6 +160,7 @@ pub fn path_seg(s: &str) -> Result<&str> {
     Ok(s)
 }
 
+/// `stasis secret`.
 pub async fn secret(c: &Client, cmd: SecretCmd, json: bool) -> Result<()> {
     match cmd {
         SecretCmd::Set {

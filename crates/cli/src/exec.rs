@@ -28,6 +28,7 @@ pub struct ExecArgs {
     argv: Vec<String>,
 }
 
+/// `stasis exec`.
 pub async fn exec(c: &Client, a: ExecArgs, json: bool) -> Result<()> {
     let mut env = serde_json::Map::new();
     for kv in &a.env {

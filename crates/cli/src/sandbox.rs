@@ -44,7 +44,7 @@ fn fmt_ms(v: &Value) -> String {
         .unwrap_or_else(|| "-".into())
 }
 
-pub fn sandbox_line(v: &Value) -> String {
+fn sandbox_line(v: &Value) -> String {
     let mut s = format!(
         "{}  {:<10} {:<8} running {}",
         v["id"].as_str().unwrap_or("?"),
@@ -91,6 +91,7 @@ pub fn read_manifest_arg(arg: &str) -> Result<Value> {
     serde_json::from_str(&text).map_err(|e| Error::invalid(format!("manifest is not JSON: {e}")))
 }
 
+/// `stasis create`.
 pub async fn create(c: &Client, a: CreateArgs, json: bool) -> Result<()> {
     let mut m = match &a.manifest {
         Some(f) => read_manifest_arg(f)?,
@@ -131,6 +132,7 @@ pub async fn create(c: &Client, a: CreateArgs, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `stasis ls`.
 pub async fn ls(c: &Client, state: Option<String>, json: bool) -> Result<()> {
     let path = match state {
         Some(s) => format!("/v1/sandboxes?state={s}"),
@@ -145,12 +147,14 @@ pub async fn ls(c: &Client, state: Option<String>, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `stasis get`.
 pub async fn get(c: &Client, id: String, json: bool) -> Result<()> {
     let v = c.sandbox(&id).await?;
     print_value(json, &v, sandbox_line);
     Ok(())
 }
 
+/// `stasis pause`.
 pub async fn pause(c: &Client, id: String, filesystem_only: bool, json: bool) -> Result<()> {
     let v = c
         .pause(&id, if filesystem_only { Some(false) } else { None })
@@ -165,6 +169,7 @@ pub async fn pause(c: &Client, id: String, filesystem_only: bool, json: bool) ->
     Ok(())
 }
 
+/// `stasis resume`.
 pub async fn resume(c: &Client, id: String, json: bool) -> Result<()> {
     let v = c.resume(&id).await?;
     print_value(json, &v, |v| {
@@ -177,6 +182,7 @@ pub async fn resume(c: &Client, id: String, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `stasis rm`.
 pub async fn rm(c: &Client, id: String, json: bool) -> Result<()> {
     let v = c.destroy(&id).await?;
     print_value(json, &v, |v| {
@@ -185,6 +191,7 @@ pub async fn rm(c: &Client, id: String, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `stasis usage`.
 pub async fn usage(c: &Client, id: String, json: bool) -> Result<()> {
     let v = c.usage(&id).await?;
     print_value(json, &v, |v| {

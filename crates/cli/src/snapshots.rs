@@ -32,6 +32,7 @@ pub enum SnapshotsCmd {
     },
 }
 
+/// `stasis snapshot`.
 pub async fn snapshot(c: &Client, id: String, ttl_secs: Option<u64>, json: bool) -> Result<()> {
     let v = c.snapshot(&id, ttl_secs).await?;
     print_value(json, &v, |v| {
@@ -105,6 +106,7 @@ pub async fn snapshots(c: &Client, s: SnapshotsCmd, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// `stasis restore`.
 pub async fn restore(
     c: &Client,
     snapshot: String,
@@ -117,6 +119,7 @@ pub async fn restore(
     Ok(())
 }
 
+/// `stasis fork`.
 pub async fn fork(c: &Client, id: String, count: u32, json: bool) -> Result<()> {
     let v = c.fork(&id, count).await?;
     print_value(json, &v, |v| {
