@@ -141,6 +141,7 @@ impl Client {
         }
     }
 
+    #[allow(dead_code)]
     pub async fn health(&self) -> Result<()> {
         self.send(self.req(reqwest::Method::GET, "/healthz"))
             .await

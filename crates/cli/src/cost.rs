@@ -83,17 +83,6 @@ impl CostArgs {
     }
 }
 
-/// The cost section of a lifecycle bench report: the example profile at the
-/// example prices.
-pub fn section(bench: &Value) -> Result<Value> {
-    let r = compare(
-        &Profile::example(),
-        &Prices::example(),
-        &Measured::from_bench(bench)?,
-    )?;
-    Ok(serde_json::to_value(r).unwrap_or_default())
-}
-
 pub async fn run(a: CostArgs, json_out: bool) -> Result<()> {
     // Check the profile and prices before spending a minute measuring.
     let (profile, prices) = (a.profile(), a.prices());
@@ -109,14 +98,14 @@ pub async fn run(a: CostArgs, json_out: bool) -> Result<()> {
             (v, format!("file {}", f.display()))
         }
         None => {
-            let args = crate::bench::LifecycleArgs::for_cost(
+            let args = crate::lifecycle::LifecycleArgs::for_cost(
                 &a.backend,
                 a.repeats,
                 a.images.clone(),
                 &a.accel,
             );
             (
-                crate::bench::lifecycle(args).await?,
+                crate::lifecycle::lifecycle(args).await?,
                 "measured now".to_string(),
             )
         }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use stasis_core::{Error, Result};
 
-use crate::TempDaemon;
+use crate::temp_daemon::TempDaemon;
 
 #[derive(Args)]
 pub struct DemoArgs {

@@ -5,7 +5,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use crate::client::Client;
-use crate::print_value;
+use crate::output::print_value;
 use stasis_core::{Error, Result};
 
 #[derive(Subcommand)]

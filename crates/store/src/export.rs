@@ -17,10 +17,9 @@
 //! blake3), re-addresses chunks under the importing tenant's key and writes
 //! the record last, so a tampered file leaves no snapshot behind.
 
-use crate::{
-    crypto, decompress_exact, gc, maybe_compress, ChunkAddr, ChunkRef, Progress, SnapshotRecord,
-    Store, Uploader,
-};
+use crate::format::{decompress_exact, maybe_compress};
+use crate::upload::Uploader;
+use crate::{crypto, gc, ChunkAddr, ChunkRef, Progress, SnapshotRecord, Store};
 use serde::{Deserialize, Serialize};
 use stasis_core::{Error, Result, SnapshotId, TenantId};
 use std::collections::HashMap;

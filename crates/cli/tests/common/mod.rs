@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
+use stasis_cli::daemon_proc::{serve_command, wait_ready, NotReady};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -67,45 +68,21 @@ impl Daemon {
             .append(true)
             .open(self.dir.join("daemon.log"))
             .unwrap();
-        let mut cmd = Command::new(BIN);
-        cmd.arg("serve")
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args([
-                "--listen",
-                "127.0.0.1:0",
-                "--insecure-dev-key",
-                "--accel",
-                "tcg",
-            ])
-            .arg("--ready-file")
-            .arg(&ready)
+        let mut cmd = serve_command(Path::new(BIN), &self.dir, &ready, log).unwrap();
+        cmd.args(["--accel", "tcg"])
             .args(["--cgroup-parent", &self.cgroup_parent]);
         if let Some(images) = Self::images_dir() {
             cmd.arg("--images").arg(images);
         }
         cmd.args(&self.extra)
             .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log);
+            .env("RUST_LOG", "info");
         let mut child = cmd.spawn().expect("spawn stasis serve");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(addr) = std::fs::read_to_string(&ready) {
-                self.url = format!("http://{}", addr.trim());
-                break;
-            }
-            if let Some(st) = child.try_wait().unwrap() {
-                panic!("daemon exited {st}: {}", self.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "daemon did not start: {}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        match wait_ready(&mut child, &ready, Duration::from_secs(60)).await {
+            Ok(addr) => self.url = format!("http://{addr}"),
+            Err(NotReady::Exited(st)) => panic!("daemon exited {st}: {}", self.log()),
+            Err(NotReady::TimedOut) => panic!("daemon did not start: {}", self.log()),
+            Err(NotReady::Io(e)) => panic!("daemon: {e}"),
         }
         self.child = Some(child);
     }

@@ -1,0 +1,204 @@
+//! Sandbox commands: create (manifest plus flag overrides), ls, get, pause,
+//! resume, rm, usage; and the manifest-file reading `restore` shares.
+
+use std::io::Read;
+
+use clap::Args;
+use serde_json::{json, Value};
+
+use stasis_core::{Error, Result};
+
+use crate::client::Client;
+use crate::output::print_value;
+
+#[derive(Args)]
+pub struct CreateArgs {
+    /// Manifest JSON file (- for stdin); flags below override its fields.
+    #[arg(long)]
+    manifest: Option<String>,
+    #[arg(long)]
+    backend: Option<String>,
+    #[arg(long)]
+    image: Option<String>,
+    #[arg(long)]
+    memory_mb: Option<u64>,
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Idle seconds before the idle policy applies.
+    #[arg(long)]
+    idle_secs: Option<u64>,
+    /// pause | pause_filesystem | destroy | nothing
+    #[arg(long)]
+    on_idle: Option<String>,
+    /// Seconds a paused sandbox is kept.
+    #[arg(long)]
+    ttl_secs: Option<u64>,
+}
+
+fn fmt_ms(v: &Value) -> String {
+    v.as_i64()
+        .map(|ms| {
+            let secs = ms / 1000;
+            format!("{secs}s")
+        })
+        .unwrap_or_else(|| "-".into())
+}
+
+fn sandbox_line(v: &Value) -> String {
+    let mut s = format!(
+        "{}  {:<10} {:<8} running {}",
+        v["id"].as_str().unwrap_or("?"),
+        v["state"].as_str().unwrap_or("?"),
+        v["backend"].as_str().unwrap_or("?"),
+        fmt_ms(&v["running_ms"]),
+    );
+    if let Some(exp) = v["expires_at_ms"].as_i64() {
+        let left = (exp - stasis_core::now_ms()) / 1000;
+        s.push_str(&format!("  expires in {left}s"));
+    }
+    if let Some(r) = v["reason"].as_str() {
+        s.push_str(&format!("  ({r})"));
+    }
+    s
+}
+
+/// The object `key` of a manifest, created when absent; a manifest file
+/// whose `key` is not an object is refused, never silently replaced.
+fn section<'a>(m: &'a mut Value, key: &str) -> Result<&'a mut Value, Error> {
+    if m.get(key).is_none() {
+        m[key] = json!({});
+    }
+    let v = &mut m[key];
+    if !v.is_object() {
+        return Err(Error::new(
+            stasis_core::ErrorCode::InvalidManifest,
+            format!("{key}: must be a JSON object"),
+        )
+        .with_field(key));
+    }
+    Ok(v)
+}
+
+pub fn read_manifest_arg(arg: &str) -> Result<Value> {
+    let text = if arg == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s
+    } else {
+        std::fs::read_to_string(arg)
+            .map_err(|e| Error::invalid(format!("manifest file {arg}: {e}")))?
+    };
+    serde_json::from_str(&text).map_err(|e| Error::invalid(format!("manifest is not JSON: {e}")))
+}
+
+/// `stasis create`.
+pub async fn create(c: &Client, a: CreateArgs, json: bool) -> Result<()> {
+    let mut m = match &a.manifest {
+        Some(f) => read_manifest_arg(f)?,
+        None => json!({}),
+    };
+    if !m.is_object() {
+        return Err(Error::new(
+            stasis_core::ErrorCode::InvalidManifest,
+            "manifest: must be a JSON object",
+        )
+        .with_field("manifest"));
+    }
+    if let Some(b) = a.backend {
+        m["backend"] = json!(b);
+    }
+    if let Some(i) = a.image {
+        m["image"] = json!(i);
+    }
+    for (key, val) in [
+        ("memory_mb", a.memory_mb.map(|v| json!(v))),
+        ("cpus", a.cpus.map(|v| json!(v))),
+    ] {
+        if let Some(v) = val {
+            section(&mut m, "resources")?[key] = v;
+        }
+    }
+    for (key, val) in [
+        ("idle_timeout_secs", a.idle_secs.map(|v| json!(v))),
+        ("on_idle", a.on_idle.map(|v| json!(v))),
+        ("paused_ttl_secs", a.ttl_secs.map(|v| json!(v))),
+    ] {
+        if let Some(v) = val {
+            section(&mut m, "lifecycle")?[key] = v;
+        }
+    }
+    let v = c.create(m).await?;
+    print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+    Ok(())
+}
+
+/// `stasis ls`.
+pub async fn ls(c: &Client, state: Option<String>, json: bool) -> Result<()> {
+    let path = match state {
+        Some(s) => format!("/v1/sandboxes?state={s}"),
+        None => "/v1/sandboxes".into(),
+    };
+    let v = c.get(&path).await?;
+    print_value(json, &v, |v| {
+        v.as_array()
+            .map(|a| a.iter().map(sandbox_line).collect::<Vec<_>>().join("\n"))
+            .unwrap_or_default()
+    });
+    Ok(())
+}
+
+/// `stasis get`.
+pub async fn get(c: &Client, id: String, json: bool) -> Result<()> {
+    let v = c.sandbox(&id).await?;
+    print_value(json, &v, sandbox_line);
+    Ok(())
+}
+
+/// `stasis pause`.
+pub async fn pause(c: &Client, id: String, filesystem_only: bool, json: bool) -> Result<()> {
+    let v = c
+        .pause(&id, if filesystem_only { Some(false) } else { None })
+        .await?;
+    print_value(json, &v, |v| {
+        format!(
+            "{} paused in {} ms",
+            v["id"].as_str().unwrap_or(""),
+            v["timing"]["total_ms"]
+        )
+    });
+    Ok(())
+}
+
+/// `stasis resume`.
+pub async fn resume(c: &Client, id: String, json: bool) -> Result<()> {
+    let v = c.resume(&id).await?;
+    print_value(json, &v, |v| {
+        format!(
+            "{} resumed in {} ms",
+            v["id"].as_str().unwrap_or(""),
+            v["timing"]["total_ms"]
+        )
+    });
+    Ok(())
+}
+
+/// `stasis rm`.
+pub async fn rm(c: &Client, id: String, json: bool) -> Result<()> {
+    let v = c.destroy(&id).await?;
+    print_value(json, &v, |v| {
+        format!("{} destroyed", v["id"].as_str().unwrap_or(""))
+    });
+    Ok(())
+}
+
+/// `stasis usage`.
+pub async fn usage(c: &Client, id: String, json: bool) -> Result<()> {
+    let v = c.usage(&id).await?;
+    print_value(json, &v, |v| {
+        format!(
+            "cpu {} ns, rss {} bytes, {} host processes",
+            v["cpu_ns"], v["rss_bytes"], v["host_processes"]
+        )
+    });
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! `stasis serve`: the daemon's flags, their translation into a
+//! `DaemonConfig` (every path made absolute), and running it until a signal.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use stasis_core::{Error, Result};
+
+use crate::data_dir::default_data_dir;
+
+#[derive(Args, Clone)]
+pub struct ServeArgs {
+    #[arg(long, env = "STASIS_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    #[arg(long, default_value = "127.0.0.1:7070")]
+    listen: std::net::SocketAddr,
+    /// Backend used when a manifest names none.
+    #[arg(long, default_value = "process")]
+    default_backend: String,
+    /// Images directory (default: <data-dir>/images): microVM guest images
+    /// <images>/<name>/, process-backend root filesystems <images>/<name>/rootfs/.
+    #[arg(long, env = "STASIS_IMAGES")]
+    images: Option<PathBuf>,
+    /// microVM accelerator: auto (timed KVM boot probe), kvm or tcg.
+    #[arg(long, default_value = "auto", env = "STASIS_ACCEL")]
+    accel: String,
+    /// Snapshot store URL: file:///dir (default <data-dir>/store) or s3://bucket/prefix.
+    #[arg(long, env = "STASIS_STORE")]
+    store: Option<String>,
+    /// Metadata database URL: sqlite:///path (default <data-dir>/meta.db) or
+    /// postgres://user[:password]@host[:port]/db (several daemons may share it).
+    #[arg(long, env = "STASIS_META")]
+    meta: Option<String>,
+    /// This node's id among daemons sharing a PostgreSQL database (default <hostname>-<port>).
+    #[arg(long, env = "STASIS_NODE_ID")]
+    node_id: Option<String>,
+    /// URL other nodes forward requests to (default http://<listen address>).
+    #[arg(long, env = "STASIS_ADVERTISE_URL")]
+    advertise_url: Option<String>,
+    /// Seconds a node's lease on a running sandbox lasts without a heartbeat;
+    /// a node silent this long is taken as dead and its sandboxes taken over.
+    #[arg(long, default_value_t = 10)]
+    lease_secs: u64,
+    /// File holding the store's master key (64 hex digits).
+    #[arg(long)]
+    master_key_file: Option<PathBuf>,
+    /// Environment variable holding the store's master key.
+    #[arg(long)]
+    master_key_env: Option<String>,
+    /// Use a fixed, publicly known master key (demo/tests only).
+    #[arg(long)]
+    insecure_dev_key: bool,
+    /// Largest file upload/download in MiB.
+    #[arg(long, default_value_t = 64)]
+    max_file_mb: u64,
+    /// Write the bound address here once serving.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// Seconds an unreferenced snapshot chunk is kept before GC may delete it.
+    #[arg(long, default_value_t = 900)]
+    gc_grace_secs: u64,
+    /// Cgroup parent of the process backend.
+    #[arg(long, default_value = "stasis")]
+    cgroup_parent: String,
+    /// Sustained requests per second allowed per API token (0: no limit).
+    #[arg(long, default_value_t = 200)]
+    rate_limit_per_sec: u32,
+    /// Requests a token may send at once before the sustained rate applies.
+    #[arg(long, default_value_t = 400)]
+    rate_limit_burst: u32,
+    /// A host directory whose contents manifests may mount read-only into
+    /// sandboxes (`mounts[].source` must lie under one). Repeatable; none: no mounts.
+    #[arg(long = "allow-mount", value_name = "DIR")]
+    allow_mount: Vec<PathBuf>,
+    /// Requests (exec, files, sessions) that may run in one sandbox at once.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
+    max_inflight: u32,
+    /// Requests that may wait for one of those slots; beyond, 429 `overloaded`.
+    #[arg(long, default_value_t = 64)]
+    max_queued: u32,
+    /// Seconds a queued request waits for a slot before it gets 429 `overloaded`.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    max_queue_wait_secs: u64,
+}
+
+/// `p` as an absolute path: resolved (symlinks and `..`) where it exists,
+/// else joined to the working directory.
+pub fn absolute_path(flag: &str, p: &std::path::Path) -> Result<PathBuf> {
+    if p.as_os_str().is_empty() {
+        return Err(Error::invalid(format!("{flag}: empty path")));
+    }
+    match std::fs::canonicalize(p) {
+        Ok(c) => Ok(c),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::path::absolute(p)
+            .map_err(|e| Error::invalid(format!("{flag} {}: {e}", p.display()))),
+        Err(e) => Err(Error::invalid(format!("{flag} {}: {e}", p.display()))),
+    }
+}
+
+fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
+    use stasis_server::daemon::{DaemonConfig, KeySource};
+    // Every path is made absolute here, once: the daemon hands them to
+    // QEMU, qemu-img and sandbox shims whose working directories differ.
+    let data_dir = absolute_path(
+        "--data-dir",
+        &a.data_dir.clone().unwrap_or_else(default_data_dir),
+    )?;
+    let mut cfg = DaemonConfig::new(data_dir.clone());
+    cfg.listen = a.listen;
+    cfg.default_backend = stasis_core::BackendKind::parse(&a.default_backend)?;
+    if let Some(i) = &a.images {
+        cfg.images_dir = absolute_path("--images", i)?;
+    }
+    cfg.accel = a.accel.parse()?;
+    cfg.store_url = a.store.clone();
+    cfg.meta_url = a.meta.clone();
+    cfg.node_id = a.node_id.clone();
+    cfg.advertise_url = a.advertise_url.clone();
+    if a.lease_secs == 0 || a.lease_secs > 3600 {
+        return Err(Error::invalid("--lease-secs must be between 1 and 3600"));
+    }
+    cfg.lease = Duration::from_secs(a.lease_secs);
+    cfg.key = match (&a.master_key_file, &a.master_key_env, a.insecure_dev_key) {
+        (Some(f), None, false) => KeySource::File(absolute_path("--master-key-file", f)?),
+        (None, Some(v), false) => KeySource::Env(v.clone()),
+        (None, None, true) => {
+            eprintln!("stasis: WARNING: --insecure-dev-key: snapshots are encrypted with a publicly known key; never use this in production");
+            KeySource::InsecureDev
+        }
+        (None, None, false) => {
+            return Err(Error::invalid(
+                "no master key for the snapshot store: give --master-key-file FILE or --master-key-env VAR (or --insecure-dev-key for a demo)",
+            ))
+        }
+        _ => return Err(Error::invalid("give only one of --master-key-file, --master-key-env, --insecure-dev-key")),
+    };
+    cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
+    cfg.ready_file = match &a.ready_file {
+        Some(f) => Some(absolute_path("--ready-file", f)?),
+        None => None,
+    };
+    cfg.cgroup_parent = a.cgroup_parent.clone();
+    cfg.allow_mounts = a
+        .allow_mount
+        .iter()
+        .map(|d| {
+            let p = absolute_path("--allow-mount", d)?;
+            if p.is_dir() {
+                Ok(p)
+            } else {
+                Err(Error::invalid(format!(
+                    "--allow-mount {}: not a directory",
+                    d.display()
+                )))
+            }
+        })
+        .collect::<Result<_>>()?;
+    cfg.gc_grace = Duration::from_secs(a.gc_grace_secs);
+    cfg.rate_limit = stasis_server::auth::RateLimit {
+        per_sec: a.rate_limit_per_sec,
+        burst: a.rate_limit_burst,
+    };
+    cfg.inflight = stasis_server::inflight::InflightLimits {
+        max_inflight: a.max_inflight as usize,
+        max_queued: a.max_queued as usize,
+        max_wait: Duration::from_secs(a.max_queue_wait_secs),
+    };
+    Ok(cfg)
+}
+
+/// `stasis serve`: log to stderr, run the daemon until SIGINT or SIGTERM.
+pub async fn run(a: Box<ServeArgs>) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cfg = serve_config(&a)?;
+    stasis_server::daemon::run(cfg, async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("signal handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    })
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serve_paths_are_made_absolute() {
+        let cwd = std::env::current_dir().unwrap();
+        let p = absolute_path("--images", std::path::Path::new("no-such-dir/images")).unwrap();
+        assert_eq!(p, cwd.join("no-such-dir/images"));
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("a")).unwrap();
+        let p = absolute_path("--images", &d.path().join("a/../a")).unwrap();
+        assert_eq!(p, d.path().canonicalize().unwrap().join("a"));
+        let e = absolute_path("--images", std::path::Path::new("")).unwrap_err();
+        assert!(e.message.contains("--images"), "{e}");
+    }
+}

@@ -1,0 +1,186 @@
+//! Restoring a snapshot: fetching and verifying its chunks (with a bounded
+//! cache of repeated chunks) and writing its artifacts into a directory.
+
+use crate::crypto::{self, TenantKeys};
+use crate::format::decode_chunk;
+use crate::objects::{chunk_path, record_path};
+use crate::{ChunkAddr, ChunkRef, Progress, SnapshotRecord, Store};
+use bytes::Bytes;
+use futures::StreamExt;
+use stasis_core::{Error, ErrorCode, Result, SnapshotId, TenantId};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use tokio::io::AsyncWriteExt;
+
+impl Store {
+    /// Fetch a chunk and verify it (AEAD + length + keyed hash). Missing -> integrity error.
+    pub(crate) async fn fetch_chunk(
+        &self,
+        keys: &Arc<TenantKeys>,
+        tenant: &TenantId,
+        r: &ChunkRef,
+    ) -> Result<Bytes> {
+        let obj = self
+            .get_bytes(&chunk_path(tenant, &r.addr))
+            .await?
+            .ok_or_else(|| {
+                Error::integrity(format!(
+                    "chunk {} is missing from the store",
+                    r.addr.to_hex()
+                ))
+            })?;
+        let keys = keys.clone();
+        let tenant = tenant.clone();
+        let r = r.clone();
+        let plain = tokio::task::spawn_blocking(move || decode_chunk(&keys, &tenant, &r, &obj))
+            .await
+            .map_err(|e| Error::internal(format!("decode task: {e}")))??;
+        Ok(Bytes::from(plain))
+    }
+
+    /// Restore every artifact of the snapshot into `dest_dir` (which must not exist,
+    /// or be empty). Every chunk is fetched and verified into a hidden temp dir next
+    /// to `dest_dir`, which is renamed into place only when all of it verified; on
+    /// any failure nothing is left behind and the error names the artifact.
+    pub async fn restore_snapshot(
+        &self,
+        tenant: &TenantId,
+        id: &SnapshotId,
+        dest_dir: &Path,
+        progress: Option<&dyn Progress>,
+    ) -> Result<SnapshotRecord> {
+        let rec = self.get_snapshot(tenant, id).await?;
+        let keys = self
+            .tenant_keys(tenant, false)
+            .await?
+            .ok_or_else(|| Error::not_found(format!("snapshot {id}")))?;
+        if let Ok(mut rd) = std::fs::read_dir(dest_dir) {
+            if rd.next().is_some() {
+                return Err(Error::invalid(format!(
+                    "restore destination {} exists and is not empty",
+                    dest_dir.display()
+                )));
+            }
+        } else if dest_dir.exists() {
+            return Err(Error::invalid(format!(
+                "restore destination {} is not a directory",
+                dest_dir.display()
+            )));
+        }
+        let parent = match dest_dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&parent)?;
+        let base = dest_dir
+            .file_name()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let tmp = parent.join(format!(
+            ".{base}.stasis-restore-{}",
+            hex::encode(crypto::random_bytes::<8>())
+        ));
+        std::fs::create_dir(&tmp)?;
+        if let Some(p) = progress {
+            p.set_total(rec.raw_bytes);
+        }
+        let mut res = self.restore_into(&rec, &keys, tenant, &tmp, progress).await;
+        if matches!(&res, Err(e) if e.code == ErrorCode::IntegrityError && e.message.contains("is missing"))
+        {
+            // Deleted (or expired and collected) while we were reading it: say so.
+            if let Ok(None) = self.get_bytes(&record_path(tenant, id)).await {
+                res = Err(Error::not_found(format!(
+                    "snapshot {id} (deleted during restore)"
+                )));
+            }
+        }
+        let res = match res {
+            Ok(()) => {
+                // An empty existing dest is replaced atomically by rename(2).
+                std::fs::rename(&tmp, dest_dir)
+                    .map_err(Error::from)
+                    .map(|_| {
+                        if let Ok(d) = std::fs::File::open(&parent) {
+                            let _ = d.sync_all();
+                        }
+                    })
+            }
+            Err(e) => Err(e),
+        };
+        if res.is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        if let Some(p) = progress {
+            p.finish();
+        }
+        res.map(|_| rec)
+    }
+
+    async fn restore_into(
+        &self,
+        rec: &SnapshotRecord,
+        keys: &Arc<TenantKeys>,
+        tenant: &TenantId,
+        tmp: &Path,
+        progress: Option<&dyn Progress>,
+    ) -> Result<()> {
+        // Chunks that occur more than once (zero pages...) are verified once and cached.
+        let mut mult: HashMap<ChunkAddr, u32> = HashMap::new();
+        for a in &rec.artifacts {
+            for c in &a.chunks {
+                *mult.entry(c.addr).or_default() += 1;
+            }
+        }
+        let cache: Mutex<(HashMap<ChunkAddr, Bytes>, usize)> = Mutex::new((HashMap::new(), 0));
+        let cap = self.inner.cfg.restore_cache_bytes;
+        for a in &rec.artifacts {
+            let ctx = |e: Error| e.context(format!("artifact {:?}", a.name));
+            let f = tokio::fs::File::create(tmp.join(&a.name))
+                .await
+                .map_err(|e| ctx(e.into()))?;
+            let mut w = tokio::io::BufWriter::with_capacity(1 << 20, f);
+            let (mult, cache) = (&mult, &cache);
+            // Owned chunk refs: a stream of closures over `&ChunkRef` is not
+            // provably Send to callers that spawn this future.
+            let mut s = futures::stream::iter(a.chunks.iter().cloned())
+                .map(|c| async move {
+                    let c = &c;
+                    if let Some(b) = cache.lock().unwrap().0.get(&c.addr) {
+                        return Ok(b.clone());
+                    }
+                    let b = self.fetch_chunk(keys, tenant, c).await?;
+                    if mult.get(&c.addr).copied().unwrap_or(0) > 1 {
+                        let mut g = cache.lock().unwrap();
+                        if g.1 + b.len() <= cap && !g.0.contains_key(&c.addr) {
+                            g.1 += b.len();
+                            g.0.insert(c.addr, b.clone());
+                        }
+                    }
+                    Ok::<Bytes, Error>(b)
+                })
+                .buffered(self.inner.cfg.concurrency);
+            while let Some(r) = s.next().await {
+                let b = r.map_err(ctx)?;
+                w.write_all(&b).await.map_err(|e| ctx(e.into()))?;
+                if let Some(p) = progress {
+                    p.inc(b.len() as u64);
+                }
+            }
+            w.flush().await.map_err(|e| ctx(e.into()))?;
+            let f = w.into_inner();
+            f.sync_all().await.map_err(|e| ctx(e.into()))?;
+            let len = f.metadata().await.map_err(|e| ctx(e.into()))?.len();
+            if len != a.raw_size {
+                return Err(ctx(Error::integrity(format!(
+                    "restored {len} bytes, record says {}",
+                    a.raw_size
+                ))));
+            }
+        }
+        if let Ok(d) = std::fs::File::open(tmp) {
+            let _ = d.sync_all();
+        }
+        Ok(())
+    }
+}
