@@ -18,7 +18,7 @@ use crate::config::ProcessConfig;
 use crate::fsops;
 use crate::launch::{config_memfd, drain, shim_exec_command};
 use crate::sandbox::Sandbox;
-use crate::shim::config::{ExecConfig, ExecStatus};
+use crate::shim_proto::{ExecConfig, ExecStatus};
 use crate::sys::blocking;
 
 fn default_env() -> BTreeMap<String, String> {

@@ -25,7 +25,9 @@
 //! destroy, recover, orphan cleanup), `start` (PID 1 and the supervisor up
 //! and down), `rootfs` (lower layer, writable layer, host-root masks,
 //! `fs.tar`), `exec`, `session`, `files`, `probes` (capabilities and
-//! `stasis doctor`), `launch` (the shim's `exec` mode), `config`, `sys`.
+//! `stasis doctor`), `launch` (the shim's `exec` mode), `config`, `sys`,
+//! `shim_proto` (the configs and outcome the daemon, supervisor and shim
+//! exchange).
 //! Below them: [`cgroup`], [`disk`], [`layer`], [`net`], [`fsops`],
 //! [`outputs`], [`userns`], [`supervisor`]; [`shim`] is what runs inside
 //! the namespaces. This file is only the [`Backend`] impl.
@@ -47,6 +49,7 @@ mod rootfs;
 mod sandbox;
 mod session;
 pub mod shim;
+mod shim_proto;
 mod start;
 mod subid;
 pub mod supervisor;

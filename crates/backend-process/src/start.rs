@@ -10,7 +10,7 @@ use stasis_core::{Error, Result};
 
 use crate::rootfs::{self, layer_root};
 use crate::sandbox::{ProcessBackend, Run, Sandbox};
-use crate::shim::config::InitConfig;
+use crate::shim_proto::InitConfig;
 use crate::supervisor_client::{self, SupervisorHandle};
 use crate::sys::{blocking, pidfd_open};
 use crate::{net, supervisor, userns};

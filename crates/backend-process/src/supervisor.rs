@@ -45,7 +45,7 @@ use stasis_agent_proto::{asynch, Body, Frame, Reply, Request, PROTOCOL_VERSION};
 use stasis_core::{Error, Result, SessionInfo, SessionOutput, SessionSpec};
 
 use crate::cgroup::{Cgroups, SandboxCgroup};
-use crate::shim::config::{ExecConfig, ExecStatus, InitConfig};
+use crate::shim_proto::{ExecConfig, ExecStatus, InitConfig};
 
 /// Name of the supervisor's socket in the sandbox's `run/` directory.
 pub const SOCKET_NAME: &str = "supervisor.sock";

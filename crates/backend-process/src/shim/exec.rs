@@ -12,9 +12,9 @@ use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
 
-use super::config::{read_config, ExecConfig, ExecStatus};
 use super::jail::drop_privileges;
 use super::process::{join_cgroups, pipe};
+use crate::shim_proto::{read_config, ExecConfig, ExecStatus};
 
 pub(super) fn run_exec(path: &str) -> i32 {
     let cfg: Result<ExecConfig, String> = read_config(path);

@@ -10,9 +10,9 @@ use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 
-use super::config::{read_config, InitConfig};
 use super::process::{join_cgroups, pipe, stdio_to_null};
 use super::rootfs::init_setup;
+use crate::shim_proto::{read_config, InitConfig};
 
 pub(super) fn run_init(path: &str) -> i32 {
     let report = |msg: &str| {

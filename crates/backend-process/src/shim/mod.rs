@@ -12,7 +12,7 @@
 //! - `init CONFIG`: joins the sandbox's `init` cgroup leaf, creates the
 //!   sandbox's user namespace (when the config has an id map), unshares mount,
 //!   pid, net, ipc and uts namespaces and forks the sandbox's PID 1, which
-//!   builds the root filesystem (see [`config::InitConfig`]), pivots into it, brings
+//!   builds the root filesystem (see [`crate::shim_proto::InitConfig`]), pivots into it, brings
 //!   `lo` up, joins the user namespace as its root, drops privileges and then
 //!   only reaps orphans. The shim itself
 //!   stays outside as the waiter of PID 1 and prints one line on stdout:
@@ -24,7 +24,7 @@
 //!   sandbox's PID 1 (its root is the pivoted root), forks, and the child
 //!   joins PID 1's user namespace as its root, drops privileges, applies
 //!   seccomp and execs the command. The outcome is
-//!   written as JSON ([`config::ExecStatus`]) to `status_path` (opened before
+//!   written as JSON ([`crate::shim_proto::ExecStatus`]) to `status_path` (opened before
 //!   entering the sandbox's mount namespace).
 //!
 //! Layout: `config` (what the daemon sends, what an exec reports),
@@ -33,7 +33,6 @@
 //! (capabilities and seccomp), `exec` (the `exec` mode), `process` (cgroup
 //! joins and pipes both modes use).
 
-pub(crate) mod config;
 mod exec;
 mod init;
 mod input_mount;
@@ -83,7 +82,7 @@ pub fn shim_main() -> ! {
     let code = match args[n - 2].as_str() {
         "init" => init::run_init(&args[n - 1]),
         "exec" => exec::run_exec(&args[n - 1]),
-        "supervise" => match config::read_config(&args[n - 1]) {
+        "supervise" => match crate::shim_proto::read_config(&args[n - 1]) {
             Ok(cfg) => crate::supervisor::run_supervise(cfg),
             Err(e) => {
                 println!("error {e}");

@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 
-use super::config::InitConfig;
 use super::input_mount::input_mount;
 use super::jail::drop_privileges;
+use crate::shim_proto::InitConfig;
 
 fn overlay_path_ok(p: &Path) -> bool {
     let s = p.to_string_lossy();
