@@ -22,9 +22,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, OwnedRwLockReadGuard, OwnedRwLockWriteGuard, RwLock};
 use tracing::{info, warn};
 
-use stasis_backend::{
-    failpoint, Artifact, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage,
-};
+use stasis_backend::{failpoint, Backend, Capabilities, ExecChunk, Recovered, SandboxSpec, Usage};
 use stasis_core::{
     now_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Manifest, OnIdle,
     Result, SandboxId, SandboxState, SessionInfo, SessionOutput, SessionSpec, SnapshotId, TenantId,
@@ -539,7 +537,7 @@ impl Manager {
 
     async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
-        crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
+        crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
         let timer = self.metrics.op(Op::Create, kind);
@@ -798,7 +796,13 @@ impl Manager {
         rec: &SandboxRecord,
         request: std::collections::BTreeMap<String, String>,
     ) -> Result<std::collections::BTreeMap<String, String>> {
-        let secrets = crate::tenancy::resolve_secrets(self, &rec.tenant, &rec.manifest).await?;
+        let secrets = crate::tenancy::resolve_secrets(
+            &self.meta,
+            self.snapshots.store(),
+            &rec.tenant,
+            &rec.manifest,
+        )
+        .await?;
         Ok(stasis_core::exec::merge_env([
             &rec.manifest.env,
             &secrets,
@@ -1475,7 +1479,7 @@ impl Manager {
             None => info.manifest.clone(),
         };
         manifest.validate()?;
-        crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
+        crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         match manifest.backend {
             Some(b) if b != info.backend => {
@@ -2096,20 +2100,6 @@ pub struct ReconcileReport {
     pub changed: Vec<(SandboxId, SandboxState, SandboxState)>,
     pub errors: Vec<(SandboxId, String)>,
     pub skipped: usize,
-}
-
-/// Names of the artifacts in a directory as the store wants them.
-pub(crate) fn artifact_list(artifacts: &[Artifact]) -> Vec<(String, String)> {
-    artifacts
-        .iter()
-        .map(|a| {
-            let kind = serde_json::to_value(a.kind)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_else(|| "meta".into());
-            (a.name.clone(), kind)
-        })
-        .collect()
 }
 
 /// A stage directory in the sandbox directory, which a jailed QEMU may write

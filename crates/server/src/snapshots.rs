@@ -177,7 +177,7 @@ impl Snapshots {
                 manifest: rec.manifest.clone(),
             })?,
         };
-        let list = crate::manager::artifact_list(artifacts);
+        let list = artifact_list(artifacts);
         let r = self.store.put_snapshot(meta, dir, &list, None).await?;
         SnapshotInfo::from_record(r)
     }
@@ -232,4 +232,18 @@ impl Snapshots {
     pub async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
         self.store.stats(tenant).await
     }
+}
+
+/// Names of the artifacts in a directory as the store wants them.
+fn artifact_list(artifacts: &[Artifact]) -> Vec<(String, String)> {
+    artifacts
+        .iter()
+        .map(|a| {
+            let kind = serde_json::to_value(a.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "meta".into());
+            (a.name.clone(), kind)
+        })
+        .collect()
 }
