@@ -1,8 +1,8 @@
 //! Errors and extractors of the HTTP edge. [`ApiError`] renders a stasis
 //! error as `{"error": {"code", "message", "field"?}}` with the status its
 //! code maps to; the body and query extractors ([`ApiJson`], [`ApiBytes`],
-//! [`ApiQuery`]) reject with it; [`json_errors`] rewrites axum's own
-//! plain-text rejections and [`fallback`] answers an unknown endpoint.
+//! [`ApiQuery`]) reject with it; `json_errors` rewrites axum's own
+//! plain-text rejections and `fallback` answers an unknown endpoint.
 
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, QueryRejection};

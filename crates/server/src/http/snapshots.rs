@@ -20,6 +20,7 @@ use super::auth::{AdminAuthed, Authed};
 use super::error::{optional_json, ApiBytes, ApiError, ApiResult, ErrorBody};
 use super::sandboxes::{sandbox_id, Sandbox};
 use super::state::AppState;
+use crate::snapshots::SnapshotInfo;
 
 fn snapshot_id(s: &str) -> ApiResult<SnapshotId> {
     Ok(SnapshotId::parse(s)?)
@@ -48,7 +49,7 @@ async fn take_snapshot(
     auth: Authed,
     Path(id): Path<String>,
     ApiBytes(body): ApiBytes,
-) -> ApiResult<(StatusCode, axum::Json<crate::SnapshotInfo>)> {
+) -> ApiResult<(StatusCode, axum::Json<SnapshotInfo>)> {
     let ctx = auth.ctx();
     let body: SnapshotBody = optional_json(&body)?;
     let snap = st
@@ -66,7 +67,7 @@ async fn take_snapshot(
 async fn list_snapshots(
     State(st): State<AppState>,
     auth: Authed,
-) -> ApiResult<axum::Json<Vec<crate::SnapshotInfo>>> {
+) -> ApiResult<axum::Json<Vec<SnapshotInfo>>> {
     let ctx = auth.ctx();
     Ok(axum::Json(st.manager.list_snapshots(&ctx).await?))
 }
@@ -76,7 +77,7 @@ async fn get_snapshot(
     State(st): State<AppState>,
     auth: Authed,
     Path(id): Path<String>,
-) -> ApiResult<axum::Json<crate::SnapshotInfo>> {
+) -> ApiResult<axum::Json<SnapshotInfo>> {
     let ctx = auth.ctx();
     Ok(axum::Json(
         st.manager.get_snapshot(&ctx, &snapshot_id(&id)?).await?,
@@ -139,7 +140,7 @@ async fn import_snapshot(
     State(st): State<AppState>,
     auth: Authed,
     body: Body,
-) -> ApiResult<(StatusCode, axum::Json<crate::SnapshotInfo>)> {
+) -> ApiResult<(StatusCode, axum::Json<SnapshotInfo>)> {
     use futures::StreamExt;
     use tokio::io::AsyncWriteExt;
     let ctx = auth.ctx();
