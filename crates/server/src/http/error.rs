@@ -222,3 +222,69 @@ pub(crate) async fn json_errors(resp: Response) -> Response {
 pub(crate) async fn fallback() -> ApiError {
     ApiError(Error::new(ErrorCode::NotFound, "no such endpoint"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types_follow_axum_rule() {
+        let mut h = axum::http::HeaderMap::new();
+        assert!(!json_content_type(&h));
+        for (v, ok) in [
+            ("application/json", true),
+            ("Application/JSON; charset=utf-8", true),
+            ("application/problem+json", true),
+            ("text/json", false),
+            ("application/jsonx", false),
+            ("text/plain", false),
+        ] {
+            h.insert(
+                axum::http::header::CONTENT_TYPE,
+                axum::http::HeaderValue::from_static(v),
+            );
+            assert_eq!(json_content_type(&h), ok, "{v}");
+        }
+    }
+
+    #[derive(Deserialize, Default, Debug, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        #[serde(default)]
+        n: u32,
+    }
+
+    #[test]
+    fn bodies_are_objects_and_an_empty_one_is_the_default() {
+        assert_eq!(
+            optional_json::<Body>(&Bytes::from_static(b"  \n")).ok(),
+            Some(Body::default())
+        );
+        assert_eq!(
+            optional_json::<Body>(&Bytes::from_static(b" {\"n\": 3}")).ok(),
+            Some(Body { n: 3 })
+        );
+        for bad in [
+            &b"[]"[..],
+            b"[3]",
+            b"3",
+            b"{\"n\": \"x\"}",
+            b"{\"m\": 1}",
+            b"{",
+        ] {
+            let e = optional_json::<Body>(&Bytes::copy_from_slice(bad))
+                .err()
+                .expect("refused");
+            assert_eq!(e.0.code, ErrorCode::InvalidArgument, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn overload_answers_carry_retry_after() {
+        let r = ApiError(Error::new(ErrorCode::Overloaded, "busy")).into_response();
+        assert!(r.headers().contains_key(axum::http::header::RETRY_AFTER));
+        let r = ApiError(Error::invalid("no")).into_response();
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert!(!r.headers().contains_key(axum::http::header::RETRY_AFTER));
+    }
+}
