@@ -272,9 +272,7 @@ mod tests {
             b"{\"m\": 1}",
             b"{",
         ] {
-            let e = optional_json::<Body>(&Bytes::copy_from_slice(bad))
-                .err()
-                .expect("refused");
+            let e = optional_json::<Body>(&Bytes::copy_from_slice(bad)).expect_err("refused");
             assert_eq!(e.0.code, ErrorCode::InvalidArgument, "{bad:?}");
         }
     }
