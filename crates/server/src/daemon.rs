@@ -16,8 +16,9 @@ use stasis_core::{BackendKind, Error, Result};
 use stasis_meta::Meta;
 use stasis_store::{MasterKey, Store};
 
-use crate::api::{router, AppState};
 use crate::cluster::{Cluster, ClusterConfig};
+use crate::http::limit::Limiter;
+use crate::http::{router, AppState};
 use crate::manager::{Manager, ManagerConfig};
 use crate::snapshots::Snapshots;
 
@@ -112,6 +113,8 @@ fn master_key(src: &KeySource) -> Result<MasterKey> {
 pub struct Daemon {
     pub manager: Arc<Manager>,
     pub doctor: serde_json::Value,
+    /// The run-state service (runs, tool calls, approvals) of this daemon.
+    pub runs: Arc<crate::runs::Runs>,
 }
 
 /// Open everything and reconcile; does not serve yet.
@@ -224,7 +227,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     }
     // Run state: creates <data-dir>/runstate.key on first start and settles
     // tool calls a killed daemon left between intent and result.
-    crate::runs::Runs::of(&manager).await?;
+    let runs = crate::runs::Runs::new(&manager).await?;
     let doctor = json!({
         "data_dir": data_dir,
         "store": redact_url(&store_url),
@@ -236,7 +239,11 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         "reconcile": report,
         "cluster": cluster.as_ref().map(|c| json!({"node": c.node_id(), "lease_ms": c.lease_ms()})),
     });
-    Ok(Daemon { manager, doctor })
+    Ok(Daemon {
+        manager,
+        doctor,
+        runs,
+    })
 }
 
 fn redact_url(u: &str) -> String {
@@ -264,7 +271,8 @@ pub async fn run(
     let state = AppState {
         manager: daemon.manager.clone(),
         doctor: Arc::new(daemon.doctor),
-        limiter: Arc::new(crate::auth::Limiter::new(cfg.rate_limit)),
+        limiter: Arc::new(Limiter::new(cfg.rate_limit)),
+        runs: daemon.runs.clone(),
     };
     info!(%addr, "stasis daemon listening");
     if let Some(f) = &cfg.ready_file {

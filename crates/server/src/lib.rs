@@ -1,16 +1,21 @@
 //! The stasis daemon as a library: the sandbox manager (lifecycle, idle and
 //! TTL policies, reconcile after a crash) and the HTTP API over it.
+//!
+//! Domain modules (`manager`, `runs`, `tenancy`, `snapshots`, `cluster`,
+//! `metrics`, `inflight`, `mounts`, `auth`) never import the HTTP edge
+//! (`http`); `daemon` wires both together; `api` keeps the edge's former
+//! paths.
 
 pub mod api;
 pub mod auth;
 pub mod cluster;
 pub mod daemon;
+pub mod http;
 pub mod inflight;
 pub mod manager;
 pub mod metrics;
 pub mod mounts;
 pub mod runs;
-pub mod runs_api;
 pub mod snapshots;
 pub mod tenancy;
 

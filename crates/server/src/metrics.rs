@@ -26,10 +26,6 @@
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -37,9 +33,10 @@ use prometheus::{
 use tracing::warn;
 
 use stasis_core::{BackendKind, Error, Result, SandboxState};
+use stasis_meta::Meta;
 use stasis_store::StoreStats;
 
-use crate::manager::Manager;
+use crate::snapshots::Snapshots;
 
 /// Seconds; lifecycle operations take from milliseconds (process backend) to
 /// tens of seconds (microVM under TCG).
@@ -344,12 +341,13 @@ impl Metrics {
             .observe(secs);
     }
 
-    /// Recompute the scrape-time gauges from `manager` and render everything
-    /// in the Prometheus text format.
-    pub async fn render(&self, manager: &Manager) -> Result<String> {
+    /// Recompute the scrape-time gauges from their sources (the sandboxes in
+    /// `meta`, the snapshots in the store) and render everything in the
+    /// Prometheus text format.
+    pub async fn render(&self, meta: &Meta, snapshots: &Snapshots) -> Result<String> {
         let _one = self.inner.scrape.lock().await;
-        self.update_sandboxes(manager).await;
-        self.update_store(manager).await;
+        self.update_sandboxes(meta).await;
+        self.update_store(snapshots).await;
         let mut buf = Vec::new();
         TextEncoder::new()
             .encode(&self.inner.registry.gather(), &mut buf)
@@ -357,8 +355,8 @@ impl Metrics {
         String::from_utf8(buf).map_err(|e| Error::internal(format!("encoding metrics: {e}")))
     }
 
-    async fn update_sandboxes(&self, manager: &Manager) {
-        let live = match manager.meta().list_live().await {
+    async fn update_sandboxes(&self, meta: &Meta) {
+        let live = match meta.list_live().await {
             Ok(l) => l,
             Err(e) => {
                 warn!(error = %e, "metrics: cannot list sandboxes");
@@ -382,7 +380,7 @@ impl Metrics {
         }
     }
 
-    async fn update_store(&self, manager: &Manager) {
+    async fn update_store(&self, snapshots: &Snapshots) {
         let cached = self
             .inner
             .store_cache
@@ -393,7 +391,7 @@ impl Metrics {
             .map(|(_, v)| v.clone());
         let stats = match cached {
             Some(s) => s,
-            None => match store_stats(manager).await {
+            None => match store_stats(snapshots).await {
                 Ok(s) => {
                     *self.inner.store_cache.lock().expect("store cache") =
                         Some((Instant::now(), s.clone()));
@@ -427,8 +425,7 @@ impl Metrics {
     }
 }
 
-async fn store_stats(manager: &Manager) -> Result<Vec<(String, StoreStats)>> {
-    let snaps = manager.snapshots();
+async fn store_stats(snaps: &Snapshots) -> Result<Vec<(String, StoreStats)>> {
     let mut out = Vec::new();
     for t in snaps.store().list_tenants().await? {
         let s = snaps.stats(&t).await?;
@@ -464,47 +461,6 @@ impl Drop for OpTimer {
     fn drop(&mut self) {
         self.finish("error");
     }
-}
-
-/// `GET /metrics`.
-pub async fn handler(State(st): State<crate::api::AppState>) -> Response {
-    match st.manager.metrics().render(&st.manager).await {
-        Ok(text) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)],
-            text,
-        )
-            .into_response(),
-        Err(e) => crate::api::ApiError(e).into_response(),
-    }
-}
-
-/// Middleware counting every request by method, route template and status.
-pub async fn track(State(metrics): State<Metrics>, req: Request, next: Next) -> Response {
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
-    let method: &'static str = match req.method().as_str() {
-        "GET" => "GET",
-        "POST" => "POST",
-        "PUT" => "PUT",
-        "DELETE" => "DELETE",
-        "HEAD" => "HEAD",
-        "PATCH" => "PATCH",
-        "OPTIONS" => "OPTIONS",
-        _ => "other",
-    };
-    let start = Instant::now();
-    let resp = next.run(req).await;
-    metrics.http_request(
-        method,
-        &route,
-        resp.status().as_u16(),
-        start.elapsed().as_secs_f64(),
-    );
-    resp
 }
 
 #[cfg(test)]

@@ -14,8 +14,7 @@
 //! metadata writes are compare-and-set besides.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex as StdMutex, OnceLock};
+use std::sync::{Arc, Mutex as StdMutex};
 
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
@@ -133,13 +132,6 @@ pub struct Runs {
     in_flight: StdMutex<HashSet<String>>,
 }
 
-type Registry = tokio::sync::Mutex<HashMap<(PathBuf, usize), Arc<Runs>>>;
-
-fn registry() -> &'static Registry {
-    static R: OnceLock<Registry> = OnceLock::new();
-    R.get_or_init(Default::default)
-}
-
 /// Removes a call from the in-flight set however the execution ends.
 struct InFlight<'a>(&'a Runs, String);
 
@@ -166,18 +158,10 @@ fn cap(b: &[u8]) -> (String, bool) {
 }
 
 impl Runs {
-    /// The service of this manager (one per daemon; created on first use,
-    /// which creates `<data-dir>/runstate.key` if needed and settles calls a
-    /// previous daemon left between intent and result).
-    pub async fn of(manager: &Arc<Manager>) -> Result<Arc<Runs>> {
-        let id = (
-            manager.config().data_dir.clone(),
-            Arc::as_ptr(manager) as usize,
-        );
-        let mut reg = registry().lock().await;
-        if let Some(r) = reg.get(&id) {
-            return Ok(r.clone());
-        }
+    /// The service of this manager: one per daemon, built when it opens and
+    /// kept in the HTTP state. Creates `<data-dir>/runstate.key` if needed
+    /// and settles calls a previous daemon left between intent and result.
+    pub async fn new(manager: &Arc<Manager>) -> Result<Arc<Runs>> {
         let key = RunKey::load_or_create(&manager.config().data_dir.join("runstate.key"))?;
         let runs = Arc::new(Runs {
             manager: manager.clone(),
@@ -186,7 +170,6 @@ impl Runs {
             in_flight: StdMutex::new(HashSet::new()),
         });
         runs.recover().await?;
-        reg.insert(id, runs.clone());
         Ok(runs)
     }
 

@@ -177,7 +177,7 @@ impl Snapshots {
                 manifest: rec.manifest.clone(),
             })?,
         };
-        let list = crate::manager::artifact_list(artifacts);
+        let list = artifact_list(artifacts);
         let r = self.store.put_snapshot(meta, dir, &list, None).await?;
         SnapshotInfo::from_record(r)
     }
@@ -231,5 +231,40 @@ impl Snapshots {
 
     pub async fn stats(&self, tenant: &TenantId) -> Result<StoreStats> {
         self.store.stats(tenant).await
+    }
+}
+
+/// Names of the artifacts in a directory as the store wants them.
+fn artifact_list(artifacts: &[Artifact]) -> Vec<(String, String)> {
+    artifacts
+        .iter()
+        .map(|a| {
+            let kind = serde_json::to_value(a.kind)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_else(|| "meta".into());
+            (a.name.clone(), kind)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn artifacts_are_named_for_the_store() {
+        let arts = vec![Artifact {
+            name: "memory.bin".into(),
+            kind: stasis_backend::ArtifactKind::Memory,
+            size: 3,
+        }];
+        let list = artifact_list(&arts);
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].0, "memory.bin");
+        assert_eq!(
+            list[0].1,
+            serde_json::to_value(stasis_backend::ArtifactKind::Memory).unwrap()
+        );
     }
 }

@@ -12,10 +12,10 @@ use utoipa::ToSchema;
 
 use stasis_core::manifest::validate_env_name;
 use stasis_core::{Error, ErrorCode, Manifest, Result, TenantId};
-use stasis_meta::{hash_token, NewAuditEntry, Tenant, TokenRecord};
+use stasis_meta::{hash_token, Meta, NewAuditEntry, Tenant, TokenRecord};
+use stasis_store::Store;
 
 use crate::auth::{generate_token, generate_token_id, Identity};
-use crate::manager::Manager;
 
 /// Largest secret value accepted.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;
@@ -39,7 +39,7 @@ fn admin_actor(who: &Identity) -> String {
 }
 
 async fn audit(
-    m: &Manager,
+    meta: &Meta,
     tenant: &TenantId,
     who: &Identity,
     action: &str,
@@ -53,7 +53,7 @@ async fn audit(
         target: target.into(),
         detail,
     };
-    if let Err(e) = m.meta().audit(e).await {
+    if let Err(e) = meta.audit(e).await {
         tracing::warn!(error = %e, action, "audit append failed");
     }
 }
@@ -68,7 +68,7 @@ fn check_name(name: &str, field: &str) -> Result<()> {
 }
 
 pub async fn create_tenant(
-    m: &Manager,
+    meta: &Meta,
     who: &Identity,
     id: Option<&str>,
     name: &str,
@@ -78,9 +78,9 @@ pub async fn create_tenant(
         Some(s) => TenantId::parse(s).map_err(|e| e.with_field("id"))?,
         None => TenantId::generate(),
     };
-    let t = m.meta().create_tenant(&id, name).await?;
+    let t = meta.create_tenant(&id, name).await?;
     audit(
-        m,
+        meta,
         &id,
         who,
         "tenant_create",
@@ -92,16 +92,15 @@ pub async fn create_tenant(
 }
 
 pub async fn create_token(
-    m: &Manager,
+    meta: &Meta,
     who: &Identity,
     tenant: &TenantId,
     name: &str,
 ) -> Result<NewToken> {
     check_name(name, "name")?;
-    m.meta().get_tenant(tenant).await?;
+    meta.get_tenant(tenant).await?;
     let token = generate_token();
-    let rec = m
-        .meta()
+    let rec = meta
         .insert_token(
             &generate_token_id(),
             Some(tenant),
@@ -111,7 +110,7 @@ pub async fn create_token(
         )
         .await?;
     audit(
-        m,
+        meta,
         tenant,
         who,
         "token_create",
@@ -129,23 +128,23 @@ pub async fn create_token(
     })
 }
 
-pub async fn list_tokens(m: &Manager, tenant: &TenantId) -> Result<Vec<TokenRecord>> {
-    m.meta().get_tenant(tenant).await?;
-    m.meta().list_tokens(Some(tenant)).await
+pub async fn list_tokens(meta: &Meta, tenant: &TenantId) -> Result<Vec<TokenRecord>> {
+    meta.get_tenant(tenant).await?;
+    meta.list_tokens(Some(tenant)).await
 }
 
-pub async fn revoke_token(m: &Manager, who: &Identity, id: &str) -> Result<TokenRecord> {
+pub async fn revoke_token(meta: &Meta, who: &Identity, id: &str) -> Result<TokenRecord> {
     stasis_core::id::validate_id("token", id)?;
     if id == who.token_id {
         return Err(Error::invalid("an admin token cannot revoke itself"));
     }
-    let rec = m.meta().revoke_token(id).await?;
+    let rec = meta.revoke_token(id).await?;
     let tenant = rec
         .tenant
         .clone()
         .unwrap_or_else(|| TenantId::parse(crate::auth::DEFAULT_TENANT).expect("tenant id"));
     audit(
-        m,
+        meta,
         &tenant,
         who,
         "token_revoke",
@@ -168,7 +167,8 @@ fn check_secret_name(name: &str) -> Result<()> {
 
 /// Register (or replace) a tenant secret. The audit entry names it, never its value.
 pub async fn set_secret(
-    m: &Manager,
+    meta: &Meta,
+    store: &Store,
     who: &Identity,
     tenant: &TenantId,
     name: &str,
@@ -181,14 +181,11 @@ pub async fn set_secret(
         ))
         .with_field("value"));
     }
-    m.meta().get_tenant(tenant).await?;
-    let sealed = m
-        .snapshots()
-        .store()
-        .seal_secret(tenant, name, value.as_bytes());
-    let replaced = m.meta().put_secret(tenant, name, &sealed).await?;
+    meta.get_tenant(tenant).await?;
+    let sealed = store.seal_secret(tenant, name, value.as_bytes());
+    let replaced = meta.put_secret(tenant, name, &sealed).await?;
     audit(
-        m,
+        meta,
         tenant,
         who,
         "secret_set",
@@ -200,29 +197,37 @@ pub async fn set_secret(
 }
 
 pub async fn delete_secret(
-    m: &Manager,
+    meta: &Meta,
     who: &Identity,
     tenant: &TenantId,
     name: &str,
 ) -> Result<()> {
     check_secret_name(name)?;
-    m.meta().get_tenant(tenant).await?;
-    m.meta().delete_secret(tenant, name).await?;
-    audit(m, tenant, who, "secret_delete", name, serde_json::json!({})).await;
+    meta.get_tenant(tenant).await?;
+    meta.delete_secret(tenant, name).await?;
+    audit(
+        meta,
+        tenant,
+        who,
+        "secret_delete",
+        name,
+        serde_json::json!({}),
+    )
+    .await;
     Ok(())
 }
 
-pub async fn secret_names(m: &Manager, tenant: &TenantId) -> Result<Vec<String>> {
-    m.meta().get_tenant(tenant).await?;
-    m.meta().secret_names(tenant).await
+pub async fn secret_names(meta: &Meta, tenant: &TenantId) -> Result<Vec<String>> {
+    meta.get_tenant(tenant).await?;
+    meta.secret_names(tenant).await
 }
 
 /// A manifest may only name secrets its tenant has registered (400 naming the entry).
-pub async fn check_manifest_secrets(m: &Manager, tenant: &TenantId, man: &Manifest) -> Result<()> {
+pub async fn check_manifest_secrets(meta: &Meta, tenant: &TenantId, man: &Manifest) -> Result<()> {
     if man.secrets.is_empty() {
         return Ok(());
     }
-    let have = m.meta().secret_names(tenant).await?;
+    let have = meta.secret_names(tenant).await?;
     for (i, s) in man.secrets.iter().enumerate() {
         if !have.contains(s) {
             return Err(Error::new(
@@ -237,13 +242,14 @@ pub async fn check_manifest_secrets(m: &Manager, tenant: &TenantId, man: &Manife
 
 /// The values of the secrets a manifest names, for one exec or session.
 pub async fn resolve_secrets(
-    m: &Manager,
+    meta: &Meta,
+    store: &Store,
     tenant: &TenantId,
     man: &Manifest,
 ) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for (i, name) in man.secrets.iter().enumerate() {
-        let sealed = match m.meta().secret_sealed(tenant, name).await {
+        let sealed = match meta.secret_sealed(tenant, name).await {
             Ok(s) => s,
             Err(e) if e.code == ErrorCode::NotFound => {
                 return Err(Error::new(
@@ -254,7 +260,7 @@ pub async fn resolve_secrets(
             }
             Err(e) => return Err(e),
         };
-        let value = m.snapshots().store().open_secret(tenant, name, &sealed)?;
+        let value = store.open_secret(tenant, name, &sealed)?;
         let value = String::from_utf8(value)
             .map_err(|_| Error::internal(format!("secret {name} is not UTF-8")))?;
         out.insert(name.clone(), value);

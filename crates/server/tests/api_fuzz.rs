@@ -19,9 +19,10 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use serde_json::{json, Value};
 use tower::ServiceExt;
 
-use stasis_server::api::{router, AppState};
-use stasis_server::auth::{Limiter, RateLimit};
+use stasis_server::auth::RateLimit;
 use stasis_server::daemon::{open, DaemonConfig};
+use stasis_server::http::limit::Limiter;
+use stasis_server::http::{router, AppState};
 
 struct Env {
     app: Router,
@@ -175,6 +176,7 @@ async fn setup(dir: &Path) -> Env {
             per_sec: 0,
             burst: 0,
         })),
+        runs: daemon.runs.clone(),
     });
     let token = std::fs::read_to_string(data.join("token"))
         .unwrap()

@@ -176,7 +176,13 @@ impl Manager {
     /// tenant secrets the manifest names (opened here, for this call only),
     /// then the request's own env (which wins).
     async fn exec_env(&self, rec: &SandboxRecord, request: Env) -> Result<Env> {
-        let secrets = crate::tenancy::resolve_secrets(self, &rec.tenant, &rec.manifest).await?;
+        let secrets = crate::tenancy::resolve_secrets(
+            &self.meta,
+            self.snapshots.store(),
+            &rec.tenant,
+            &rec.manifest,
+        )
+        .await?;
         Ok(stasis_core::exec::merge_env([
             &rec.manifest.env,
             &secrets,

@@ -33,7 +33,7 @@ impl Manager {
 
     async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
-        crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
+        crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
         let timer = self.metrics.op(Op::Create, kind);

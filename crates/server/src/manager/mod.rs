@@ -61,7 +61,6 @@ pub use guest::MAX_SESSION_WAIT;
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 pub use recovery::ReconcileReport;
 pub use snapshot_ops::MAX_SNAPSHOT_TTL;
-pub(crate) use stage::artifact_list;
 
 /// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
 #[derive(Debug, Clone)]

@@ -106,7 +106,7 @@ impl Manager {
             None => info.manifest.clone(),
         };
         manifest.validate()?;
-        crate::tenancy::check_manifest_secrets(self, &ctx.tenant, &manifest).await?;
+        crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         match manifest.backend {
             Some(b) if b != info.backend => {

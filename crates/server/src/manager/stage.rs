@@ -7,7 +7,6 @@
 use std::future::Future;
 use std::path::Path;
 
-use stasis_backend::Artifact;
 use stasis_core::{Error, Result};
 
 /// How a stage is made ready before the work on it.
@@ -54,20 +53,6 @@ pub(super) async fn staged<T>(
         let _ = tokio::fs::remove_dir_all(stage).await;
     }
     r
-}
-
-/// Names of the artifacts in a directory as the store wants them.
-pub(crate) fn artifact_list(artifacts: &[Artifact]) -> Vec<(String, String)> {
-    artifacts
-        .iter()
-        .map(|a| {
-            let kind = serde_json::to_value(a.kind)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_else(|| "meta".into());
-            (a.name.clone(), kind)
-        })
-        .collect()
 }
 
 /// A stage directory in the sandbox directory, which a jailed QEMU may write

@@ -92,19 +92,3 @@ async fn the_work_does_not_run_when_the_stage_cannot_be_made() {
     assert!(r.is_err());
     assert!(!ran);
 }
-
-#[test]
-fn artifacts_are_named_for_the_store() {
-    let arts = vec![Artifact {
-        name: "memory.bin".into(),
-        kind: stasis_backend::ArtifactKind::Memory,
-        size: 3,
-    }];
-    let list = artifact_list(&arts);
-    assert_eq!(list.len(), 1);
-    assert_eq!(list[0].0, "memory.bin");
-    assert_eq!(
-        list[0].1,
-        serde_json::to_value(stasis_backend::ArtifactKind::Memory).unwrap()
-    );
-}

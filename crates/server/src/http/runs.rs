@@ -13,19 +13,18 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::Router;
 use serde::Deserialize;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use stasis_core::Error;
 use stasis_meta::runs::RunSummary;
 use stasis_runstate::{CallState, Run, StateDocument, StepKind};
 
-use crate::api::{ApiError, ApiJson, AppState};
-use crate::auth::Authed;
-use crate::runs::{CallOutcome, ResumeReport, Runs, ToolCallRequest};
-
-type ApiResult<T> = Result<T, ApiError>;
+use super::auth::Authed;
+use super::error::{optional_json, ApiError, ApiJson, ApiResult, ErrorBody};
+use super::state::AppState;
+use crate::runs::{CallOutcome, ResumeReport, ToolCallRequest};
 
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -61,19 +60,15 @@ async fn detached<T: Send + 'static>(
         .map_err(ApiError)
 }
 
-async fn runs(st: &AppState) -> ApiResult<std::sync::Arc<Runs>> {
-    Ok(Runs::of(&st.manager).await?)
-}
-
 #[utoipa::path(post, path = "/v1/runs", request_body(content = Object, description = "{sandbox?}"),
-    responses((status = 201, description = "the new run"), (status = 404, body = crate::api::ErrorBody)))]
+    responses((status = 201, description = "the new run"), (status = 404, body = ErrorBody)))]
 async fn create_run(
     State(st): State<AppState>,
     auth: Authed,
     ApiJson(body): ApiJson<CreateRun>,
 ) -> ApiResult<(StatusCode, axum::Json<Run>)> {
     let ctx = auth.ctx();
-    let run = runs(&st).await?.create(&ctx, body.sandbox).await?;
+    let run = st.runs.create(&ctx, body.sandbox).await?;
     Ok((StatusCode::CREATED, axum::Json(run)))
 }
 
@@ -83,21 +78,21 @@ async fn list_runs(
     auth: Authed,
 ) -> ApiResult<axum::Json<Vec<RunSummary>>> {
     let ctx = auth.ctx();
-    Ok(axum::Json(runs(&st).await?.list(&ctx).await?))
+    Ok(axum::Json(st.runs.list(&ctx).await?))
 }
 
-#[utoipa::path(get, path = "/v1/runs/{id}", responses((status = 200, description = "the run: status, ordered steps, tool calls, approvals"), (status = 404, body = crate::api::ErrorBody)))]
+#[utoipa::path(get, path = "/v1/runs/{id}", responses((status = 200, description = "the run: status, ordered steps, tool calls, approvals"), (status = 404, body = ErrorBody)))]
 async fn get_run(
     State(st): State<AppState>,
     auth: Authed,
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<Run>> {
     let ctx = auth.ctx();
-    Ok(axum::Json(runs(&st).await?.get(&ctx, &id).await?))
+    Ok(axum::Json(st.runs.get(&ctx, &id).await?))
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/steps", request_body(content = Object, description = "{kind: model_step|handover|completed|failed, data?}"),
-    responses((status = 200, description = "the run"), (status = 409, body = crate::api::ErrorBody)))]
+    responses((status = 200, description = "the run"), (status = 409, body = ErrorBody)))]
 async fn append_step(
     State(st): State<AppState>,
     auth: Authed,
@@ -106,9 +101,7 @@ async fn append_step(
 ) -> ApiResult<axum::Json<Run>> {
     let ctx = auth.ctx();
     let kind = StepKind::parse(&body.kind).map_err(|e| e.with_field("kind"))?;
-    Ok(axum::Json(
-        runs(&st).await?.step(&ctx, &id, kind, body.data).await?,
-    ))
+    Ok(axum::Json(st.runs.step(&ctx, &id, kind, body.data).await?))
 }
 
 fn call_status(o: &CallOutcome) -> StatusCode {
@@ -122,7 +115,7 @@ fn call_status(o: &CallOutcome) -> StatusCode {
 #[utoipa::path(post, path = "/v1/runs/{id}/tool-calls",
     request_body(content = Object, description = "{idempotency_key, kind: \"exec\", argv, cwd?, timeout_ms?, env?, side_effecting, requires_approval}"),
     responses((status = 200, description = "{run, call, outcome, replayed}: executed now, or the recorded outcome of the key (succeeded, failed, rejected, outcome_unknown)"),
-        (status = 202, description = "held until approved"), (status = 400, body = crate::api::ErrorBody), (status = 409, body = crate::api::ErrorBody)))]
+        (status = 202, description = "held until approved"), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn request_call(
     State(st): State<AppState>,
     auth: Authed,
@@ -130,7 +123,7 @@ async fn request_call(
     ApiJson(body): ApiJson<ToolCallRequest>,
 ) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
     let ctx = auth.ctx();
-    let r = runs(&st).await?;
+    let r = st.runs.clone();
     let o = detached(async move { r.request_call(&ctx, &id, body).await }).await?;
     Ok((call_status(&o), axum::Json(o)))
 }
@@ -144,15 +137,15 @@ async fn decide(
     approve: bool,
 ) -> ApiResult<(StatusCode, axum::Json<CallOutcome>)> {
     let ctx = auth.ctx();
-    let body: DecisionBody = crate::api::optional_json(&body)?;
-    let r = runs(&st).await?;
+    let body: DecisionBody = optional_json(&body)?;
+    let r = st.runs.clone();
     let o =
         detached(async move { r.decide(&ctx, &id, &call, approve, &body.reason).await }).await?;
     Ok((call_status(&o), axum::Json(o)))
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/approvals/{call}/approve", request_body(content = Object, description = "{reason}"),
-    responses((status = 200, description = "decision recorded and the call executed"), (status = 409, body = crate::api::ErrorBody)))]
+    responses((status = 200, description = "decision recorded and the call executed"), (status = 409, body = ErrorBody)))]
 async fn approve(
     State(st): State<AppState>,
     auth: Authed,
@@ -163,7 +156,7 @@ async fn approve(
 }
 
 #[utoipa::path(post, path = "/v1/runs/{id}/approvals/{call}/reject", request_body(content = Object, description = "{reason}"),
-    responses((status = 200, description = "decision recorded; the call never runs"), (status = 409, body = crate::api::ErrorBody)))]
+    responses((status = 200, description = "decision recorded; the call never runs"), (status = 409, body = ErrorBody)))]
 async fn reject(
     State(st): State<AppState>,
     auth: Authed,
@@ -180,11 +173,11 @@ async fn run_state(
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<StateDocument>> {
     let ctx = auth.ctx();
-    Ok(axum::Json(runs(&st).await?.state(&ctx, &id).await?))
+    Ok(axum::Json(st.runs.state(&ctx, &id).await?))
 }
 
 #[utoipa::path(post, path = "/v1/runs/resume", request_body(content = Object, description = "a RunState document, or {document, sandbox} to continue the run in another sandbox (e.g. restored from a snapshot)"),
-    responses((status = 200, description = "checks (pending approvals, sandbox) and a fresh document"), (status = 400, body = crate::api::ErrorBody), (status = 422, body = crate::api::ErrorBody)))]
+    responses((status = 200, description = "checks (pending approvals, sandbox) and a fresh document"), (status = 400, body = ErrorBody), (status = 422, body = ErrorBody)))]
 async fn resume_run(
     State(st): State<AppState>,
     auth: Authed,
@@ -208,35 +201,18 @@ async fn resume_run(
         }
         _ => (doc, None),
     };
-    Ok(axum::Json(
-        runs(&st).await?.resume(&ctx, &doc, rebind).await?,
-    ))
+    Ok(axum::Json(st.runs.resume(&ctx, &doc, rebind).await?))
 }
 
-/// OpenAPI description of the run-state routes (merged into `/openapi.json`).
-#[derive(utoipa::OpenApi)]
-#[openapi(paths(
-    create_run,
-    list_runs,
-    get_run,
-    append_step,
-    request_call,
-    approve,
-    reject,
-    run_state,
-    resume_run
-))]
-pub struct RunsApiDoc;
-
-/// The run-state routes, merged into the API router.
-pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/runs", post(create_run).get(list_runs))
-        .route("/v1/runs/resume", post(resume_run))
-        .route("/v1/runs/{id}", get(get_run))
-        .route("/v1/runs/{id}/steps", post(append_step))
-        .route("/v1/runs/{id}/tool-calls", post(request_call))
-        .route("/v1/runs/{id}/approvals/{call}/approve", post(approve))
-        .route("/v1/runs/{id}/approvals/{call}/reject", post(reject))
-        .route("/v1/runs/{id}/state", get(run_state))
+/// The run-state routes.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_run, list_runs))
+        .routes(routes!(resume_run))
+        .routes(routes!(get_run))
+        .routes(routes!(append_step))
+        .routes(routes!(request_call))
+        .routes(routes!(approve))
+        .routes(routes!(reject))
+        .routes(routes!(run_state))
 }

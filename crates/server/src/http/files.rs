@@ -1,0 +1,129 @@
+//! Files in a sandbox: write one (a raw body up to the configured limit),
+//! read one, list a directory.
+
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
+use utoipa_axum::routes;
+
+use stasis_core::{Error, ErrorCode};
+
+use super::auth::Authed;
+use super::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
+use super::sandboxes::sandbox_id;
+use super::state::AppState;
+
+#[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PathQuery {
+    /// Path inside the sandbox (absolute, or relative to the workdir).
+    pub path: String,
+    /// Octal file mode for writes, e.g. "755".
+    #[serde(default)]
+    pub mode: Option<String>,
+}
+
+fn parse_mode(mode: Option<&str>) -> ApiResult<Option<u32>> {
+    mode.map(|m| {
+        u32::from_str_radix(m, 8)
+            .ok()
+            .filter(|m| *m <= 0o7777)
+            .ok_or_else(|| {
+                ApiError(
+                    Error::invalid(format!("mode {m:?} is not an octal file mode"))
+                        .with_field("mode"),
+                )
+            })
+    })
+    .transpose()
+}
+
+#[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(PathQuery), request_body(content = Vec<u8>, content_type = "application/octet-stream"),
+    responses((status = 204), (status = 413, body = ErrorBody)))]
+async fn put_file(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<PathQuery>,
+    body: Body,
+) -> ApiResult<StatusCode> {
+    let ctx = auth.ctx();
+    let mode = parse_mode(q.mode.as_deref())?;
+    let limit = st.manager.config().max_file_bytes;
+    let data = read_limited(body, limit).await?;
+    st.manager
+        .write_file(&ctx, &sandbox_id(&id)?, &q.path, &data, mode)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Read a request body of at most `limit` bytes. An oversized body is still
+/// drained (up to a hard cap) so the client receives the 413 instead of a
+/// connection reset in the middle of its upload.
+async fn read_limited(body: Body, limit: u64) -> ApiResult<Vec<u8>> {
+    use futures::StreamExt;
+    let drain_cap = limit.saturating_mul(4).max(64 * 1024 * 1024);
+    let mut stream = body.into_data_stream();
+    let mut data = Vec::new();
+    let mut seen = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| Error::invalid(format!("reading the request body: {e}")))?;
+        seen += chunk.len() as u64;
+        if seen <= limit {
+            data.extend_from_slice(&chunk);
+        } else if seen > drain_cap {
+            break;
+        }
+    }
+    if seen > limit {
+        return Err(Error::new(
+            ErrorCode::PayloadTooLarge,
+            format!("file exceeds the limit of {limit} bytes"),
+        )
+        .into());
+    }
+    Ok(data)
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(PathQuery),
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = ErrorBody)))]
+async fn get_file(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<PathQuery>,
+) -> ApiResult<Response> {
+    let ctx = auth.ctx();
+    let data = st
+        .manager
+        .read_file(&ctx, &sandbox_id(&id)?, &q.path)
+        .await?;
+    Ok(([("content-type", "application/octet-stream")], data).into_response())
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/files/list", params(PathQuery), responses((status = 200, description = "directory entries")))]
+async fn list_files(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+    ApiQuery(q): ApiQuery<PathQuery>,
+) -> ApiResult<axum::Json<Vec<stasis_core::FileEntry>>> {
+    let ctx = auth.ctx();
+    Ok(axum::Json(
+        st.manager
+            .list_files(&ctx, &sandbox_id(&id)?, &q.path)
+            .await?,
+    ))
+}
+
+/// The routes of this module. A file upload is bounded by the configured
+/// file limit (see `put_file`), not by the router's body limit.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(get_file, put_file).layer(DefaultBodyLimit::disable()))
+        .routes(routes!(list_files))
+}

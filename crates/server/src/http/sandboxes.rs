@@ -1,0 +1,298 @@
+//! The sandbox resource: create, list, read and destroy sandboxes, pause,
+//! resume and fork them, their resource usage and their output directories.
+//! Holds the [`Sandbox`] representation every lifecycle answer uses.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use stasis_core::{Error, Manifest, SandboxId, SandboxState};
+use stasis_meta::SandboxRecord;
+
+use super::auth::Authed;
+use super::error::{optional_json, ApiBytes, ApiError, ApiJson, ApiQuery, ApiResult, ErrorBody};
+use super::state::AppState;
+use crate::manager::OpTiming;
+
+pub(crate) fn sandbox_id(s: &str) -> ApiResult<SandboxId> {
+    Ok(SandboxId::parse(s)?)
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSandbox {
+    /// The sandbox's manifest (see the README); every field is optional.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub manifest: Option<serde_json::Value>,
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct Sandbox {
+    pub id: String,
+    pub state: String,
+    pub backend: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[schema(value_type = Object)]
+    pub manifest: Manifest,
+    /// Format version of the manifest the sandbox runs under.
+    pub manifest_version: u32,
+    /// Digest of that manifest (also recorded in every snapshot taken of it).
+    pub manifest_digest: String,
+    pub created_at_ms: i64,
+    /// Running time so far; paused time does not count.
+    pub running_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at_ms: Option<i64>,
+    /// When this paused sandbox will be destroyed (TTL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_snapshot: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_snapshot: Option<String>,
+    /// Last periodic checkpoint (`lifecycle.checkpoint_secs`) and when it was taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_snapshot: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_at_ms: Option<i64>,
+    /// Set after another node took the sandbox over because the node running
+    /// it died: the snapshot it was restored from, when, and how much running
+    /// time after that snapshot was lost.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_from_snapshot: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recovered_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress_lost_ms: Option<i64>,
+    /// Node running the sandbox (several daemons sharing one database).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    /// Timing of the operation that produced this response, when it was a lifecycle change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
+    pub timing: Option<OpTiming>,
+}
+
+impl Sandbox {
+    pub fn from_record(r: SandboxRecord) -> Self {
+        let now = stasis_core::now_ms();
+        Sandbox {
+            running_ms: r.running_time_ms(now),
+            id: r.id.to_string(),
+            state: r.state.to_string(),
+            backend: r.backend.to_string(),
+            reason: r.reason,
+            manifest_version: r.manifest.version,
+            manifest: r.manifest,
+            manifest_digest: r.manifest_digest,
+            created_at_ms: r.created_at_ms,
+            paused_at_ms: r.paused_at_ms,
+            expires_at_ms: r.expires_at_ms,
+            pause_kind: r.pause_kind.map(|k| k.as_str().to_string()),
+            pause_snapshot: r.pause_snapshot.map(|s| s.to_string()),
+            source_snapshot: r.source_snapshot.map(|s| s.to_string()),
+            checkpoint_snapshot: r.checkpoint_snapshot.map(|s| s.to_string()),
+            checkpoint_at_ms: r.checkpoint_at_ms,
+            recovered_from_snapshot: r.recovered_from_snapshot.map(|s| s.to_string()),
+            recovered_at_ms: r.recovered_at_ms,
+            progress_lost_ms: r.progress_lost_ms,
+            node: r.owner,
+            timing: None,
+        }
+    }
+    fn timed(mut self, t: OpTiming) -> Self {
+        self.timing = Some(t);
+        self
+    }
+}
+
+#[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery {
+    /// Only sandboxes in this state (e.g. `paused`).
+    #[serde(default)]
+    pub state: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema, Default)]
+#[serde(deny_unknown_fields)]
+pub struct PauseBody {
+    /// false: keep only the filesystem. Default: the sandbox's policy.
+    #[serde(default)]
+    pub keep_memory: Option<bool>,
+}
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForkBody {
+    pub count: u32,
+}
+
+fn manifest_from(v: Option<serde_json::Value>) -> ApiResult<Manifest> {
+    Ok(match v {
+        Some(v) => Manifest::parse(v)?,
+        None => Manifest::default(),
+    })
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes", request_body = CreateSandbox,
+    responses((status = 201, body = Sandbox), (status = 400, body = ErrorBody)))]
+async fn create_sandbox(
+    State(st): State<AppState>,
+    auth: Authed,
+    ApiJson(body): ApiJson<CreateSandbox>,
+) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
+    let ctx = auth.ctx();
+    let manifest = manifest_from(body.manifest)?;
+    // Runs to its end even if the client goes away: dropped half-way, the
+    // create would leave its record in Creating and what the backend had
+    // built (a VM, or a cgroup and a loop-mounted layer) until a restart.
+    let manager = st.manager.clone();
+    let rec = tokio::spawn(async move { manager.create(&ctx, manifest).await })
+        .await
+        .map_err(|e| Error::internal(format!("create task: {e}")))??;
+    Ok((StatusCode::CREATED, axum::Json(Sandbox::from_record(rec))))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes", params(ListQuery), responses((status = 200, body = [Sandbox])))]
+async fn list_sandboxes(
+    State(st): State<AppState>,
+    auth: Authed,
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> ApiResult<axum::Json<Vec<Sandbox>>> {
+    let ctx = auth.ctx();
+    let state = q.state.as_deref().map(SandboxState::parse).transpose()?;
+    let recs = st.manager.list(&ctx, state).await?;
+    Ok(axum::Json(
+        recs.into_iter().map(Sandbox::from_record).collect(),
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}", responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody)))]
+async fn get_sandbox(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Sandbox>> {
+    let ctx = auth.ctx();
+    Ok(axum::Json(Sandbox::from_record(
+        st.manager.get(&ctx, &sandbox_id(&id)?).await?,
+    )))
+}
+
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}", responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn destroy_sandbox(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Sandbox>> {
+    let ctx = auth.ctx();
+    Ok(axum::Json(Sandbox::from_record(
+        st.manager.destroy(&ctx, &sandbox_id(&id)?).await?,
+    )))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/pause", request_body = PauseBody,
+    responses((status = 200, body = Sandbox), (status = 409, body = ErrorBody)))]
+async fn pause(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+    ApiBytes(body): ApiBytes,
+) -> ApiResult<axum::Json<Sandbox>> {
+    let ctx = auth.ctx();
+    let body: PauseBody = optional_json(&body)?;
+    let (rec, t) = st
+        .manager
+        .pause(&ctx, &sandbox_id(&id)?, body.keep_memory)
+        .await?;
+    Ok(axum::Json(Sandbox::from_record(rec).timed(t)))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", responses((status = 200, body = Sandbox), (status = 409, body = ErrorBody)))]
+async fn resume(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Sandbox>> {
+    let ctx = auth.ctx();
+    let (rec, t) = st.manager.resume(&ctx, &sandbox_id(&id)?).await?;
+    Ok(axum::Json(Sandbox::from_record(rec).timed(t)))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/usage", responses((status = 200, description = "host CPU time, RSS and process count of the sandbox")))]
+async fn usage(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<stasis_backend::Usage>> {
+    let ctx = auth.ctx();
+    Ok(axum::Json(st.manager.usage(&ctx, &sandbox_id(&id)?).await?))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ForkResponse {
+    pub snapshot: String,
+    pub sandboxes: Vec<Sandbox>,
+    pub total_ms: u64,
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/fork", request_body = ForkBody, responses((status = 201, body = ForkResponse)))]
+async fn fork(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ForkBody>,
+) -> ApiResult<(StatusCode, axum::Json<ForkResponse>)> {
+    let ctx = auth.ctx();
+    let t0 = std::time::Instant::now();
+    let (snap, children) = st.manager.fork(&ctx, &sandbox_id(&id)?, body.count).await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(ForkResponse {
+            snapshot: snap.id.to_string(),
+            sandboxes: children.into_iter().map(Sandbox::from_record).collect(),
+            total_ms: t0.elapsed().as_millis() as u64,
+        }),
+    ))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/outputs",
+    responses((status = 200, content_type = "application/x-tar", description = "tar of the manifest's output directories (entries named by sandbox path without the leading /; files, directories, symlinks as links)"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn sandbox_outputs(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let ctx = auth.ctx();
+    let (path, len) = st.manager.collect_outputs(&ctx, &sandbox_id(&id)?).await?;
+    let file = tokio::fs::File::open(&path).await.map_err(Error::from)?;
+    let _ = tokio::fs::remove_file(&path).await;
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 1 << 20);
+    Response::builder()
+        .header("content-type", "application/x-tar")
+        .header("content-length", len)
+        .body(Body::from_stream(stream))
+        .map_err(|e| ApiError(Error::internal(e.to_string())))
+}
+
+/// The routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(create_sandbox, list_sandboxes))
+        .routes(routes!(get_sandbox, destroy_sandbox))
+        .routes(routes!(pause))
+        .routes(routes!(resume))
+        .routes(routes!(usage))
+        .routes(routes!(fork))
+        .routes(routes!(sandbox_outputs))
+}

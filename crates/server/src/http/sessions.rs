@@ -1,0 +1,150 @@
+//! Long-running sessions in a sandbox: start and list them, write to their
+//! input, read their output from an offset (waiting for more), kill them.
+
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use stasis_core::{b64, Error, SessionSpec};
+
+use super::auth::Authed;
+use super::error::{ApiJson, ApiQuery, ApiResult};
+use super::sandboxes::sandbox_id;
+use super::state::AppState;
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionInput {
+    #[serde(default)]
+    pub data: Option<String>,
+    #[serde(default)]
+    pub data_b64: Option<String>,
+}
+
+#[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct OutputQuery {
+    #[serde(default)]
+    pub offset: u64,
+    /// Wait up to this long for new output (at most 60000; more is refused).
+    #[serde(default)]
+    pub wait_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, ToSchema)]
+pub struct SessionOutputResponse {
+    pub offset: u64,
+    pub data: String,
+    pub data_b64: String,
+    pub next_offset: u64,
+    pub running: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions", request_body(content = Object, description = "{argv, env?, cwd?}"),
+    responses((status = 201, description = "session started")))]
+async fn start_session(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+    ApiJson(spec): ApiJson<SessionSpec>,
+) -> ApiResult<(StatusCode, axum::Json<stasis_core::SessionInfo>)> {
+    let ctx = auth.ctx();
+    let info = st
+        .manager
+        .session_start(&ctx, &sandbox_id(&id)?, spec)
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(info)))
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/sessions", responses((status = 200, description = "sessions, with the same ids across pause/resume")))]
+async fn list_sessions(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Vec<stasis_core::SessionInfo>>> {
+    let ctx = auth.ctx();
+    Ok(axum::Json(
+        st.manager.session_list(&ctx, &sandbox_id(&id)?).await?,
+    ))
+}
+
+fn session_name(s: &str) -> ApiResult<&str> {
+    stasis_core::id::validate_id("session", s)?;
+    Ok(s)
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{session}/input", request_body = SessionInput, responses((status = 204)))]
+async fn session_input(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path((id, session)): Path<(String, String)>,
+    ApiJson(body): ApiJson<SessionInput>,
+) -> ApiResult<StatusCode> {
+    let ctx = auth.ctx();
+    let data = match (body.data, body.data_b64) {
+        (Some(s), None) => s.into_bytes(),
+        (None, Some(b)) => b64::decode(&b).map_err(|e| Error::invalid(format!("data_b64: {e}")))?,
+        _ => return Err(Error::invalid("give exactly one of data, data_b64").into()),
+    };
+    st.manager
+        .session_write(&ctx, &sandbox_id(&id)?, session_name(&session)?, &data)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/sessions/{session}/output", params(OutputQuery), responses((status = 200, body = SessionOutputResponse)))]
+async fn session_output(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path((id, session)): Path<(String, String)>,
+    ApiQuery(q): ApiQuery<OutputQuery>,
+) -> ApiResult<axum::Json<SessionOutputResponse>> {
+    let ctx = auth.ctx();
+    let out = st
+        .manager
+        .session_read(
+            &ctx,
+            &sandbox_id(&id)?,
+            session_name(&session)?,
+            q.offset,
+            Duration::from_millis(q.wait_ms),
+        )
+        .await?;
+    Ok(axum::Json(SessionOutputResponse {
+        offset: out.offset,
+        data: String::from_utf8_lossy(&out.data).into_owned(),
+        data_b64: b64::encode(&out.data),
+        next_offset: out.next_offset,
+        running: out.running,
+        exit_code: out.exit_code,
+    }))
+}
+
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/sessions/{session}", responses((status = 204)))]
+async fn kill_session(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path((id, session)): Path<(String, String)>,
+) -> ApiResult<StatusCode> {
+    let ctx = auth.ctx();
+    st.manager
+        .session_kill(&ctx, &sandbox_id(&id)?, session_name(&session)?)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The routes of this module.
+pub fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(start_session, list_sessions))
+        .routes(routes!(kill_session))
+        .routes(routes!(session_input))
+        .routes(routes!(session_output))
+}

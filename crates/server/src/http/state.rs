@@ -1,0 +1,19 @@
+//! The state every handler and middleware of the HTTP edge shares: the
+//! manager, the doctor report, the per-token rate limiter and the run-state
+//! service (one per daemon, built when the daemon opens).
+
+use std::sync::Arc;
+
+use super::limit::Limiter;
+use crate::manager::Manager;
+use crate::runs::Runs;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub manager: Arc<Manager>,
+    pub doctor: Arc<serde_json::Value>,
+    /// Per-token request rate limit.
+    pub limiter: Arc<Limiter>,
+    /// Runs, tool calls and approvals of this daemon.
+    pub runs: Arc<Runs>,
+}
