@@ -408,6 +408,30 @@ pub fn qemu_version(qemu: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
+/// Remove the sockets and pid file a QEMU leaves in its sandbox dir.
+pub(crate) fn cleanup_dir_files(dir: &Path) {
+    for f in [AGENT_SOCK, QMP_SOCK, PID_FILE] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+}
+
+/// The tails of qemu.log and the console log, for an error message.
+pub(crate) fn diagnostics(dir: &Path, alive: bool) -> String {
+    let q = util::log_tail(&dir.join(QEMU_LOG), 600);
+    let c = util::log_tail(&dir.join(CONSOLE_LOG), 600);
+    let mut s = String::new();
+    if !alive {
+        s.push_str(" (QEMU exited)");
+    }
+    if !q.is_empty() {
+        s.push_str(&format!("; qemu.log: {q}"));
+    }
+    if !c.is_empty() {
+        s.push_str(&format!("; console tail: {c}"));
+    }
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -179,6 +179,18 @@ pub fn now_unix_nanos() -> u64 {
         .unwrap_or(0)
 }
 
+/// A program as given (absolute) or looked up in PATH.
+pub fn which(p: &Path) -> Option<PathBuf> {
+    if p.is_absolute() {
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(p))
+            .find(|c| c.is_file())
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
