@@ -88,8 +88,7 @@ pub use vm::vcpus_for;
 use disk::qemu_img;
 use guest::expect_ok;
 use qemu::cleanup_dir_files;
-use qmp::Qmp;
-use state::{Vm, VmRecord, VM_RECORD};
+use state::Vm;
 use util::which;
 use vm::StartKind;
 
@@ -706,69 +705,11 @@ impl Backend for MicrovmBackend {
                 self.vms.lock().unwrap().remove(&spec.id);
             }
         }
-        let Some(mut proc) = qemu::QemuProc::adopt(&spec.dir, spec.id.as_str()) else {
+        let Some(proc) = qemu::QemuProc::adopt(&spec.dir, spec.id.as_str()) else {
             cleanup_dir_files(&spec.dir);
             return Ok(Recovered::NotRunning);
         };
-        let r: Result<Arc<Vm>> = async {
-            let rec: VmRecord = serde_json::from_slice(&std::fs::read(spec.dir.join(VM_RECORD))?)?;
-            let mut qmp = Qmp::connect(
-                &spec.dir.join(qemu::QMP_SOCK),
-                Duration::from_secs(5),
-                Duration::from_secs(10),
-            )
-            .await?;
-            let st = qmp.run_state().await?;
-            match st.as_str() {
-                "running" => {}
-                // A daemon killed mid-pause/snapshot left it stopped.
-                "paused" | "postmigrate" => {
-                    let _ = qmp.execute("migrate_cancel", None).await;
-                    qmp.execute("cont", None).await?;
-                }
-                other => return Err(Error::backend(format!("QEMU is in state {other}"))),
-            }
-            let (agent, boot) = agent::connect_agent(
-                &spec.dir.join(qemu::AGENT_SOCK),
-                &mut proc,
-                self.config.agent_timeout,
-            )
-            .await?;
-            if boot != rec.boot_id {
-                return Err(Error::backend("guest rebooted while the daemon was away"));
-            }
-            let pid = proc.pid;
-            Ok(Arc::new(Vm {
-                id: spec.id.clone(),
-                dir: spec.dir.clone(),
-                image: Image {
-                    name: rec.image,
-                    dir: rec.image_dir,
-                    digest: rec.image_digest,
-                    cmdline: None,
-                    cmdline_tcg: None,
-                },
-                memory_mb: rec.memory_mb,
-                accel: rec.accelerator,
-                workdir: rec.workdir,
-                env: spec.manifest.env.clone(),
-                manifest: spec.manifest.clone(),
-                inputs: rec.inputs,
-                vcpus: rec.vcpus,
-                ram: if rec.shared_ram {
-                    RamBacking::SharedMemfd
-                } else {
-                    RamBacking::Anonymous
-                },
-                boot_id: boot,
-                proc: tokio::sync::Mutex::new(proc),
-                pid,
-                qmp: tokio::sync::Mutex::new(qmp),
-                agent: tokio::sync::RwLock::new(agent),
-                failed: Mutex::new(None),
-            }))
-        }
-        .await;
+        let r: Result<Arc<Vm>> = vm::reattach(self, spec, proc).await;
         match r {
             Ok(vm) => {
                 self.vms.lock().unwrap().insert(spec.id.clone(), vm);

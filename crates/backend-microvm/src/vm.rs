@@ -19,7 +19,7 @@ use crate::migration::wait_incoming;
 use crate::qemu::{self, cleanup_dir_files, diagnostics, Accel, RamBacking};
 use crate::qmp::Qmp;
 use crate::snapshot::{self, check_devices, same_qemu, SnapshotMeta, MEMORY_RAM, MEMORY_STATE};
-use crate::state::{self, MicrovmBackend, OpTimings, Vm};
+use crate::state::{self, MicrovmBackend, OpTimings, Vm, VmRecord, VM_RECORD};
 use crate::util::{self, which};
 
 /// How a VM starts: booting, or loading a saved memory state.
@@ -374,4 +374,70 @@ pub fn vcpus_for(m: &Manifest) -> u32 {
         .map(|n| n.get() as u32)
         .unwrap_or(1);
     (m.resources.cpus.ceil() as u32).clamp(1, host.max(1))
+}
+
+/// Reattach to a QEMU that survived its daemon (`recover`): QMP, a stopped
+/// guest continued, the agent's `hello` with the recorded boot id, and the
+/// handle rebuilt from `vm.json`.
+pub(crate) async fn reattach(
+    b: &MicrovmBackend,
+    spec: &SandboxSpec,
+    mut proc: qemu::QemuProc,
+) -> Result<Arc<Vm>> {
+    let rec: VmRecord = serde_json::from_slice(&std::fs::read(spec.dir.join(VM_RECORD))?)?;
+    let mut qmp = Qmp::connect(
+        &spec.dir.join(qemu::QMP_SOCK),
+        Duration::from_secs(5),
+        Duration::from_secs(10),
+    )
+    .await?;
+    let st = qmp.run_state().await?;
+    match st.as_str() {
+        "running" => {}
+        // A daemon killed mid-pause/snapshot left it stopped.
+        "paused" | "postmigrate" => {
+            let _ = qmp.execute("migrate_cancel", None).await;
+            qmp.execute("cont", None).await?;
+        }
+        other => return Err(Error::backend(format!("QEMU is in state {other}"))),
+    }
+    let (agent, boot) = connect_agent(
+        &spec.dir.join(qemu::AGENT_SOCK),
+        &mut proc,
+        b.config.agent_timeout,
+    )
+    .await?;
+    if boot != rec.boot_id {
+        return Err(Error::backend("guest rebooted while the daemon was away"));
+    }
+    let pid = proc.pid;
+    Ok(Arc::new(Vm {
+        id: spec.id.clone(),
+        dir: spec.dir.clone(),
+        image: Image {
+            name: rec.image,
+            dir: rec.image_dir,
+            digest: rec.image_digest,
+            cmdline: None,
+            cmdline_tcg: None,
+        },
+        memory_mb: rec.memory_mb,
+        accel: rec.accelerator,
+        workdir: rec.workdir,
+        env: spec.manifest.env.clone(),
+        manifest: spec.manifest.clone(),
+        inputs: rec.inputs,
+        vcpus: rec.vcpus,
+        ram: if rec.shared_ram {
+            RamBacking::SharedMemfd
+        } else {
+            RamBacking::Anonymous
+        },
+        boot_id: boot,
+        proc: tokio::sync::Mutex::new(proc),
+        pid,
+        qmp: tokio::sync::Mutex::new(qmp),
+        agent: tokio::sync::RwLock::new(agent),
+        failed: Mutex::new(None),
+    }))
 }
