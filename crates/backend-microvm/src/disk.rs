@@ -5,6 +5,7 @@
 //! wrote is checked (`jail::trust`) before root reads or keeps it.
 
 use std::path::Path;
+use std::time::Duration;
 
 use stasis_core::{Error, Result};
 
@@ -14,13 +15,27 @@ use crate::snapshot::DISK_ARTIFACT;
 use crate::util;
 use stasis_backend::failpoint;
 
-/// Run `qemu-img` in `cwd`; its stderr is the error.
+/// The longest a `qemu-img` run may take (a commit of a large overlay on a
+/// loaded host takes seconds to minutes); then it is killed.
+pub(crate) const QEMU_IMG_TIMEOUT: Duration = Duration::from_secs(900);
+
+/// Run `qemu-img` in `cwd`; its stderr is the error. Bounded by
+/// [`QEMU_IMG_TIMEOUT`] (the child is killed when the wait is dropped).
 pub(crate) async fn qemu_img(bin: &Path, cwd: &Path, args: &[&str]) -> Result<()> {
-    let out = tokio::process::Command::new(bin)
+    let run = tokio::process::Command::new(bin)
         .args(args)
         .current_dir(cwd)
-        .output()
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(QEMU_IMG_TIMEOUT, run)
         .await
+        .map_err(|_| {
+            Error::timeout(format!(
+                "qemu-img {} did not finish within {} s; killed",
+                args.join(" "),
+                QEMU_IMG_TIMEOUT.as_secs()
+            ))
+        })?
         .map_err(|e| Error::backend(format!("cannot run {}: {e}", bin.display())))?;
     if !out.status.success() {
         return Err(Error::backend(format!(

@@ -344,8 +344,7 @@ impl QemuProc {
         if !alive {
             if let Some(init) = self.init.take() {
                 // QEMU is gone: its init exits right after reaping it.
-                let mut status = 0;
-                unsafe { libc::waitpid(init, &mut status, 0) };
+                reap_init(init);
             }
         }
         if !alive {
@@ -378,6 +377,34 @@ impl QemuProc {
             tracing::error!(pid = self.pid, "QEMU did not die after SIGKILL");
         }
     }
+}
+
+/// Reap a jail's init once its QEMU is gone. It exits right after reaping
+/// QEMU; should it not within a second, it is killed (which ends its pid
+/// namespace). Never an unbounded wait: this runs on the async runtime.
+fn reap_init(init: i32) {
+    let mut status = 0;
+    for round in 0..2 {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let r = unsafe { libc::waitpid(init, &mut status, libc::WNOHANG) };
+            if r != 0 {
+                return; // reaped, or not our child (any more)
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if round == 0 {
+            tracing::warn!(
+                init,
+                "jail init still there after its QEMU exited; killing it"
+            );
+            unsafe { libc::kill(init, libc::SIGKILL) };
+        }
+    }
+    tracing::error!(init, "jail init did not exit after SIGKILL; left unreaped");
 }
 
 /// Is `pid` a QEMU started by this backend (for `sandbox`, when given)?

@@ -28,7 +28,16 @@ pub async fn connect_unix(path: &Path) -> std::io::Result<UnixStream> {
 pub async fn connect_unix_retry(path: &Path, timeout: Duration) -> Result<UnixStream> {
     let deadline = Instant::now() + timeout;
     loop {
-        match connect_unix(path).await {
+        // Each attempt bounded too (a listener whose backlog is full).
+        let attempt = tokio::time::timeout(Duration::from_secs(1), connect_unix(path))
+            .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect did not complete in 1 s",
+                ))
+            });
+        match attempt {
             Ok(s) => return Ok(s),
             Err(e) => {
                 if Instant::now() >= deadline {

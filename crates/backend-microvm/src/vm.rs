@@ -353,7 +353,8 @@ pub(crate) async fn connect_qmp(dir: &Path, proc: &mut qemu::QemuProc) -> Result
         if !proc.alive() {
             return Err(Error::backend("QEMU exited during start"));
         }
-        if util::connect_unix(&path).await.is_ok() {
+        let probe = tokio::time::timeout(Duration::from_secs(1), util::connect_unix(&path)).await;
+        if matches!(probe, Ok(Ok(_))) {
             // QEMU accepts one QMP client at a time; the probe connection is
             // closed, now connect for real.
             break;

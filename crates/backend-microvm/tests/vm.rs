@@ -14,6 +14,9 @@ use stasis_backend::{ArtifactKind, Backend, SandboxSpec};
 use stasis_backend_microvm::{qemu, AccelChoice, MicrovmBackend, MicrovmConfig, SnapshotMeta};
 use stasis_core::{ErrorCode, ExecRequest, Manifest, SandboxId, SessionSpec};
 
+#[path = "support/watchdog.rs"]
+mod watchdog;
+
 fn image_dir() -> Option<PathBuf> {
     match std::env::var_os("STASIS_IMAGE_DIR") {
         Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
@@ -169,6 +172,7 @@ impl Drop for Reaper {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_pause_resume_fork_and_bad_input() {
     let Some(img) = image_dir() else { return };
+    let w = watchdog::watch("microvm_pause_resume_fork_and_bad_input");
     let reaper = Reaper::new();
     let python = std::env::var("STASIS_TEST_NO_PYTHON").is_err();
     let guard = tempfile::tempdir().unwrap();
@@ -183,6 +187,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     let b = backend(&img, Duration::from_secs(30));
 
     // ---- cold create
+    w.step("cold create");
     let a = spec(root.path(), &img, &reaper);
     let t = Instant::now();
     b.create(&a).await.expect("create");
@@ -192,6 +197,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     eprintln!("FIGURE cold create to first exec: {cold_ms} ms");
 
     // ---- a counter loop and an interpreter with a variable
+    w.step("a counter loop and an interpreter with a variable");
     let counter = b
         .session_start(
             &a.id,
@@ -252,6 +258,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     assert_counts_up(&before);
 
     // ---- pause with memory: no QEMU left
+    w.step("pause with memory: no QEMU left");
     let pid = b.qemu_pid(&a.id).unwrap();
     let p1 = root.path().join("pause1");
     std::fs::create_dir(&p1).unwrap();
@@ -275,6 +282,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     );
 
     // ---- paused for a few seconds, then resume
+    w.step("paused for a few seconds, then resume");
     tokio::time::sleep(Duration::from_secs(4)).await;
     let t = Instant::now();
     b.resume(&a, &p1).await.expect("resume");
@@ -326,6 +334,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     );
 
     // ---- snapshot (source keeps running), fork 2
+    w.step("snapshot (source keeps running), fork 2");
     let snap = root.path().join("snap");
     std::fs::create_dir(&snap).unwrap();
     b.write_file(&a.id, "/workspace/at-snapshot.txt", b"snap", None)
@@ -387,6 +396,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     );
 
     // ---- a second pause/resume cycle of a restored sandbox (disk chain flattened)
+    w.step("a second pause/resume cycle of a restored sandbox (disk chain flattened)");
     let p2 = root.path().join("pause-c1");
     std::fs::create_dir(&p2).unwrap();
     b.pause(&c1.id, &p2, true).await.expect("pause child");
@@ -400,6 +410,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     assert_eq!(ls, "one\nsnap");
 
     // ---- bad input: corrupt and truncated memory.state
+    w.step("bad input: corrupt and truncated memory.state");
     let bad = root.path().join("bad");
     copy_dir(&snap, &bad);
     let state = bad.join("memory.state");
@@ -469,6 +480,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     b.destroy(&d2.id, &d2.dir).await.unwrap();
 
     // ---- a guest that does not answer: sandbox failed, QEMU killed
+    w.step("a guest that does not answer: sandbox failed, QEMU killed");
     let short = backend(&img, Duration::from_secs(2));
     let f = spec(root.path(), &img, &reaper);
     short
@@ -499,6 +511,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     short.destroy(&f.id, &f.dir).await.unwrap();
 
     // ---- recover: a new backend instance (daemon restart) reattaches
+    w.step("recover: a new backend instance (daemon restart) reattaches");
     drop(b);
     let b2 = backend(&img, Duration::from_secs(30));
     assert_eq!(
@@ -588,6 +601,7 @@ fn qemu_probe_leftovers() -> Vec<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_resume_correctness_cycles() {
     let Some(img) = image_dir() else { return };
+    let w = watchdog::watch("microvm_resume_correctness_cycles");
     let reaper = Reaper::new();
     let cycles: usize = std::env::var("STASIS_TEST_CYCLES")
         .ok()
@@ -657,6 +671,7 @@ async fn microvm_resume_correctness_cycles() {
     let mut expect_log = String::new();
     let mut last = None;
     let t0 = Instant::now();
+    w.step("pause/resume cycles");
     for i in 0..cycles {
         b.write_file(
             &a.id,
@@ -670,10 +685,12 @@ async fn microvm_resume_correctness_cycles() {
         expect_log.push_str(&format!("append {i}\n"));
         let out = root.path().join(format!("p{i}"));
         std::fs::create_dir(&out).unwrap();
+        w.step(&format!("cycle {i}: pause"));
         b.pause(&a.id, &out, true)
             .await
             .unwrap_or_else(|e| panic!("pause {i}: {e}"));
         assert!(qemus_of(&a.id).is_empty());
+        w.step(&format!("cycle {i}: resume"));
         b.resume(&a, &out)
             .await
             .unwrap_or_else(|e| panic!("resume {i}: {e}"));
@@ -714,6 +731,7 @@ async fn microvm_resume_correctness_cycles() {
     check(sh(&b, &r.id, &format!("cat {all} /workspace/log.txt")).await);
     b.destroy(&r.id, &r.dir).await.unwrap();
 
+    w.step("filesystem-only pause and cold resume");
     // Filesystem-only pause: processes end, files stay, resume cold-boots.
     let fsp = root.path().join("fs-only");
     std::fs::create_dir(&fsp).unwrap();
@@ -730,6 +748,7 @@ async fn microvm_resume_correctness_cycles() {
     );
     assert!(guest_skew_ms(&b, &a.id).await.abs() < 1000);
 
+    w.step("pause of a dead QEMU");
     // QEMU dies right before a pause: clear error, the earlier pause resumes.
     let good = root.path().join("good");
     std::fs::create_dir(&good).unwrap();
@@ -790,6 +809,7 @@ async fn helper_daemon_creates_and_hangs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_survives_daemon_sigkill() {
     let Some(img) = image_dir() else { return };
+    let w = watchdog::watch("microvm_survives_daemon_sigkill");
     let reaper = Reaper::new();
     let guard = tempfile::tempdir().unwrap();
     let s = spec(guard.path(), &img, &reaper);
@@ -818,10 +838,12 @@ async fn microvm_survives_daemon_sigkill() {
             }
         }
     });
+    w.step("helper daemon creates its sandbox");
     if rx.recv_timeout(Duration::from_secs(180)).is_err() {
         let _ = child.kill();
         panic!("helper daemon did not create its sandbox");
     }
+    w.step("helper killed; recover, pause, resume");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert_eq!(qemus_of(&s.id).len(), 1, "QEMU died with its daemon");
