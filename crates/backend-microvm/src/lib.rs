@@ -60,13 +60,12 @@ use async_trait::async_trait;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 use stasis_agent_proto::{Reply, Request, MAX_FRAME};
 use stasis_backend::{
-    failpoint, Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec,
-    Usage,
+    Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
     BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Result, SandboxId,
@@ -85,12 +84,10 @@ pub use snapshot::{
 pub use state::{MicrovmBackend, OpTimings};
 pub use vm::vcpus_for;
 
-use disk::qemu_img;
 use guest::expect_ok;
 use qemu::cleanup_dir_files;
 use state::Vm;
 use util::which;
-use vm::StartKind;
 
 /// File transfers are chunked well below the frame limit (base64 grows 4/3).
 const FILE_CHUNK: usize = MAX_FRAME / 4;
@@ -235,65 +232,7 @@ impl Backend for MicrovmBackend {
     }
 
     async fn create(&self, spec: &SandboxSpec) -> Result<()> {
-        state::remember_parent(self, &spec.dir);
-        if self.vms.lock().unwrap().contains_key(&spec.id) {
-            return Err(Error::state(format!("sandbox {} already runs", spec.id)));
-        }
-        let image = Image::resolve(&self.config.images_dir, spec.manifest.image.as_deref())?;
-        std::fs::create_dir_all(&spec.dir)?;
-        let inputs = vm::prepare_inputs(self, spec).await?;
-        let backing = image.rootfs().display().to_string();
-        // The disk quota: the root filesystem may grow to the image's plus
-        // disk_mb (the agent grows it), never beyond.
-        let size = boundary::disk_bytes(
-            boundary::qcow2_virtual_size(&image.rootfs())?,
-            &spec.manifest,
-        )
-        .to_string();
-        let _ = std::fs::remove_file(spec.dir.join(qemu::DISK));
-        let _ = std::fs::remove_file(spec.dir.join(qemu::BASE_DISK));
-        qemu_img(
-            &self.config.qemu_img,
-            &spec.dir,
-            &[
-                "create",
-                "-q",
-                "-f",
-                "qcow2",
-                "-b",
-                &backing,
-                "-F",
-                "qcow2",
-                qemu::DISK,
-                &size,
-            ],
-        )
-        .await?;
-        let accel = self.accelerator().await;
-        let vm = match vm::start_vm(
-            self,
-            spec,
-            image,
-            accel,
-            spec.manifest.resources.memory_mb,
-            StartKind::Cold,
-            inputs,
-        )
-        .await
-        {
-            Ok(vm) => vm,
-            Err(e) => {
-                cleanup_dir_files(&spec.dir);
-                let _ = std::fs::remove_file(spec.dir.join(qemu::DISK));
-                return Err(e.context("create"));
-            }
-        };
-        if let Err(e) = guest::after_cold_boot(self, &vm).await {
-            vm.proc.lock().await.kill().await;
-            cleanup_dir_files(&spec.dir);
-            return Err(e.context("create"));
-        }
-        state::insert(self, vm)
+        vm::create(self, spec).await
     }
 
     async fn exec(
@@ -488,194 +427,19 @@ impl Backend for MicrovmBackend {
     }
 
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
-        let vm = state::vm(self, id)?;
-        std::fs::create_dir_all(out)?;
-        let t = Instant::now();
-        let saved: Result<()> = async {
-            let r = guest::call(self, &vm, Request::Sync, None, Duration::ZERO).await;
-            expect_ok(r?).map_err(|e| e.context("sync"))?;
-            let ram_file = if keep_memory {
-                migration::save_memory(self, &vm, out).await?.1
-            } else {
-                false
-            };
-            // meta.json, with the blake3 of the memory files, is written
-            // while QEMU still holds the state: once QEMU is gone, a
-            // meta.json that verifies is the proof that the memory state is
-            // complete (see `pause_leftovers`).
-            if let Err(e) = migration::write_meta(self, &vm, out, keep_memory, ram_file) {
-                if keep_memory {
-                    let _ = vm.qmp.lock().await.execute("cont", None).await;
-                }
-                return Err(e);
-            }
-            failpoint::hit("pause.meta-written");
-            Ok(())
-        }
-        .await;
-        if let Err(e) = saved {
-            return Err(migration::op_failed(&vm, out, e, "pause").await);
-        }
-        // From here the VM goes away; the artifacts are complete once the disk
-        // has been moved out.
-        self.vms.lock().unwrap().remove(id);
-        vm::quit_vm(&vm).await;
-        failpoint::hit("pause.quit");
-        let td = Instant::now();
-        let r = async {
-            disk::export_disk(
-                &self.config.qemu_img,
-                &vm.dir,
-                out,
-                true,
-                &vm.image.rootfs(),
-            )
-            .await?;
-            failpoint::hit("pause.disk-exported");
-            snapshot::artifacts_of(out)
-        }
-        .await;
-        cleanup_dir_files(&vm.dir);
-        let _ = std::fs::remove_file(vm.dir.join(qemu::BASE_DISK));
-        let _ = std::fs::remove_file(vm.dir.join(MEMORY_RAM));
-        match r {
-            Ok(arts) => {
-                let mut tm = self.timings.lock().unwrap();
-                let e = tm.entry(id.clone()).or_default();
-                e.disk_ms = td.elapsed().as_millis() as u64;
-                tracing::info!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "paused");
-                Ok(arts)
-            }
-            Err(e) => Err(e.context(
-                "pause: QEMU has exited but the artifacts could not be written; the sandbox is not running",
-            )),
-        }
+        migration::pause(self, id, out, keep_memory).await
     }
 
     async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
-        if self.vms.lock().unwrap().contains_key(&spec.id) {
-            return Err(Error::state(format!("sandbox {} already runs", spec.id)));
-        }
-        let (vm, with_memory) = vm::start_from_artifacts(self, spec, artifacts)
-            .await
-            .map_err(|e| e.context("resume"))?;
-        let tf = Instant::now();
-        let r = if with_memory {
-            let saved = snapshot::read_meta(artifacts)?.map(|m| m.inputs);
-            match guest::set_time(self, &vm).await {
-                Ok(()) => guest::configure(self, &vm, false, saved.as_deref()).await,
-                Err(e) => Err(e),
-            }
-        } else {
-            guest::after_cold_boot(self, &vm).await
-        };
-        state::note_finish(self, &spec.id, tf);
-        if let Err(e) = r {
-            vm.proc.lock().await.kill().await;
-            cleanup_dir_files(&spec.dir);
-            return Err(e.context("resume"));
-        }
-        state::insert(self, vm)
+        vm::resume(self, spec, artifacts).await
     }
 
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
-        let vm = state::vm(self, id)?;
-        std::fs::create_dir_all(out)?;
-        let saved: Result<bool> = async {
-            let r = guest::call(self, &vm, Request::Sync, None, Duration::ZERO).await;
-            expect_ok(r?).map_err(|e| e.context("sync"))?;
-            Ok(migration::save_memory(self, &vm, out).await?.1)
-        }
-        .await;
-        let ram_file = match saved {
-            Ok(rf) => rf,
-            Err(e) => return Err(migration::op_failed(&vm, out, e, "snapshot").await),
-        };
-        // The VM is stopped and its block devices flushed/inactivated by the
-        // completed migration: copy the disk now, then continue.
-        let td = Instant::now();
-        let disk = disk::export_disk(
-            &self.config.qemu_img,
-            &vm.dir,
-            out,
-            false,
-            &vm.image.rootfs(),
-        )
-        .await;
-        let cont = vm.qmp.lock().await.execute("cont", None).await;
-        if let Err(e) = cont {
-            guest::fail_vm(&vm, &format!("cont after snapshot: {}", e.message)).await;
-            return Err(Error::backend(format!(
-                "snapshot: the VM could not be continued ({}); it was killed",
-                e.message
-            )));
-        }
-        if let Err(e) = disk {
-            let _ = std::fs::remove_file(out.join(MEMORY_STATE));
-            let _ = std::fs::remove_file(out.join(MEMORY_RAM));
-            return Err(e.context("snapshot: disk copy failed; the sandbox still runs"));
-        }
-        self.timings
-            .lock()
-            .unwrap()
-            .entry(id.clone())
-            .or_default()
-            .disk_ms = td.elapsed().as_millis() as u64;
-        // Guest time jumped by the stop: put it right.
-        let _ = guest::set_time(self, &vm).await;
-        migration::write_meta(self, &vm, out, true, ram_file)?;
-        snapshot::artifacts_of(out)
+        migration::snapshot(self, id, out).await
     }
 
     async fn restore(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
-        if self.vms.lock().unwrap().contains_key(&spec.id) {
-            return Err(Error::state(format!("sandbox {} already runs", spec.id)));
-        }
-        let (vm, with_memory) = vm::start_from_artifacts(self, spec, artifacts)
-            .await
-            .map_err(|e| e.context("restore"))?;
-        let tf = Instant::now();
-        let r = async {
-            // A restored guest must not share identity with its siblings: new
-            // hostname (the sandbox id), machine-id and kernel entropy.
-            use rand::RngCore;
-            let mut entropy = vec![0u8; 64];
-            rand::thread_rng().fill_bytes(&mut entropy);
-            let mut mid = [0u8; 16];
-            rand::thread_rng().fill_bytes(&mut mid);
-            let machine_id: String = mid.iter().map(|b| format!("{b:02x}")).collect();
-            let hostname: String = spec.id.as_str().chars().take(63).collect();
-            if !with_memory {
-                guest::after_cold_boot(self, &vm).await?;
-            }
-            let r = guest::call(
-                self,
-                &vm,
-                Request::SetIdentity {
-                    hostname,
-                    machine_id,
-                    entropy,
-                },
-                None,
-                Duration::ZERO,
-            )
-            .await?;
-            expect_ok(r)?;
-            if with_memory {
-                guest::set_time(self, &vm).await?;
-                let saved = snapshot::read_meta(artifacts)?.map(|m| m.inputs);
-                guest::configure(self, &vm, false, saved.as_deref()).await?;
-            }
-            Ok::<(), Error>(())
-        }
-        .await;
-        state::note_finish(self, &spec.id, tf);
-        if let Err(e) = r {
-            vm.proc.lock().await.kill().await;
-            cleanup_dir_files(&spec.dir);
-            return Err(e.context("restore"));
-        }
-        state::insert(self, vm)
+        vm::restore(self, spec, artifacts).await
     }
 
     async fn destroy(&self, id: &SandboxId, dir: &Path) -> Result<()> {

@@ -1,24 +1,27 @@
 //! Memory migration: the outgoing migration of a stopped guest into
 //! `memory.state` (plus `memory.ram` copied from the guest's memfd), the
-//! wait for an incoming one, `meta.json` of a pause/snapshot, cleaning up
-//! after a failed one and finishing a pause interrupted by a daemon kill.
+//! `meta.json` of a pause/snapshot, pause and snapshot themselves (with the
+//! disk export), cleaning up after a failed one and finishing a pause
+//! interrupted by a daemon kill. (The incoming side is `vm`'s: a start.)
 //! Every wait here is bounded by `migration_timeout`.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use stasis_backend::SandboxSpec;
-use stasis_backend::{failpoint, Artifact};
-use stasis_core::{Error, Result};
+use stasis_agent_proto::Request;
+use stasis_backend::{failpoint, Artifact, SandboxSpec};
+use stasis_core::{Error, Result, SandboxId};
 
 use crate::disk;
+use crate::guest::{self, expect_ok};
 use crate::image::Image;
 use crate::qemu::{self, cleanup_dir_files, RamBacking};
-use crate::qmp::{MigrationStatus, Qmp};
+use crate::qmp::MigrationStatus;
 use crate::snapshot::{
     self, hash_file, SnapshotMeta, DISK_ARTIFACT, MEMORY_RAM, MEMORY_STATE, META, META_FORMAT,
 };
-use crate::state::{MicrovmBackend, Vm};
+use crate::state::{self, MicrovmBackend, Vm};
+use crate::vm;
 
 /// Flush the guest, stop it and migrate its state into `out/memory.state`.
 /// Leaves the VM stopped on success; on error the VM is running again
@@ -245,48 +248,6 @@ pub(crate) async fn finish_pause(
     snapshot::artifacts_of(out).map(Some)
 }
 
-/// Wait for an incoming migration (the VM was started with `-S -incoming`).
-pub(crate) async fn wait_incoming(
-    qmp: &mut Qmp,
-    proc: &mut qemu::QemuProc,
-    timeout: Duration,
-) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if !proc.alive() {
-            return Err(Error::backend("QEMU exited while loading the memory state"));
-        }
-        let st = match qmp.query_migrate().await {
-            Ok(s) => s,
-            Err(e) => {
-                if !proc.alive() {
-                    return Err(Error::backend("QEMU exited while loading the memory state"));
-                }
-                return Err(e);
-            }
-        };
-        match st {
-            MigrationStatus::Completed => {
-                // Completed incoming: the run state leaves "inmigrate".
-                let rs = qmp.run_state().await?;
-                if rs != "inmigrate" {
-                    return Ok(());
-                }
-            }
-            MigrationStatus::Failed(e) => return Err(Error::backend(e)),
-            MigrationStatus::Cancelled => return Err(Error::backend("migration cancelled")),
-            _ => {}
-        }
-        if Instant::now() >= deadline {
-            return Err(Error::timeout(format!(
-                "incoming migration did not complete within {} s",
-                timeout.as_secs()
-            )));
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// The guest RAM memfd of a QEMU, as a path that can be opened.
 pub(crate) fn memfd_path(pid: i32) -> Result<PathBuf> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
@@ -332,6 +293,115 @@ pub(crate) fn copy_data_extents(src: &Path, dst: &Path) -> Result<()> {
         pos = end;
     }
     Ok(())
+}
+
+pub(crate) async fn pause(
+    b: &MicrovmBackend,
+    id: &SandboxId,
+    out: &Path,
+    keep_memory: bool,
+) -> Result<Vec<Artifact>> {
+    let vm = state::vm(b, id)?;
+    std::fs::create_dir_all(out)?;
+    let t = Instant::now();
+    let saved: Result<()> = async {
+        let r = guest::call(b, &vm, Request::Sync, None, Duration::ZERO).await;
+        expect_ok(r?).map_err(|e| e.context("sync"))?;
+        let ram_file = if keep_memory {
+            save_memory(b, &vm, out).await?.1
+        } else {
+            false
+        };
+        // meta.json, with the blake3 of the memory files, is written
+        // while QEMU still holds the state: once QEMU is gone, a
+        // meta.json that verifies is the proof that the memory state is
+        // complete (see `pause_leftovers`).
+        if let Err(e) = write_meta(b, &vm, out, keep_memory, ram_file) {
+            if keep_memory {
+                let _ = vm.qmp.lock().await.execute("cont", None).await;
+            }
+            return Err(e);
+        }
+        failpoint::hit("pause.meta-written");
+        Ok(())
+    }
+    .await;
+    if let Err(e) = saved {
+        return Err(op_failed(&vm, out, e, "pause").await);
+    }
+    // From here the VM goes away; the artifacts are complete once the disk
+    // has been moved out.
+    b.vms.lock().unwrap().remove(id);
+    vm::quit_vm(&vm).await;
+    failpoint::hit("pause.quit");
+    let td = Instant::now();
+    let r = async {
+        disk::export_disk(&b.config.qemu_img, &vm.dir, out, true, &vm.image.rootfs()).await?;
+        failpoint::hit("pause.disk-exported");
+        snapshot::artifacts_of(out)
+    }
+    .await;
+    cleanup_dir_files(&vm.dir);
+    let _ = std::fs::remove_file(vm.dir.join(qemu::BASE_DISK));
+    let _ = std::fs::remove_file(vm.dir.join(MEMORY_RAM));
+    match r {
+        Ok(arts) => {
+            let mut tm = b.timings.lock().unwrap();
+            let e = tm.entry(id.clone()).or_default();
+            e.disk_ms = td.elapsed().as_millis() as u64;
+            tracing::info!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "paused");
+            Ok(arts)
+        }
+        Err(e) => Err(e.context(
+            "pause: QEMU has exited but the artifacts could not be written; the sandbox is not running",
+        )),
+    }
+}
+
+pub(crate) async fn snapshot(
+    b: &MicrovmBackend,
+    id: &SandboxId,
+    out: &Path,
+) -> Result<Vec<Artifact>> {
+    let vm = state::vm(b, id)?;
+    std::fs::create_dir_all(out)?;
+    let saved: Result<bool> = async {
+        let r = guest::call(b, &vm, Request::Sync, None, Duration::ZERO).await;
+        expect_ok(r?).map_err(|e| e.context("sync"))?;
+        Ok(save_memory(b, &vm, out).await?.1)
+    }
+    .await;
+    let ram_file = match saved {
+        Ok(rf) => rf,
+        Err(e) => return Err(op_failed(&vm, out, e, "snapshot").await),
+    };
+    // The VM is stopped and its block devices flushed/inactivated by the
+    // completed migration: copy the disk now, then continue.
+    let td = Instant::now();
+    let disk = disk::export_disk(&b.config.qemu_img, &vm.dir, out, false, &vm.image.rootfs()).await;
+    let cont = vm.qmp.lock().await.execute("cont", None).await;
+    if let Err(e) = cont {
+        guest::fail_vm(&vm, &format!("cont after snapshot: {}", e.message)).await;
+        return Err(Error::backend(format!(
+            "snapshot: the VM could not be continued ({}); it was killed",
+            e.message
+        )));
+    }
+    if let Err(e) = disk {
+        let _ = std::fs::remove_file(out.join(MEMORY_STATE));
+        let _ = std::fs::remove_file(out.join(MEMORY_RAM));
+        return Err(e.context("snapshot: disk copy failed; the sandbox still runs"));
+    }
+    b.timings
+        .lock()
+        .unwrap()
+        .entry(id.clone())
+        .or_default()
+        .disk_ms = td.elapsed().as_millis() as u64;
+    // Guest time jumped by the stop: put it right.
+    let _ = guest::set_time(b, &vm).await;
+    write_meta(b, &vm, out, true, ram_file)?;
+    snapshot::artifacts_of(out)
 }
 
 #[cfg(test)]

@@ -273,4 +273,93 @@ mod tests {
         assert!(!same_qemu("10.0.2", "10.0.3"));
         assert!(!same_qemu("unknown", "unknown"));
     }
+
+    fn meta() -> SnapshotMeta {
+        SnapshotMeta {
+            format: META_FORMAT,
+            image: "default".into(),
+            image_digest: "d".repeat(64),
+            memory_mb: 256,
+            qemu_version: "7.2.22".into(),
+            accelerator: Accel::Tcg,
+            boot_id: "b".into(),
+            memory: true,
+            ram_file: true,
+            memory_state_blake3: Some("s".into()),
+            memory_state_bytes: 42,
+            memory_ram_blake3: Some("r".into()),
+            workdir: "/workspace".into(),
+            created_ms: 1,
+            network: false,
+            inputs: vec!["i".into()],
+            vcpus: 2,
+        }
+    }
+
+    #[test]
+    fn meta_encodes_and_decodes_to_the_same_fields() {
+        let m = meta();
+        let back = decode(&encode(&m).unwrap()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&back).unwrap(),
+            serde_json::to_value(&m).unwrap()
+        );
+        check_format(&back).unwrap();
+    }
+
+    #[test]
+    fn fields_added_within_a_version_default_when_absent() {
+        let mut v = serde_json::to_value(meta()).unwrap();
+        for k in [
+            "ram_file",
+            "memory_state_blake3",
+            "memory_state_bytes",
+            "memory_ram_blake3",
+            "network",
+            "inputs",
+            "vcpus",
+        ] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        let m = decode(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert!(!m.ram_file && !m.network && m.inputs.is_empty());
+        assert_eq!((m.vcpus, m.memory_state_bytes), (1, 0));
+        assert!(m.memory_state_blake3.is_none() && m.memory_ram_blake3.is_none());
+        check_format(&m).unwrap();
+    }
+
+    #[test]
+    fn other_format_versions_are_refused_clearly() {
+        for f in [0, 1, META_FORMAT + 1, 99] {
+            let mut m = meta();
+            m.format = f;
+            let m = decode(&encode(&m).unwrap()).unwrap();
+            let e = check_format(&m).unwrap_err();
+            assert_eq!(e.code, ErrorCode::Unsupported, "{f}");
+            assert!(
+                e.message.contains(&format!("snapshot format {f}"))
+                    && e.message.contains(&format!("format {META_FORMAT}")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn undecodable_meta_is_an_integrity_error() {
+        for bad in [&b"{"[..], b"[]", b"{\"format\":2}"] {
+            let e = decode(bad).unwrap_err();
+            assert_eq!(e.code, ErrorCode::IntegrityError);
+            assert!(e.message.starts_with("meta.json undecodable"), "{e}");
+        }
+    }
+
+    #[test]
+    fn meta_is_written_atomically_and_read_back() {
+        let d = tempfile::tempdir().unwrap();
+        assert!(read_meta(d.path()).unwrap().is_none());
+        write(d.path(), &meta()).unwrap();
+        assert!(!d.path().join(".meta.json.tmp").exists());
+        let m = read_meta(d.path()).unwrap().unwrap();
+        assert_eq!(m.vcpus, 2);
+    }
 }

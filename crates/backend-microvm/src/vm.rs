@@ -7,17 +7,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use stasis_agent_proto::Request;
 use stasis_backend::SandboxSpec;
 use stasis_core::{Error, Manifest, Result};
 
 use crate::agent::connect_agent;
 use crate::boundary;
-use crate::disk;
+use crate::disk::{self, qemu_img};
+use crate::guest::{self, expect_ok};
 use crate::image::{kernel_append, Image};
 use crate::jail;
-use crate::migration::wait_incoming;
 use crate::qemu::{self, cleanup_dir_files, diagnostics, Accel, RamBacking};
-use crate::qmp::Qmp;
+use crate::qmp::{MigrationStatus, Qmp};
 use crate::snapshot::{self, check_devices, same_qemu, SnapshotMeta, MEMORY_RAM, MEMORY_STATE};
 use crate::state::{self, MicrovmBackend, OpTimings, Vm, VmRecord, VM_RECORD};
 use crate::util::{self, which};
@@ -333,6 +334,48 @@ pub(crate) async fn prepare_inputs(
         .map_err(|e| Error::internal(e.to_string()))?
 }
 
+/// Wait for an incoming migration (the VM was started with `-S -incoming`).
+pub(crate) async fn wait_incoming(
+    qmp: &mut Qmp,
+    proc: &mut qemu::QemuProc,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if !proc.alive() {
+            return Err(Error::backend("QEMU exited while loading the memory state"));
+        }
+        let st = match qmp.query_migrate().await {
+            Ok(s) => s,
+            Err(e) => {
+                if !proc.alive() {
+                    return Err(Error::backend("QEMU exited while loading the memory state"));
+                }
+                return Err(e);
+            }
+        };
+        match st {
+            MigrationStatus::Completed => {
+                // Completed incoming: the run state leaves "inmigrate".
+                let rs = qmp.run_state().await?;
+                if rs != "inmigrate" {
+                    return Ok(());
+                }
+            }
+            MigrationStatus::Failed(e) => return Err(Error::backend(e)),
+            MigrationStatus::Cancelled => return Err(Error::backend("migration cancelled")),
+            _ => {}
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::timeout(format!(
+                "incoming migration did not complete within {} s",
+                timeout.as_secs()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Stop a VM's QEMU (quit, then kill).
 pub(crate) async fn quit_vm(vm: &Vm) {
     {
@@ -441,4 +484,147 @@ pub(crate) async fn reattach(
         agent: tokio::sync::RwLock::new(agent),
         failed: Mutex::new(None),
     }))
+}
+
+pub(crate) async fn create(b: &MicrovmBackend, spec: &SandboxSpec) -> Result<()> {
+    state::remember_parent(b, &spec.dir);
+    if b.vms.lock().unwrap().contains_key(&spec.id) {
+        return Err(Error::state(format!("sandbox {} already runs", spec.id)));
+    }
+    let image = Image::resolve(&b.config.images_dir, spec.manifest.image.as_deref())?;
+    std::fs::create_dir_all(&spec.dir)?;
+    let inputs = prepare_inputs(b, spec).await?;
+    let backing = image.rootfs().display().to_string();
+    // The disk quota: the root filesystem may grow to the image's plus
+    // disk_mb (the agent grows it), never beyond.
+    let size = boundary::disk_bytes(
+        boundary::qcow2_virtual_size(&image.rootfs())?,
+        &spec.manifest,
+    )
+    .to_string();
+    let _ = std::fs::remove_file(spec.dir.join(qemu::DISK));
+    let _ = std::fs::remove_file(spec.dir.join(qemu::BASE_DISK));
+    qemu_img(
+        &b.config.qemu_img,
+        &spec.dir,
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "-b",
+            &backing,
+            "-F",
+            "qcow2",
+            qemu::DISK,
+            &size,
+        ],
+    )
+    .await?;
+    let accel = b.accelerator().await;
+    let vm = match start_vm(
+        b,
+        spec,
+        image,
+        accel,
+        spec.manifest.resources.memory_mb,
+        StartKind::Cold,
+        inputs,
+    )
+    .await
+    {
+        Ok(vm) => vm,
+        Err(e) => {
+            cleanup_dir_files(&spec.dir);
+            let _ = std::fs::remove_file(spec.dir.join(qemu::DISK));
+            return Err(e.context("create"));
+        }
+    };
+    if let Err(e) = guest::after_cold_boot(b, &vm).await {
+        vm.proc.lock().await.kill().await;
+        cleanup_dir_files(&spec.dir);
+        return Err(e.context("create"));
+    }
+    state::insert(b, vm)
+}
+
+pub(crate) async fn resume(b: &MicrovmBackend, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
+    if b.vms.lock().unwrap().contains_key(&spec.id) {
+        return Err(Error::state(format!("sandbox {} already runs", spec.id)));
+    }
+    let (vm, with_memory) = start_from_artifacts(b, spec, artifacts)
+        .await
+        .map_err(|e| e.context("resume"))?;
+    let tf = Instant::now();
+    let r = if with_memory {
+        let saved = snapshot::read_meta(artifacts)?.map(|m| m.inputs);
+        match guest::set_time(b, &vm).await {
+            Ok(()) => guest::configure(b, &vm, false, saved.as_deref()).await,
+            Err(e) => Err(e),
+        }
+    } else {
+        guest::after_cold_boot(b, &vm).await
+    };
+    state::note_finish(b, &spec.id, tf);
+    if let Err(e) = r {
+        vm.proc.lock().await.kill().await;
+        cleanup_dir_files(&spec.dir);
+        return Err(e.context("resume"));
+    }
+    state::insert(b, vm)
+}
+
+pub(crate) async fn restore(
+    b: &MicrovmBackend,
+    spec: &SandboxSpec,
+    artifacts: &Path,
+) -> Result<()> {
+    if b.vms.lock().unwrap().contains_key(&spec.id) {
+        return Err(Error::state(format!("sandbox {} already runs", spec.id)));
+    }
+    let (vm, with_memory) = start_from_artifacts(b, spec, artifacts)
+        .await
+        .map_err(|e| e.context("restore"))?;
+    let tf = Instant::now();
+    let r = async {
+        // A restored guest must not share identity with its siblings: new
+        // hostname (the sandbox id), machine-id and kernel entropy.
+        use rand::RngCore;
+        let mut entropy = vec![0u8; 64];
+        rand::thread_rng().fill_bytes(&mut entropy);
+        let mut mid = [0u8; 16];
+        rand::thread_rng().fill_bytes(&mut mid);
+        let machine_id: String = mid.iter().map(|b| format!("{b:02x}")).collect();
+        let hostname: String = spec.id.as_str().chars().take(63).collect();
+        if !with_memory {
+            guest::after_cold_boot(b, &vm).await?;
+        }
+        let r = guest::call(
+            b,
+            &vm,
+            Request::SetIdentity {
+                hostname,
+                machine_id,
+                entropy,
+            },
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+        expect_ok(r)?;
+        if with_memory {
+            guest::set_time(b, &vm).await?;
+            let saved = snapshot::read_meta(artifacts)?.map(|m| m.inputs);
+            guest::configure(b, &vm, false, saved.as_deref()).await?;
+        }
+        Ok::<(), Error>(())
+    }
+    .await;
+    state::note_finish(b, &spec.id, tf);
+    if let Err(e) = r {
+        vm.proc.lock().await.kill().await;
+        cleanup_dir_files(&spec.dir);
+        return Err(e.context("restore"));
+    }
+    state::insert(b, vm)
 }
