@@ -15,7 +15,6 @@ use crate::agent;
 use crate::config::{AccelChoice, MicrovmConfig};
 use crate::disk::qemu_img;
 use crate::image::{kernel_append, Image};
-use crate::jail;
 use crate::qemu::{self, Accel, RamBacking};
 
 /// Result of the accelerator probe (also the doctor report's accelerator part).
@@ -121,7 +120,7 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             seccomp: config.jail.is_some(),
         };
         let jail = match &config.jail {
-            Some(cfg) => Some(jail::prepare(cfg, &launch, &tmp, &image.dir)?),
+            Some(cfg) => Some(qemu::prepare_jail(cfg, &launch, &tmp, &image.dir)?),
             None => None,
         };
         let mut proc = qemu::QemuProc::spawn(&launch, &tmp, jail.as_ref().map(|j| &j.1))?;

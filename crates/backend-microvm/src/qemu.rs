@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use stasis_core::{Error, Result};
 
+use crate::jail::{lease_uid, JailConfig, JailSpec, Needs, UidLease};
 use crate::util;
 
 /// File names inside a sandbox directory (QEMU runs with that directory as cwd).
@@ -433,6 +434,40 @@ pub fn qemu_version(qemu: &Path) -> Option<String> {
         .skip_while(|w| *w != "version")
         .nth(1)
         .map(str::to_string)
+}
+
+/// (Here, not in `jail`: the jail knows nothing of QEMU command lines.)
+/// Lease a uid, plan the jail of the QEMU `launch` describes (cwd `dir`)
+/// and hand it its files. Keep the lease until QEMU has started.
+pub fn prepare_jail(
+    cfg: &JailConfig,
+    launch: &Launch,
+    dir: &Path,
+    image_dir: &Path,
+) -> Result<(UidLease, JailSpec)> {
+    let lease = lease_uid(cfg, &launch.name)?;
+    let mut files: Vec<PathBuf> = launch.inputs.iter().map(|(p, _)| p.clone()).collect();
+    if let RamBacking::PrivateFile(p) = &launch.ram {
+        files.push(p.clone());
+    }
+    let network = !launch.forwards.is_empty();
+    let relay = launch.relay.first().map(PathBuf::from);
+    let needs = Needs {
+        qemu: &launch.qemu,
+        firmware: FIRMWARE,
+        kernel: &launch.kernel,
+        initrd: &launch.initrd,
+        disk: Path::new(DISK),
+        files,
+        relay: relay.as_deref().filter(|_| network),
+        kvm: launch.accel == Accel::Kvm,
+        network,
+        dir,
+        image_dir,
+    };
+    let spec = JailSpec::plan(lease.0, &needs)?;
+    spec.prepare_dir(Path::new(DISK), image_dir)?;
+    Ok((lease, spec))
 }
 
 /// Remove the sockets and pid file a QEMU leaves in its sandbox dir.

@@ -16,7 +16,6 @@ use crate::boundary;
 use crate::disk::{self, qemu_img};
 use crate::guest::{self, expect_ok};
 use crate::image::{kernel_append, Image};
-use crate::jail;
 use crate::qemu::{self, cleanup_dir_files, diagnostics, Accel, RamBacking};
 use crate::qmp::{MigrationStatus, Qmp};
 use crate::snapshot::{self, check_devices, same_qemu, SnapshotMeta, MEMORY_RAM, MEMORY_STATE};
@@ -96,7 +95,7 @@ pub(crate) async fn start_vm(
     };
     let _ = std::fs::remove_file(dir.join(qemu::CONSOLE_LOG));
     let jail = match &b.config.jail {
-        Some(cfg) => Some(jail::prepare(cfg, &launch, &dir, &image.dir)?),
+        Some(cfg) => Some(qemu::prepare_jail(cfg, &launch, &dir, &image.dir)?),
         None => None,
     };
     let mut proc = qemu::QemuProc::spawn(&launch, &dir, jail.as_ref().map(|j| &j.1))?;
