@@ -130,9 +130,7 @@ pub(crate) fn write(out: &Path, meta: &SnapshotMeta) -> Result<()> {
 
 pub(crate) fn read_meta(artifacts: &Path) -> Result<Option<SnapshotMeta>> {
     match std::fs::read(artifacts.join(META)) {
-        Ok(b) => serde_json::from_slice(&b)
-            .map(Some)
-            .map_err(|e| Error::integrity(format!("meta.json undecodable: {e}"))),
+        Ok(b) => decode(&b).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e.into()),
     }

@@ -17,6 +17,10 @@ use stasis_core::{ErrorCode, ExecRequest, Manifest, SandboxId, SessionSpec};
 #[path = "support/watchdog.rs"]
 mod watchdog;
 
+#[path = "support/vm_util.rs"]
+mod vm_util;
+use vm_util::{copy_dir, futures_rss, qemus_of, Reaper, Root};
+
 fn image_dir() -> Option<PathBuf> {
     match std::env::var_os("STASIS_IMAGE_DIR") {
         Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
@@ -74,18 +78,6 @@ async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
         String::from_utf8_lossy(&r.stderr)
     );
     String::from_utf8_lossy(&r.stdout).into_owned()
-}
-
-fn qemus_of(id: &SandboxId) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-        .filter(|pid| {
-            stasis_backend_microvm::util::pid_alive(*pid)
-                && qemu::sandbox_of(*pid).as_deref() == Some(id.as_str())
-        })
-        .collect()
 }
 
 /// Read a session's output until `want` shows up.
@@ -150,23 +142,6 @@ async fn guest_skew_ms(b: &MicrovmBackend, id: &SandboxId) -> i64 {
         0
     };
     (skew / 1_000_000) as i64
-}
-
-/// Kills the QEMUs of every sandbox a test made when it ends (even by panic).
-struct Reaper(std::sync::Mutex<Vec<SandboxId>>);
-impl Reaper {
-    fn new() -> Self {
-        Reaper(std::sync::Mutex::new(Vec::new()))
-    }
-}
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for id in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            for pid in qemus_of(id) {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -538,26 +513,6 @@ async fn microvm_pause_resume_fork_and_bad_input() {
         b2.destroy(&s.id, &s.dir).await.unwrap();
         b2.destroy(&s.id, &s.dir).await.unwrap();
         assert!(qemus_of(&s.id).is_empty());
-    }
-}
-
-struct Root(PathBuf);
-impl Root {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-fn futures_rss(b: &MicrovmBackend, id: &SandboxId) -> u64 {
-    b.qemu_pid(id)
-        .map(stasis_backend_microvm::util::rss_bytes)
-        .unwrap_or(0)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }
 
