@@ -32,10 +32,12 @@
 //!
 //! Modules, one concern each: `config`, `image` (guest images, kernel
 //! command line), `accel` (the accelerator probe), `snapshot` (the artifact
-//! format), `disk` (the qcow2 chain), `migration` (memory state out and in),
-//! `vm` (starting/stopping QEMU), `guest` (agent requests), `state` (the VM
-//! table and records); below them `qemu`, `qmp`, `agent`, `jail`, `boundary`,
-//! `outputs`, `util`. This file is the `Backend` impl, delegating to them.
+//! format), `disk` (the qcow2 chain), `migration` (memory state out: pause,
+//! snapshot), `vm` (starting/stopping QEMU: create, resume, restore, the
+//! incoming load, recover's reattach), `guest` (agent requests), `state`
+//! (the VM table and records); below them `qemu`, `qmp`, `agent`, `jail`,
+//! `boundary`, `outputs`, `util`. This file is the `Backend` impl,
+//! delegating to them.
 
 mod accel;
 mod agent;

@@ -1,7 +1,9 @@
 //! Starting and stopping a sandbox's QEMU: a cold boot or an incoming
 //! migration from artifacts (checked first: format, QEMU version, image,
-//! hashes, devices), the QMP connection, the agent's `hello`, quitting.
-//! A QEMU that fails to come up is killed; every wait has a deadline.
+//! hashes, devices), the QMP connection, the wait for the incoming load,
+//! the agent's `hello`, quitting; on top of that `create`, `resume`,
+//! `restore` and `recover`'s reattach. A QEMU that fails to come up is
+//! killed; every wait has a deadline.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
