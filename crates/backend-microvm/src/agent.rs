@@ -248,6 +248,35 @@ fn request_name(r: &Request) -> &'static str {
     }
 }
 
+/// Connect to the agent and wait for `hello`, failing early if QEMU exits.
+pub(crate) async fn connect_agent(
+    path: &Path,
+    proc: &mut crate::qemu::QemuProc,
+    timeout: Duration,
+) -> Result<(Arc<AgentConn>, String)> {
+    let agent = AgentConn::connect(path, Duration::from_secs(10)).await?;
+    let a2 = agent.clone();
+    let hello = a2.hello(timeout);
+    tokio::pin!(hello);
+    loop {
+        tokio::select! {
+            r = &mut hello => {
+                let boot = r.map_err(|e| {
+                    if e.code == ErrorCode::Timeout {
+                        Error::timeout(format!("guest agent did not answer within {} s", timeout.as_secs()))
+                    } else { e }
+                })?;
+                return Ok((agent, boot));
+            }
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                if !proc.alive() {
+                    return Err(Error::backend("QEMU exited before the guest agent answered"));
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,7 +145,7 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
             plant();
             let before = std::fs::read(f.sb.join(qemu::DISK)).unwrap();
             let e =
-                f.b.export_disk(&f.sb, &f.out, consume, &f.rootfs)
+                crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, consume, &f.rootfs)
                     .await
                     .unwrap_err();
             assert_eq!(e.code, ErrorCode::IntegrityError, "{case}: {e}");
@@ -177,10 +177,9 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
     );
     for (case, plant) in f.hostile(qemu::DISK) {
         plant();
-        let e =
-            f.b.export_disk(&f.sb, &f.out, true, &f.rootfs)
-                .await
-                .unwrap_err();
+        let e = crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, true, &f.rootfs)
+            .await
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::IntegrityError, "base, {case}: {e}");
         f.assert_host_untouched(&case);
         assert!(f.sb.join(qemu::DISK).is_file(), "base, {case}: disk lost");
@@ -203,17 +202,16 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
             "1M",
         ],
     );
-    f.b.export_disk(&f.sb, &f.out, true, &f.rootfs)
+    crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, true, &f.rootfs)
         .await
         .unwrap();
     crate::jail::trust::check_disk(&f.out.join(DISK_ARTIFACT), &f.rootfs).unwrap();
     std::fs::remove_file(f.out.join(DISK_ARTIFACT)).unwrap();
     std::fs::remove_file(f.sb.join(qemu::BASE_DISK)).unwrap();
     std::os::unix::fs::symlink(&f.shadow, f.sb.join(qemu::BASE_DISK)).unwrap();
-    let e =
-        f.b.export_disk(&f.sb, &f.out, true, &f.rootfs)
-            .await
-            .unwrap_err();
+    let e = crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, true, &f.rootfs)
+        .await
+        .unwrap_err();
     assert_eq!(e.code, ErrorCode::IntegrityError, "{e}");
     f.assert_host_untouched("symlinked base");
     std::fs::remove_file(f.sb.join(qemu::BASE_DISK)).unwrap();
@@ -232,12 +230,14 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
             qemu::DISK,
         ],
     );
-    f.b.export_disk(&f.sb, &f.out, true, &f.rootfs)
+    crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, true, &f.rootfs)
         .await
         .unwrap();
     let sb2 = f.sb.with_file_name("sb2");
     std::fs::create_dir_all(&sb2).unwrap();
-    f.b.import_disk(&f.out, &sb2, &f.rootfs).await.unwrap();
+    crate::disk::import_disk(&f.b.config().qemu_img, &f.out, &sb2, &f.rootfs)
+        .await
+        .unwrap();
     assert!(sb2.join(qemu::BASE_DISK).is_file());
     crate::jail::trust::check_disk(&sb2.join(qemu::DISK), Path::new(qemu::BASE_DISK)).unwrap();
 }
@@ -251,7 +251,9 @@ async fn import_refuses_an_artifact_naming_anything_but_the_image() {
         std::fs::rename(f.sb.join(DISK_ARTIFACT), f.out.join(DISK_ARTIFACT)).unwrap();
         let sb2 = f.sb.with_file_name("sb2");
         std::fs::create_dir_all(&sb2).unwrap();
-        let e = f.b.import_disk(&f.out, &sb2, &f.rootfs).await.unwrap_err();
+        let e = crate::disk::import_disk(&f.b.config().qemu_img, &f.out, &sb2, &f.rootfs)
+            .await
+            .unwrap_err();
         assert_eq!(e.code, ErrorCode::IntegrityError, "{case}: {e}");
         assert!(!sb2.join(qemu::BASE_DISK).exists(), "{case}");
         assert!(!sb2.join(qemu::DISK).exists(), "{case}");

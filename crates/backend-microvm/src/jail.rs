@@ -459,40 +459,6 @@ pub fn disown(p: &Path) -> Result<()> {
     trust::fix_mode(p, Some((0, 0)), |_| 0o644)
 }
 
-/// Lease a uid, plan the jail of the QEMU `launch` describes (cwd `dir`)
-/// and hand it its files. Keep the lease until QEMU has started.
-pub fn prepare(
-    cfg: &JailConfig,
-    launch: &crate::qemu::Launch,
-    dir: &Path,
-    image_dir: &Path,
-) -> Result<(UidLease, JailSpec)> {
-    use crate::qemu::{Accel, RamBacking, DISK, FIRMWARE};
-    let lease = lease_uid(cfg, &launch.name)?;
-    let mut files: Vec<PathBuf> = launch.inputs.iter().map(|(p, _)| p.clone()).collect();
-    if let RamBacking::PrivateFile(p) = &launch.ram {
-        files.push(p.clone());
-    }
-    let network = !launch.forwards.is_empty();
-    let relay = launch.relay.first().map(PathBuf::from);
-    let needs = Needs {
-        qemu: &launch.qemu,
-        firmware: FIRMWARE,
-        kernel: &launch.kernel,
-        initrd: &launch.initrd,
-        disk: Path::new(DISK),
-        files,
-        relay: relay.as_deref().filter(|_| network),
-        kvm: launch.accel == Accel::Kvm,
-        network,
-        dir,
-        image_dir,
-    };
-    let spec = JailSpec::plan(lease.0, &needs)?;
-    spec.prepare_dir(Path::new(DISK), image_dir)?;
-    Ok((lease, spec))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,7 +10,12 @@
 use std::io::{Read, Write};
 use std::path::{Component, Path};
 
-use stasis_core::{Error, ErrorCode, Result};
+use stasis_backend::{Backend, ExecChunk};
+use stasis_core::{Error, ErrorCode, ExecRequest, Result, SandboxId};
+use tokio::sync::mpsc;
+
+use crate::qemu;
+use crate::state::{self, MicrovmBackend};
 
 /// The guest command that streams the outputs as a tar on stdout. Entries
 /// are named by their sandbox path without the leading `/`.
@@ -95,6 +100,83 @@ pub fn too_large(limit: u64) -> Error {
             limit >> 20
         ),
     )
+}
+
+pub(crate) async fn collect_tar(b: &MicrovmBackend, id: &SandboxId, out: &Path) -> Result<u64> {
+    use tokio::io::AsyncWriteExt;
+    let vm = state::vm(b, id)?;
+    let outputs = vm.manifest.outputs.clone();
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "outputs".into());
+    let raw = out.with_file_name(format!(".{name}.guest"));
+    if outputs.is_empty() {
+        return filter_archive(std::io::empty(), out, &outputs).map(|r| r.0);
+    }
+    // The guest cannot have more to send than its disk holds.
+    let limit = crate::boundary::qcow2_virtual_size(&vm.dir.join(qemu::DISK)).unwrap_or(1 << 30)
+        + (64 << 20);
+    let (tx, mut rx) = mpsc::channel::<ExecChunk>(64);
+    let mut file = tokio::fs::File::create(&raw).await?;
+    let writer = tokio::spawn(async move {
+        let (mut n, mut err, mut over) = (0u64, Vec::new(), false);
+        while let Some(c) = rx.recv().await {
+            match c.stream {
+                stasis_core::Stream::Stdout => {
+                    n += c.data.len() as u64;
+                    if n > limit {
+                        over = true;
+                    } else {
+                        file.write_all(&c.data).await?;
+                    }
+                }
+                stasis_core::Stream::Stderr => {
+                    if err.len() < 4096 {
+                        err.extend_from_slice(&c.data);
+                    }
+                }
+            }
+        }
+        file.flush().await?;
+        Ok::<_, std::io::Error>((err, over))
+    });
+    let req = ExecRequest {
+        argv: vec!["sh".into(), "-c".into(), guest_command(&outputs)],
+        env: Default::default(),
+        cwd: Some("/".into()),
+        timeout_ms: 600_000,
+        stdin: None,
+    };
+    let r = b.exec(id, req, Some(tx)).await;
+    let w = writer.await.map_err(|e| Error::internal(e.to_string()));
+    let result = async {
+        let (err, over) = w??;
+        let r = r?;
+        if over {
+            return Err(too_large(limit));
+        }
+        if r.exit_code != Some(0) {
+            return Err(Error::backend(format!(
+                "collecting outputs in the guest failed ({:?}): {}",
+                r.exit_code,
+                String::from_utf8_lossy(&err).trim()
+            )));
+        }
+        let (raw2, out2) = (raw.clone(), out.to_path_buf());
+        let (size, kept, dropped) = tokio::task::spawn_blocking(move || {
+            filter_archive(std::fs::File::open(&raw2)?, &out2, &outputs)
+        })
+        .await
+        .map_err(|e| Error::internal(e.to_string()))??;
+        if dropped > 0 {
+            tracing::warn!(sandbox = %id, kept, dropped, "output archive: entries outside the output dirs or of other types dropped");
+        }
+        Ok(size)
+    }
+    .await;
+    let _ = std::fs::remove_file(&raw);
+    result
 }
 
 #[cfg(test)]

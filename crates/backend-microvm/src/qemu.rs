@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use stasis_core::{Error, Result};
 
+use crate::jail::{lease_uid, JailConfig, JailSpec, Needs, UidLease};
 use crate::util;
 
 /// File names inside a sandbox directory (QEMU runs with that directory as cwd).
@@ -344,8 +345,7 @@ impl QemuProc {
         if !alive {
             if let Some(init) = self.init.take() {
                 // QEMU is gone: its init exits right after reaping it.
-                let mut status = 0;
-                unsafe { libc::waitpid(init, &mut status, 0) };
+                reap_init(init);
             }
         }
         if !alive {
@@ -380,6 +380,34 @@ impl QemuProc {
     }
 }
 
+/// Reap a jail's init once its QEMU is gone. It exits right after reaping
+/// QEMU; should it not within a second, it is killed (which ends its pid
+/// namespace). Never an unbounded wait: this runs on the async runtime.
+fn reap_init(init: i32) {
+    let mut status = 0;
+    for round in 0..2 {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        loop {
+            let r = unsafe { libc::waitpid(init, &mut status, libc::WNOHANG) };
+            if r != 0 {
+                return; // reaped, or not our child (any more)
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if round == 0 {
+            tracing::warn!(
+                init,
+                "jail init still there after its QEMU exited; killing it"
+            );
+            unsafe { libc::kill(init, libc::SIGKILL) };
+        }
+    }
+    tracing::error!(init, "jail init did not exit after SIGKILL; left unreaped");
+}
+
 /// Is `pid` a QEMU started by this backend (for `sandbox`, when given)?
 pub fn is_our_qemu(pid: i32, sandbox: Option<&str>) -> bool {
     sandbox_of(pid).is_some_and(|s| sandbox.is_none_or(|want| want == s))
@@ -406,6 +434,64 @@ pub fn qemu_version(qemu: &Path) -> Option<String> {
         .skip_while(|w| *w != "version")
         .nth(1)
         .map(str::to_string)
+}
+
+/// (Here, not in `jail`: the jail knows nothing of QEMU command lines.)
+/// Lease a uid, plan the jail of the QEMU `launch` describes (cwd `dir`)
+/// and hand it its files. Keep the lease until QEMU has started.
+pub fn prepare_jail(
+    cfg: &JailConfig,
+    launch: &Launch,
+    dir: &Path,
+    image_dir: &Path,
+) -> Result<(UidLease, JailSpec)> {
+    let lease = lease_uid(cfg, &launch.name)?;
+    let mut files: Vec<PathBuf> = launch.inputs.iter().map(|(p, _)| p.clone()).collect();
+    if let RamBacking::PrivateFile(p) = &launch.ram {
+        files.push(p.clone());
+    }
+    let network = !launch.forwards.is_empty();
+    let relay = launch.relay.first().map(PathBuf::from);
+    let needs = Needs {
+        qemu: &launch.qemu,
+        firmware: FIRMWARE,
+        kernel: &launch.kernel,
+        initrd: &launch.initrd,
+        disk: Path::new(DISK),
+        files,
+        relay: relay.as_deref().filter(|_| network),
+        kvm: launch.accel == Accel::Kvm,
+        network,
+        dir,
+        image_dir,
+    };
+    let spec = JailSpec::plan(lease.0, &needs)?;
+    spec.prepare_dir(Path::new(DISK), image_dir)?;
+    Ok((lease, spec))
+}
+
+/// Remove the sockets and pid file a QEMU leaves in its sandbox dir.
+pub(crate) fn cleanup_dir_files(dir: &Path) {
+    for f in [AGENT_SOCK, QMP_SOCK, PID_FILE] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+}
+
+/// The tails of qemu.log and the console log, for an error message.
+pub(crate) fn diagnostics(dir: &Path, alive: bool) -> String {
+    let q = util::log_tail(&dir.join(QEMU_LOG), 600);
+    let c = util::log_tail(&dir.join(CONSOLE_LOG), 600);
+    let mut s = String::new();
+    if !alive {
+        s.push_str(" (QEMU exited)");
+    }
+    if !q.is_empty() {
+        s.push_str(&format!("; qemu.log: {q}"));
+    }
+    if !c.is_empty() {
+        s.push_str(&format!("; console tail: {c}"));
+    }
+    s
 }
 
 #[cfg(test)]

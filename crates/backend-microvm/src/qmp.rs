@@ -164,9 +164,9 @@ impl Qmp {
         }
         let mut line = serde_json::to_vec(&msg)?;
         line.push(b'\n');
-        self.writer
-            .write_all(&line)
+        tokio::time::timeout(self.timeout, self.writer.write_all(&line))
             .await
+            .map_err(|_| Error::timeout(format!("QMP write ({cmd}): QEMU did not read in time")))?
             .map_err(|e| Error::backend(format!("QMP write ({cmd}): {e}")))?;
         self.reply(cmd).await
     }
@@ -184,8 +184,14 @@ impl Qmp {
         line.push(b'\n');
         let werr = |e: std::io::Error| Error::backend(format!("QMP write ({cmd}): {e}"));
         let sock: &tokio::net::UnixStream = self.writer.as_ref();
+        let deadline = tokio::time::Instant::now() + self.timeout;
         let sent = loop {
-            sock.writable().await.map_err(werr)?;
+            tokio::time::timeout_at(deadline, sock.writable())
+                .await
+                .map_err(|_| {
+                    Error::timeout(format!("QMP write ({cmd}): QEMU did not read in time"))
+                })?
+                .map_err(werr)?;
             match sock.try_io(tokio::io::Interest::WRITABLE, || {
                 send_with_fd(sock, &line, fd)
             }) {
@@ -195,12 +201,27 @@ impl Qmp {
             }
         };
         if sent < line.len() {
-            self.writer.write_all(&line[sent..]).await.map_err(werr)?;
+            tokio::time::timeout_at(deadline, self.writer.write_all(&line[sent..]))
+                .await
+                .map_err(|_| {
+                    Error::timeout(format!("QMP write ({cmd}): QEMU did not read in time"))
+                })?
+                .map_err(werr)?;
         }
         self.reply(cmd).await
     }
 
+    /// The reply to `cmd`, events before it kept. Bounded as a whole (not
+    /// only per line): a monitor that keeps sending events but never the
+    /// reply fails after the timeout too.
     async fn reply(&mut self, cmd: &str) -> Result<Value> {
+        let timeout = self.timeout;
+        tokio::time::timeout(timeout, self.reply_unbounded(cmd))
+            .await
+            .map_err(|_| Error::timeout(format!("QMP {cmd}: QEMU did not answer in time")))?
+    }
+
+    async fn reply_unbounded(&mut self, cmd: &str) -> Result<Value> {
         loop {
             match self.read_message().await.map_err(|e| e.context(cmd))? {
                 QmpMessage::Return(v) => return Ok(v),

@@ -28,7 +28,16 @@ pub async fn connect_unix(path: &Path) -> std::io::Result<UnixStream> {
 pub async fn connect_unix_retry(path: &Path, timeout: Duration) -> Result<UnixStream> {
     let deadline = Instant::now() + timeout;
     loop {
-        match connect_unix(path).await {
+        // Each attempt bounded too (a listener whose backlog is full).
+        let attempt = tokio::time::timeout(Duration::from_secs(1), connect_unix(path))
+            .await
+            .unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connect did not complete in 1 s",
+                ))
+            });
+        match attempt {
             Ok(s) => return Ok(s),
             Err(e) => {
                 if Instant::now() >= deadline {
@@ -177,6 +186,18 @@ pub fn now_unix_nanos() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
+}
+
+/// A program as given (absolute) or looked up in PATH.
+pub fn which(p: &Path) -> Option<PathBuf> {
+    if p.is_absolute() {
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(p))
+            .find(|c| c.is_file())
+    })
 }
 
 #[cfg(test)]

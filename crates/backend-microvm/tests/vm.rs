@@ -14,6 +14,13 @@ use stasis_backend::{ArtifactKind, Backend, SandboxSpec};
 use stasis_backend_microvm::{qemu, AccelChoice, MicrovmBackend, MicrovmConfig, SnapshotMeta};
 use stasis_core::{ErrorCode, ExecRequest, Manifest, SandboxId, SessionSpec};
 
+#[path = "support/watchdog.rs"]
+mod watchdog;
+
+#[path = "support/vm_util.rs"]
+mod vm_util;
+use vm_util::{copy_dir, futures_rss, qemus_of, Reaper, Root};
+
 fn image_dir() -> Option<PathBuf> {
     match std::env::var_os("STASIS_IMAGE_DIR") {
         Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
@@ -71,18 +78,6 @@ async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
         String::from_utf8_lossy(&r.stderr)
     );
     String::from_utf8_lossy(&r.stdout).into_owned()
-}
-
-fn qemus_of(id: &SandboxId) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-        .filter(|pid| {
-            stasis_backend_microvm::util::pid_alive(*pid)
-                && qemu::sandbox_of(*pid).as_deref() == Some(id.as_str())
-        })
-        .collect()
 }
 
 /// Read a session's output until `want` shows up.
@@ -149,26 +144,10 @@ async fn guest_skew_ms(b: &MicrovmBackend, id: &SandboxId) -> i64 {
     (skew / 1_000_000) as i64
 }
 
-/// Kills the QEMUs of every sandbox a test made when it ends (even by panic).
-struct Reaper(std::sync::Mutex<Vec<SandboxId>>);
-impl Reaper {
-    fn new() -> Self {
-        Reaper(std::sync::Mutex::new(Vec::new()))
-    }
-}
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        for id in self.0.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            for pid in qemus_of(id) {
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
-        }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_pause_resume_fork_and_bad_input() {
     let Some(img) = image_dir() else { return };
+    let w = watchdog::watch("microvm_pause_resume_fork_and_bad_input");
     let reaper = Reaper::new();
     let python = std::env::var("STASIS_TEST_NO_PYTHON").is_err();
     let guard = tempfile::tempdir().unwrap();
@@ -183,6 +162,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     let b = backend(&img, Duration::from_secs(30));
 
     // ---- cold create
+    w.step("cold create");
     let a = spec(root.path(), &img, &reaper);
     let t = Instant::now();
     b.create(&a).await.expect("create");
@@ -192,6 +172,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     eprintln!("FIGURE cold create to first exec: {cold_ms} ms");
 
     // ---- a counter loop and an interpreter with a variable
+    w.step("a counter loop and an interpreter with a variable");
     let counter = b
         .session_start(
             &a.id,
@@ -252,6 +233,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     assert_counts_up(&before);
 
     // ---- pause with memory: no QEMU left
+    w.step("pause with memory: no QEMU left");
     let pid = b.qemu_pid(&a.id).unwrap();
     let p1 = root.path().join("pause1");
     std::fs::create_dir(&p1).unwrap();
@@ -275,6 +257,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     );
 
     // ---- paused for a few seconds, then resume
+    w.step("paused for a few seconds, then resume");
     tokio::time::sleep(Duration::from_secs(4)).await;
     let t = Instant::now();
     b.resume(&a, &p1).await.expect("resume");
@@ -326,6 +309,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     );
 
     // ---- snapshot (source keeps running), fork 2
+    w.step("snapshot (source keeps running), fork 2");
     let snap = root.path().join("snap");
     std::fs::create_dir(&snap).unwrap();
     b.write_file(&a.id, "/workspace/at-snapshot.txt", b"snap", None)
@@ -387,6 +371,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     );
 
     // ---- a second pause/resume cycle of a restored sandbox (disk chain flattened)
+    w.step("a second pause/resume cycle of a restored sandbox (disk chain flattened)");
     let p2 = root.path().join("pause-c1");
     std::fs::create_dir(&p2).unwrap();
     b.pause(&c1.id, &p2, true).await.expect("pause child");
@@ -400,6 +385,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     assert_eq!(ls, "one\nsnap");
 
     // ---- bad input: corrupt and truncated memory.state
+    w.step("bad input: corrupt and truncated memory.state");
     let bad = root.path().join("bad");
     copy_dir(&snap, &bad);
     let state = bad.join("memory.state");
@@ -469,6 +455,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     b.destroy(&d2.id, &d2.dir).await.unwrap();
 
     // ---- a guest that does not answer: sandbox failed, QEMU killed
+    w.step("a guest that does not answer: sandbox failed, QEMU killed");
     let short = backend(&img, Duration::from_secs(2));
     let f = spec(root.path(), &img, &reaper);
     short
@@ -499,6 +486,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
     short.destroy(&f.id, &f.dir).await.unwrap();
 
     // ---- recover: a new backend instance (daemon restart) reattaches
+    w.step("recover: a new backend instance (daemon restart) reattaches");
     drop(b);
     let b2 = backend(&img, Duration::from_secs(30));
     assert_eq!(
@@ -525,26 +513,6 @@ async fn microvm_pause_resume_fork_and_bad_input() {
         b2.destroy(&s.id, &s.dir).await.unwrap();
         b2.destroy(&s.id, &s.dir).await.unwrap();
         assert!(qemus_of(&s.id).is_empty());
-    }
-}
-
-struct Root(PathBuf);
-impl Root {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-fn futures_rss(b: &MicrovmBackend, id: &SandboxId) -> u64 {
-    b.qemu_pid(id)
-        .map(stasis_backend_microvm::util::rss_bytes)
-        .unwrap_or(0)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }
 
@@ -588,6 +556,7 @@ fn qemu_probe_leftovers() -> Vec<i32> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_resume_correctness_cycles() {
     let Some(img) = image_dir() else { return };
+    let w = watchdog::watch("microvm_resume_correctness_cycles");
     let reaper = Reaper::new();
     let cycles: usize = std::env::var("STASIS_TEST_CYCLES")
         .ok()
@@ -657,6 +626,7 @@ async fn microvm_resume_correctness_cycles() {
     let mut expect_log = String::new();
     let mut last = None;
     let t0 = Instant::now();
+    w.step("pause/resume cycles");
     for i in 0..cycles {
         b.write_file(
             &a.id,
@@ -670,10 +640,12 @@ async fn microvm_resume_correctness_cycles() {
         expect_log.push_str(&format!("append {i}\n"));
         let out = root.path().join(format!("p{i}"));
         std::fs::create_dir(&out).unwrap();
+        w.step(&format!("cycle {i}: pause"));
         b.pause(&a.id, &out, true)
             .await
             .unwrap_or_else(|e| panic!("pause {i}: {e}"));
         assert!(qemus_of(&a.id).is_empty());
+        w.step(&format!("cycle {i}: resume"));
         b.resume(&a, &out)
             .await
             .unwrap_or_else(|e| panic!("resume {i}: {e}"));
@@ -714,6 +686,7 @@ async fn microvm_resume_correctness_cycles() {
     check(sh(&b, &r.id, &format!("cat {all} /workspace/log.txt")).await);
     b.destroy(&r.id, &r.dir).await.unwrap();
 
+    w.step("filesystem-only pause and cold resume");
     // Filesystem-only pause: processes end, files stay, resume cold-boots.
     let fsp = root.path().join("fs-only");
     std::fs::create_dir(&fsp).unwrap();
@@ -730,6 +703,7 @@ async fn microvm_resume_correctness_cycles() {
     );
     assert!(guest_skew_ms(&b, &a.id).await.abs() < 1000);
 
+    w.step("pause of a dead QEMU");
     // QEMU dies right before a pause: clear error, the earlier pause resumes.
     let good = root.path().join("good");
     std::fs::create_dir(&good).unwrap();
@@ -790,6 +764,7 @@ async fn helper_daemon_creates_and_hangs() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_survives_daemon_sigkill() {
     let Some(img) = image_dir() else { return };
+    let w = watchdog::watch("microvm_survives_daemon_sigkill");
     let reaper = Reaper::new();
     let guard = tempfile::tempdir().unwrap();
     let s = spec(guard.path(), &img, &reaper);
@@ -818,10 +793,12 @@ async fn microvm_survives_daemon_sigkill() {
             }
         }
     });
+    w.step("helper daemon creates its sandbox");
     if rx.recv_timeout(Duration::from_secs(180)).is_err() {
         let _ = child.kill();
         panic!("helper daemon did not create its sandbox");
     }
+    w.step("helper killed; recover, pause, resume");
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
     assert_eq!(qemus_of(&s.id).len(), 1, "QEMU died with its daemon");

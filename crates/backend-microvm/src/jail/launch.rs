@@ -178,9 +178,31 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
     }
     drop(wr);
     // EOF: exec succeeded (the pipe is close-on-exec); else the failed step.
+    // Bounded: a start that reports nothing in time is killed, not waited for.
+    let deadline = std::time::Instant::now() + EXEC_REPORT_TIMEOUT;
     let mut buf = [0u8; 8];
     let mut got = 0;
     while got < 8 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let mut pfd = libc::pollfd {
+            fd: rd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ready =
+            unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if ready < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if ready == 0 {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            let mut status = 0;
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            return Err(Error::timeout(format!(
+                "the QEMU jail did not report its start within {} s; killed",
+                EXEC_REPORT_TIMEOUT.as_secs()
+            )));
+        }
         let n = unsafe { libc::read(rd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), 8 - got) };
         if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
             continue;
@@ -218,6 +240,35 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
         STEPS.get(step as usize).unwrap_or(&"?"),
         std::io::Error::from_raw_os_error(errno)
     )))
+}
+
+/// How long a jail start may take to exec QEMU or report its failed step.
+const EXEC_REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Close every descriptor from `low` up (in the cloned child: system calls
+/// only). `close_range` where the kernel has it, else one by one.
+unsafe fn close_from(low: libc::c_uint) {
+    if libc::syscall(
+        libc::SYS_close_range,
+        low,
+        libc::c_uint::MAX,
+        0 as libc::c_uint,
+    ) == 0
+    {
+        return;
+    }
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) == 0 {
+        rl.rlim_cur.min(1 << 16) as libc::c_int
+    } else {
+        1024
+    };
+    for fd in low as libc::c_int..max {
+        libc::close(fd);
+    }
 }
 
 fn fail(err: RawFd, step: usize) -> ! {
@@ -349,6 +400,11 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         for fd in [p.err, 0, 1, 2] {
             libc::close(fd);
         }
+        // Nor any other descriptor of the daemon's copied at clone: among
+        // them can be the write end of another jail's exec-report pipe
+        // (opened by a concurrent start); an init holding it would keep that
+        // start's read below from ever seeing EOF while this QEMU lives.
+        close_from(3);
         loop {
             let mut status = 0;
             let r = libc::waitpid(-1, &mut status, 0);

@@ -158,11 +158,20 @@ pub fn check_disk(disk: &Path, backing: &Path) -> Result<()> {
 /// what QEMU itself would follow). `-U` and no `--backing-chain`: nothing
 /// but the file itself is opened.
 pub async fn check_disk_qemu_img(qemu_img: &Path, disk: &Path, backing: &Path) -> Result<()> {
-    let out = tokio::process::Command::new(qemu_img)
+    // Bounded: reading one header takes milliseconds; a stuck run is killed.
+    let run = tokio::process::Command::new(qemu_img)
         .args(["info", "-U", "--output=json", "-f", "qcow2"])
         .arg(disk)
-        .output()
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
         .await
+        .map_err(|_| {
+            Error::timeout(format!(
+                "qemu-img info {}: no answer within 120 s; killed",
+                disk.display()
+            ))
+        })?
         .map_err(|e| Error::backend(format!("cannot run {}: {e}", qemu_img.display())))?;
     if !out.status.success() {
         return Err(Error::integrity(format!(

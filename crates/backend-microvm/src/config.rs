@@ -1,0 +1,111 @@
+//! Backend configuration: which QEMU and images to use, the accelerator
+//! choice, the timeouts of boot, agent requests, migrations and the KVM
+//! probe, RAM sharing, mount roots, the egress relay and the jail.
+
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use stasis_core::{Error, Result};
+
+use crate::jail;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum AccelChoice {
+    /// Probe KVM with a timed boot; TCG when it does not answer in time.
+    #[default]
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+impl std::str::FromStr for AccelChoice {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "auto" => Ok(AccelChoice::Auto),
+            "kvm" => Ok(AccelChoice::Kvm),
+            "tcg" => Ok(AccelChoice::Tcg),
+            _ => Err(Error::invalid(format!(
+                "accelerator {s:?}: expected auto, kvm or tcg"
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct MicrovmConfig {
+    /// `qemu-system-x86_64` (looked up in PATH when relative).
+    pub qemu: PathBuf,
+    /// `qemu-img`.
+    pub qemu_img: PathBuf,
+    /// Images: `<images_dir>/<name>/{vmlinux,initrd.img,rootfs.qcow2,image.json}`.
+    pub images_dir: PathBuf,
+    pub accel: AccelChoice,
+    /// Cold boot until the agent answers `hello`.
+    pub boot_timeout: Duration,
+    /// Any agent request beyond its own wait (exec timeout, session read wait).
+    pub agent_timeout: Duration,
+    /// An outgoing or incoming migration (pause, snapshot, resume, restore).
+    pub migration_timeout: Duration,
+    /// The KVM probe boot.
+    pub probe_timeout: Duration,
+    /// Directory holding the sandbox directories; `cleanup_orphans` only
+    /// touches QEMUs whose cwd is below it. When `None`, the parents of the
+    /// sandbox dirs this backend has seen are used.
+    pub base_dir: Option<PathBuf>,
+    /// Run guests with shared memfd RAM so a snapshot saves RAM as a plain
+    /// sparse file (`memory.ram`, via the `x-ignore-shared` migration
+    /// capability) and restores map it copy-on-write (`memory-backend-file,
+    /// share=off`): forks share unchanged guest pages in the page cache.
+    pub shared_ram: bool,
+    /// TCG translation buffer per guest, MiB (None: QEMU's 1 GiB default).
+    /// Bounds the per-sandbox code cache, the main private memory of a fork.
+    pub tcg_tb_mb: Option<u32>,
+    /// Host directories under which read-only mount sources may lie (the
+    /// operator's `--allow-mount`); empty: every mount is refused.
+    pub mount_roots: Vec<PathBuf>,
+    /// `mkfs.ext4` (builds the read-only input disks).
+    pub mkfs_ext4: PathBuf,
+    /// The relay QEMU spawns per allowlisted connection, followed by the
+    /// destination's ip and port.
+    pub relay: Vec<String>,
+    /// Run every QEMU unprivileged in its own namespaces and minimal root
+    /// under its seccomp filter (see `jail`); `None` runs it as the daemon's
+    /// user with the host's view (only for a daemon that is not root).
+    pub jail: Option<jail::JailConfig>,
+}
+
+impl MicrovmConfig {
+    pub fn new(images_dir: impl Into<PathBuf>) -> Self {
+        MicrovmConfig {
+            qemu: "qemu-system-x86_64".into(),
+            qemu_img: "qemu-img".into(),
+            images_dir: images_dir.into(),
+            accel: AccelChoice::Auto,
+            boot_timeout: Duration::from_secs(90),
+            agent_timeout: Duration::from_secs(30),
+            migration_timeout: Duration::from_secs(120),
+            probe_timeout: Duration::from_secs(20),
+            base_dir: None,
+            shared_ram: true,
+            tcg_tb_mb: Some(128),
+            mount_roots: Vec::new(),
+            mkfs_ext4: "mkfs.ext4".into(),
+            relay: vec!["/bin/busybox".into(), "nc".into()],
+            jail: Some(jail::JailConfig::default()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accel_choice_parses() {
+        assert_eq!("tcg".parse::<AccelChoice>().unwrap(), AccelChoice::Tcg);
+        assert!("xen".parse::<AccelChoice>().is_err());
+    }
+}

@@ -1,0 +1,195 @@
+//! Requests to a running guest's agent: one request with its timeout and
+//! the liveness probe that tells a slow guest from a dead one, reconnecting
+//! a dropped channel, failing a sandbox, and the requests the lifecycle
+//! sends (time, identity, the manifest's boundaries, the workdir).
+
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+use stasis_agent_proto::{Reply, Request};
+use stasis_backend::ExecChunk;
+use stasis_core::{Error, ErrorCode, ExecRequest, Result};
+
+use crate::agent::AgentConn;
+use crate::boundary;
+use crate::qemu;
+use crate::state::{MicrovmBackend, Vm};
+use crate::util;
+
+/// An agent request on a sandbox. A request not answered in time is
+/// only that: slowness (a loaded guest) is not death. Whether the guest
+/// is alive is decided by a liveness probe on the same multiplexed
+/// channel: if the agent answers it, the request fails with `timeout`
+/// and the sandbox keeps running; if not, the sandbox fails (QEMU is
+/// killed and every later call reports why).
+pub(crate) async fn call(
+    b: &MicrovmBackend,
+    vm: &Vm,
+    req: Request,
+    events: Option<mpsc::Sender<ExecChunk>>,
+    extra: Duration,
+) -> Result<Reply> {
+    let agent = agent_of(b, vm).await?;
+    let r = agent
+        .request(req, events, b.config.agent_timeout + extra)
+        .await;
+    if let Err(e) = &r {
+        if e.code == ErrorCode::Timeout && e.message.starts_with("guest agent did not answer") {
+            // Through `agent_of`: a channel that closed meanwhile is
+            // reconnected (a rebooted guest fails there).
+            let alive = match agent_of(b, vm).await {
+                Ok(a) => a.probe(&vm.boot_id, b.config.agent_timeout).await,
+                Err(e) => Err(format!("agent reconnect failed: {}", e.message)),
+            };
+            return match alive {
+                Ok(()) => Err(Error::timeout(format!(
+                    "{}; the guest answers its liveness probe, the sandbox keeps running",
+                    e.message
+                ))),
+                Err(why) => {
+                    let why = format!("{}; {why}", e.message);
+                    fail_vm(vm, &why).await;
+                    Err(Error::backend(format!(
+                        "sandbox {} failed: {why}; QEMU was killed",
+                        vm.id
+                    )))
+                }
+            };
+        }
+    }
+    r
+}
+
+/// The agent connection, reconnected (with a new `hello`) when it dropped.
+pub(crate) async fn agent_of(b: &MicrovmBackend, vm: &Vm) -> Result<Arc<AgentConn>> {
+    {
+        let a = vm.agent.read().await;
+        if !a.is_closed() {
+            return Ok(a.clone());
+        }
+    }
+    let mut a = vm.agent.write().await;
+    if !a.is_closed() {
+        return Ok(a.clone());
+    }
+    let path = vm.dir.join(qemu::AGENT_SOCK);
+    let fresh = AgentConn::connect(&path, Duration::from_secs(5)).await?;
+    let boot = fresh.hello(b.config.agent_timeout).await?;
+    if boot != vm.boot_id {
+        let msg = format!("guest rebooted (boot_id {boot}, expected {})", vm.boot_id);
+        drop(a);
+        fail_vm(vm, &msg).await;
+        return Err(Error::backend(msg));
+    }
+    *a = fresh.clone();
+    Ok(fresh)
+}
+
+pub(crate) async fn fail_vm(vm: &Vm, why: &str) {
+    tracing::error!(sandbox = %vm.id, "{why}; killing QEMU");
+    *vm.failed.lock().unwrap() = Some(why.to_string());
+    vm.proc.lock().await.kill().await;
+}
+
+pub(crate) async fn set_time(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
+    let r = call(
+        b,
+        vm,
+        Request::SetTime {
+            unix_nanos: util::now_unix_nanos(),
+        },
+        None,
+        Duration::ZERO,
+    )
+    .await?;
+    expect_ok(r)
+}
+
+pub(crate) fn resolve_path(vm: &Vm, path: &str) -> Result<String> {
+    if path.is_empty() || path.contains('\0') {
+        return Err(Error::invalid("path must be non-empty without NUL"));
+    }
+    if path.starts_with('/') {
+        Ok(path.to_string())
+    } else {
+        Ok(format!("{}/{}", vm.workdir.trim_end_matches('/'), path))
+    }
+}
+
+/// Apply the manifest's boundaries in the guest. After a memory restore,
+/// `saved` holds the input digests the guest had mounted: disks whose
+/// content changed since are remounted.
+pub(crate) async fn configure(
+    b: &MicrovmBackend,
+    vm: &Vm,
+    grow_root: bool,
+    saved: Option<&[String]>,
+) -> Result<()> {
+    let refresh: Vec<String> = match saved {
+        Some(old) => vm
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, d)| old.get(*i) != Some(&d.digest))
+            .map(|(_, d)| d.serial.clone())
+            .collect(),
+        None => Vec::new(),
+    };
+    let config = boundary::guest_config(&vm.manifest, &vm.inputs, &refresh, grow_root);
+    let r = call(b,
+            vm,
+            Request::Configure { config },
+            None,
+            Duration::from_secs(60),
+        )
+        .await
+        .map_err(|e| {
+            if e.message.contains("unknown variant `configure`") {
+                // An agent from before boundaries existed cannot apply them.
+                Error::unsupported(format!(
+                    "the guest image {:?} has an agent too old to apply the manifest's boundaries; rebuild it (scripts/build-guest-image.sh)",
+                    vm.image.name
+                ))
+            } else {
+                e
+            }
+        })?;
+    expect_ok(r).map_err(|e| e.context("applying the manifest in the guest"))
+}
+
+pub(crate) async fn after_cold_boot(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
+    set_time(b, vm).await?;
+    configure(b, vm, true, None).await?;
+    let r = call(
+        b,
+        vm,
+        Request::Exec {
+            req: ExecRequest {
+                argv: vec!["mkdir".into(), "-p".into(), vm.workdir.clone()],
+                env: Default::default(),
+                cwd: Some("/".into()),
+                timeout_ms: 10_000,
+                stdin: None,
+            },
+            stream: false,
+        },
+        None,
+        Duration::from_secs(10),
+    )
+    .await?;
+    match r {
+        Reply::Exec { result } if result.exit_code == Some(0) => Ok(()),
+        other => Err(Error::backend(format!(
+            "cannot create workdir {}: {other:?}",
+            vm.workdir
+        ))),
+    }
+}
+
+pub(crate) fn expect_ok(r: Reply) -> Result<()> {
+    match r {
+        Reply::Ok => Ok(()),
+        other => Err(Error::backend(format!("unexpected agent reply {other:?}"))),
+    }
+}

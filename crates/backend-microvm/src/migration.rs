@@ -1,0 +1,432 @@
+//! Memory migration: the outgoing migration of a stopped guest into
+//! `memory.state` (plus `memory.ram` copied from the guest's memfd), the
+//! `meta.json` of a pause/snapshot, pause and snapshot themselves (with the
+//! disk export), cleaning up after a failed one and finishing a pause
+//! interrupted by a daemon kill. (The incoming side is `vm`'s: a start.)
+//! Every wait here is bounded by `migration_timeout`.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use stasis_agent_proto::Request;
+use stasis_backend::{failpoint, Artifact, SandboxSpec};
+use stasis_core::{Error, Result, SandboxId};
+
+use crate::disk;
+use crate::guest::{self, expect_ok};
+use crate::image::Image;
+use crate::qemu::{self, cleanup_dir_files, RamBacking};
+use crate::qmp::MigrationStatus;
+use crate::snapshot::{
+    self, hash_file, SnapshotMeta, DISK_ARTIFACT, MEMORY_RAM, MEMORY_STATE, META, META_FORMAT,
+};
+use crate::state::{self, MicrovmBackend, Vm};
+use crate::vm;
+
+/// Flush the guest, stop it and migrate its state into `out/memory.state`.
+/// Leaves the VM stopped on success; on error the VM is running again
+/// (`Ok(false)` inside the error message tells whether it still runs).
+pub(crate) async fn save_memory(b: &MicrovmBackend, vm: &Vm, out: &Path) -> Result<(u64, bool)> {
+    let t = Instant::now();
+    let state = out.join(MEMORY_STATE);
+    let mut qmp = vm.qmp.lock().await;
+    qmp.execute("stop", None).await?;
+    failpoint::hit("save.stopped");
+    let ram_file = vm.ram == RamBacking::SharedMemfd;
+    let r: Result<()> = async {
+        // Always set it: a VM re-attached after a daemon restart may run
+        // on a RAM file while recorded as anonymous, and QEMU keeps the
+        // capability from its incoming migration. The stream skips RAM
+        // exactly when it is saved as a file; a fork's private mapping
+        // (share=off) is streamed normally.
+        qmp.execute(
+            "migrate-set-capabilities",
+            Some(serde_json::json!({"capabilities": [
+                {"capability": "x-ignore-shared", "state": ram_file}
+            ]})),
+        )
+        .await?;
+        qmp.execute(
+            "migrate-set-parameters",
+            Some(serde_json::json!({"max-bandwidth": 64u64 << 30, "downtime-limit": 100000})),
+        )
+        .await?;
+        // The daemon opens the file; QEMU writes through the descriptor.
+        let file = std::fs::File::create(&state)?;
+        qmp.migrate_fd("migrate", &file).await?;
+        drop(file);
+        let deadline = Instant::now() + b.config.migration_timeout;
+        loop {
+            match qmp.query_migrate().await? {
+                MigrationStatus::Completed => break,
+                MigrationStatus::Failed(e) => {
+                    return Err(Error::backend(format!("migration failed: {e}")))
+                }
+                MigrationStatus::Cancelled => {
+                    return Err(Error::backend("migration was cancelled"))
+                }
+                MigrationStatus::None | MigrationStatus::Active(_) => {}
+            }
+            if Instant::now() >= deadline {
+                let _ = qmp.execute("migrate_cancel", None).await;
+                return Err(Error::timeout(format!(
+                    "migration did not complete within {} s",
+                    b.config.migration_timeout.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        failpoint::hit("save.migrated");
+        if ram_file {
+            // The VM is stopped: its RAM is consistent. Copy the memfd out
+            // (only its allocated pages: the copy is sparse).
+            let src = memfd_path(vm.pid)?;
+            let dst = out.join(MEMORY_RAM);
+            tokio::task::spawn_blocking(move || copy_data_extents(&src, &dst))
+                .await
+                .map_err(|e| Error::internal(e.to_string()))??;
+            failpoint::hit("save.ram-copied");
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(&state);
+        let _ = std::fs::remove_file(out.join(MEMORY_RAM));
+        let running = qmp.execute("cont", None).await.is_ok();
+        return Err(Error::new(
+            e.code,
+            format!(
+                "{}; {}",
+                e.message,
+                if running {
+                    "the sandbox still runs"
+                } else {
+                    "the sandbox's QEMU is not answering"
+                }
+            ),
+        ));
+    }
+    let size = std::fs::metadata(&state).map(|m| m.len()).unwrap_or(0);
+    let ms = t.elapsed().as_millis() as u64;
+    b.timings
+        .lock()
+        .unwrap()
+        .entry(vm.id.clone())
+        .or_default()
+        .migrate_ms = ms;
+    Ok((size, ram_file))
+}
+
+/// Write `out/meta.json` (atomically: a crash leaves the old file or
+/// none), with the blake3 and size of the memory files already in `out`.
+/// Needs no disk: a pause writes it while QEMU still holds the state.
+pub(crate) fn write_meta(
+    b: &MicrovmBackend,
+    vm: &Vm,
+    out: &Path,
+    memory: bool,
+    ram_file: bool,
+) -> Result<()> {
+    let mut meta = SnapshotMeta {
+        format: META_FORMAT,
+        image: vm.image.name.clone(),
+        image_digest: vm.image.digest.clone(),
+        memory_mb: vm.memory_mb,
+        qemu_version: b.qemu_version.clone(),
+        accelerator: vm.accel,
+        boot_id: vm.boot_id.clone(),
+        memory,
+        ram_file,
+        memory_state_blake3: None,
+        memory_state_bytes: 0,
+        memory_ram_blake3: None,
+        workdir: vm.workdir.clone(),
+        created_ms: stasis_core::now_ms(),
+        network: !vm.manifest.network.allow.is_empty(),
+        inputs: vm.inputs.iter().map(|d| d.digest.clone()).collect(),
+        vcpus: vm.vcpus,
+    };
+    if memory {
+        let (hash, size) = hash_file(&out.join(MEMORY_STATE))?;
+        meta.memory_state_blake3 = Some(hash);
+        meta.memory_state_bytes = size;
+        if ram_file {
+            meta.memory_ram_blake3 = Some(hash_file(&out.join(MEMORY_RAM))?.0);
+        }
+    }
+    snapshot::write(out, &meta)
+}
+
+/// A pause/snapshot failed before QEMU was told to quit: remove partial
+/// artifacts and say whether the sandbox still runs. A dead QEMU marks
+/// the sandbox failed (earlier snapshots, elsewhere, are untouched).
+pub(crate) async fn op_failed(vm: &Vm, out: &Path, e: Error, op: &str) -> Error {
+    for f in [MEMORY_STATE, MEMORY_RAM, DISK_ARTIFACT, META] {
+        let _ = std::fs::remove_file(out.join(f));
+    }
+    let alive = vm.proc.lock().await.alive();
+    if alive && vm.failed.lock().unwrap().is_none() {
+        let msg = if e.message.contains("still runs") || e.message.contains("not answering") {
+            e.message
+        } else {
+            format!("{}; the sandbox still runs", e.message)
+        };
+        return Error::new(e.code, format!("{op}: {msg}"));
+    }
+    let why = format!("QEMU exited during {op}");
+    if vm.failed.lock().unwrap().is_none() {
+        *vm.failed.lock().unwrap() = Some(why.clone());
+    }
+    cleanup_dir_files(&vm.dir);
+    Error::backend(format!(
+        "{op}: {}; {why}: the sandbox is lost (earlier snapshots are untouched)",
+        e.message
+    ))
+}
+
+/// Finish a pause whose QEMU is gone (a daemon killed mid-pause) from
+/// what it left: `out/meta.json` is written only once the memory state is
+/// complete, and the files must match its blake3; the disk overlay is
+/// then in `out` (done), in the sandbox dir (not moved yet) or in
+/// `out/.top.qcow2` (flatten interrupted: put back and redone; the flatten
+/// never empties it). `None` when nothing in `out` is provably complete.
+pub(crate) async fn finish_pause(
+    b: &MicrovmBackend,
+    spec: &SandboxSpec,
+    out: &Path,
+) -> Result<Option<Vec<Artifact>>> {
+    if b.vms.lock().unwrap().contains_key(&spec.id) || !out.is_dir() {
+        return Ok(None);
+    }
+    let meta = match snapshot::read_meta(out) {
+        Ok(Some(m)) if m.format == META_FORMAT => m,
+        Ok(_) => return Ok(None),
+        Err(e) => {
+            tracing::warn!(sandbox = %spec.id, "interrupted pause: {e}");
+            return Ok(None);
+        }
+    };
+    if meta.memory {
+        let want = meta.memory_state_blake3.clone().unwrap_or_default();
+        let mut r = snapshot::verify(
+            &b.verified,
+            &out.join(MEMORY_STATE),
+            &want,
+            Some(meta.memory_state_bytes),
+        )
+        .await;
+        if r.is_ok() && meta.ram_file {
+            let want = meta.memory_ram_blake3.clone().unwrap_or_default();
+            r = snapshot::verify(&b.verified, &out.join(MEMORY_RAM), &want, None).await;
+        }
+        if let Err(e) = r {
+            tracing::warn!(sandbox = %spec.id, "interrupted pause left no usable memory state: {e}");
+            return Ok(None);
+        }
+    }
+    if !out.join(DISK_ARTIFACT).is_file() {
+        let disk = spec.dir.join(qemu::DISK);
+        let top = out.join(".top.qcow2");
+        if !disk.is_file() && top.is_file() {
+            std::fs::rename(&top, &disk)?;
+        }
+        if !disk.is_file() {
+            tracing::warn!(sandbox = %spec.id, "interrupted pause: its disk is nowhere");
+            return Ok(None);
+        }
+        let image = Image::resolve(&b.config.images_dir, spec.manifest.image.as_deref())?;
+        disk::export_disk(&b.config.qemu_img, &spec.dir, out, true, &image.rootfs()).await?;
+    }
+    for f in [qemu::BASE_DISK, MEMORY_RAM] {
+        let _ = std::fs::remove_file(spec.dir.join(f));
+    }
+    cleanup_dir_files(&spec.dir);
+    for f in [".top.qcow2", ".base.qcow2", ".meta.json.tmp"] {
+        let _ = std::fs::remove_file(out.join(f));
+    }
+    snapshot::artifacts_of(out).map(Some)
+}
+
+/// The guest RAM memfd of a QEMU, as a path that can be opened.
+pub(crate) fn memfd_path(pid: i32) -> Result<PathBuf> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))?;
+    for e in fds.flatten() {
+        if let Ok(target) = std::fs::read_link(e.path()) {
+            if target
+                .to_string_lossy()
+                .starts_with("/memfd:memory-backend-memfd")
+            {
+                return Ok(e.path());
+            }
+        }
+    }
+    Err(Error::backend(format!("QEMU {pid} has no guest RAM memfd")))
+}
+
+/// Copy only the allocated extents of `src` (SEEK_DATA/SEEK_HOLE) into a new
+/// sparse `dst` of the same length.
+pub(crate) fn copy_data_extents(src: &Path, dst: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let i = std::fs::File::open(src)?;
+    let len = i.metadata()?.len();
+    let o = std::fs::File::create(dst)?;
+    o.set_len(len)?;
+    let fd = i.as_raw_fd();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pos: i64 = 0;
+    while (pos as u64) < len {
+        let data = unsafe { libc::lseek(fd, pos, libc::SEEK_DATA) };
+        if data < 0 {
+            break; // ENXIO: no more data
+        }
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let end = if hole < 0 { len as i64 } else { hole };
+        let mut at = data;
+        while at < end {
+            let n = ((end - at) as usize).min(buf.len());
+            i.read_exact_at(&mut buf[..n], at as u64)?;
+            o.write_all_at(&buf[..n], at as u64)?;
+            at += n as i64;
+        }
+        pos = end;
+    }
+    Ok(())
+}
+
+pub(crate) async fn pause(
+    b: &MicrovmBackend,
+    id: &SandboxId,
+    out: &Path,
+    keep_memory: bool,
+) -> Result<Vec<Artifact>> {
+    let vm = state::vm(b, id)?;
+    std::fs::create_dir_all(out)?;
+    let t = Instant::now();
+    let saved: Result<()> = async {
+        let r = guest::call(b, &vm, Request::Sync, None, Duration::ZERO).await;
+        expect_ok(r?).map_err(|e| e.context("sync"))?;
+        let ram_file = if keep_memory {
+            save_memory(b, &vm, out).await?.1
+        } else {
+            false
+        };
+        // meta.json, with the blake3 of the memory files, is written
+        // while QEMU still holds the state: once QEMU is gone, a
+        // meta.json that verifies is the proof that the memory state is
+        // complete (see `pause_leftovers`).
+        if let Err(e) = write_meta(b, &vm, out, keep_memory, ram_file) {
+            if keep_memory {
+                let _ = vm.qmp.lock().await.execute("cont", None).await;
+            }
+            return Err(e);
+        }
+        failpoint::hit("pause.meta-written");
+        Ok(())
+    }
+    .await;
+    if let Err(e) = saved {
+        return Err(op_failed(&vm, out, e, "pause").await);
+    }
+    // From here the VM goes away; the artifacts are complete once the disk
+    // has been moved out.
+    b.vms.lock().unwrap().remove(id);
+    vm::quit_vm(&vm).await;
+    failpoint::hit("pause.quit");
+    let td = Instant::now();
+    let r = async {
+        disk::export_disk(&b.config.qemu_img, &vm.dir, out, true, &vm.image.rootfs()).await?;
+        failpoint::hit("pause.disk-exported");
+        snapshot::artifacts_of(out)
+    }
+    .await;
+    cleanup_dir_files(&vm.dir);
+    let _ = std::fs::remove_file(vm.dir.join(qemu::BASE_DISK));
+    let _ = std::fs::remove_file(vm.dir.join(MEMORY_RAM));
+    match r {
+        Ok(arts) => {
+            let mut tm = b.timings.lock().unwrap();
+            let e = tm.entry(id.clone()).or_default();
+            e.disk_ms = td.elapsed().as_millis() as u64;
+            tracing::info!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "paused");
+            Ok(arts)
+        }
+        Err(e) => Err(e.context(
+            "pause: QEMU has exited but the artifacts could not be written; the sandbox is not running",
+        )),
+    }
+}
+
+pub(crate) async fn snapshot(
+    b: &MicrovmBackend,
+    id: &SandboxId,
+    out: &Path,
+) -> Result<Vec<Artifact>> {
+    let vm = state::vm(b, id)?;
+    std::fs::create_dir_all(out)?;
+    let saved: Result<bool> = async {
+        let r = guest::call(b, &vm, Request::Sync, None, Duration::ZERO).await;
+        expect_ok(r?).map_err(|e| e.context("sync"))?;
+        Ok(save_memory(b, &vm, out).await?.1)
+    }
+    .await;
+    let ram_file = match saved {
+        Ok(rf) => rf,
+        Err(e) => return Err(op_failed(&vm, out, e, "snapshot").await),
+    };
+    // The VM is stopped and its block devices flushed/inactivated by the
+    // completed migration: copy the disk now, then continue.
+    let td = Instant::now();
+    let disk = disk::export_disk(&b.config.qemu_img, &vm.dir, out, false, &vm.image.rootfs()).await;
+    let cont = vm.qmp.lock().await.execute("cont", None).await;
+    if let Err(e) = cont {
+        guest::fail_vm(&vm, &format!("cont after snapshot: {}", e.message)).await;
+        return Err(Error::backend(format!(
+            "snapshot: the VM could not be continued ({}); it was killed",
+            e.message
+        )));
+    }
+    if let Err(e) = disk {
+        let _ = std::fs::remove_file(out.join(MEMORY_STATE));
+        let _ = std::fs::remove_file(out.join(MEMORY_RAM));
+        return Err(e.context("snapshot: disk copy failed; the sandbox still runs"));
+    }
+    b.timings
+        .lock()
+        .unwrap()
+        .entry(id.clone())
+        .or_default()
+        .disk_ms = td.elapsed().as_millis() as u64;
+    // Guest time jumped by the stop: put it right.
+    let _ = guest::set_time(b, &vm).await;
+    write_meta(b, &vm, out, true, ram_file)?;
+    snapshot::artifacts_of(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extent_copy_keeps_content_and_holes() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("a");
+        let f = std::fs::File::create(&src).unwrap();
+        let len = 8u64 << 20;
+        f.set_len(len).unwrap();
+        f.write_all_at(&[7u8; 5000], 4096).unwrap();
+        f.write_all_at(&[9u8; 10], 6 << 20).unwrap();
+        drop(f);
+        let dst = dir.path().join("b");
+        copy_data_extents(&src, &dst).unwrap();
+        assert_eq!(std::fs::read(&dst).unwrap(), std::fs::read(&src).unwrap());
+        use std::os::unix::fs::MetadataExt;
+        let blocks = std::fs::metadata(&dst).unwrap().blocks();
+        assert!(
+            blocks * 512 < len / 2,
+            "copy is not sparse: {blocks} blocks"
+        );
+    }
+}

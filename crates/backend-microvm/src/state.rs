@@ -1,0 +1,152 @@
+//! What the backend holds: the table of running VMs ([`Vm`]: handles to a
+//! QEMU, its QMP and agent channels), the per-sandbox `vm.json` record that
+//! `recover` rebuilds a handle from, operation timings, the verified-file
+//! cache and the accelerator report (probed once).
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use stasis_core::{Error, Manifest, Result, SandboxId};
+
+use crate::accel::{probe_accelerator, AccelReport};
+use crate::agent::AgentConn;
+use crate::boundary;
+use crate::config::MicrovmConfig;
+use crate::image::Image;
+use crate::qemu::{self, Accel, RamBacking};
+use crate::qmp::Qmp;
+use crate::snapshot::{one_vcpu, FileKey};
+
+/// Per-sandbox record of how its QEMU was started (for `recover`).
+pub(crate) const VM_RECORD: &str = "vm.json";
+
+/// `vm.json` in the sandbox dir: what `recover` needs to rebuild its handle.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct VmRecord {
+    pub(crate) image: String,
+    pub(crate) image_dir: PathBuf,
+    pub(crate) image_digest: String,
+    pub(crate) memory_mb: u64,
+    pub(crate) accelerator: Accel,
+    pub(crate) boot_id: String,
+    pub(crate) workdir: String,
+    pub(crate) shared_ram: bool,
+    #[serde(default)]
+    pub(crate) inputs: Vec<boundary::InputDisk>,
+    #[serde(default = "one_vcpu")]
+    pub(crate) vcpus: u32,
+}
+
+/// Timings of the last lifecycle operations, for benches and logs.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct OpTimings {
+    /// QEMU start -> agent answered (cold boot) or migration loaded + agent answered.
+    pub start_ms: u64,
+    /// Incoming migration load (resume/restore), part of `start_ms`.
+    pub incoming_ms: u64,
+    /// Resume/restore: checks + disk placement before QEMU starts.
+    pub prepare_ms: u64,
+    /// Resume/restore: SetIdentity/SetTime after the agent answered.
+    pub finish_ms: u64,
+    /// Outgoing migration (pause/snapshot).
+    pub migrate_ms: u64,
+    pub disk_ms: u64,
+}
+
+pub(crate) struct Vm {
+    pub(crate) id: SandboxId,
+    pub(crate) dir: PathBuf,
+    pub(crate) image: Image,
+    pub(crate) memory_mb: u64,
+    pub(crate) accel: Accel,
+    pub(crate) workdir: String,
+    pub(crate) env: std::collections::BTreeMap<String, String>,
+    pub(crate) manifest: Manifest,
+    pub(crate) inputs: Vec<boundary::InputDisk>,
+    pub(crate) vcpus: u32,
+    pub(crate) ram: RamBacking,
+    pub(crate) boot_id: String,
+    pub(crate) proc: tokio::sync::Mutex<qemu::QemuProc>,
+    pub(crate) pid: i32,
+    pub(crate) qmp: tokio::sync::Mutex<Qmp>,
+    pub(crate) agent: tokio::sync::RwLock<Arc<AgentConn>>,
+    pub(crate) failed: Mutex<Option<String>>,
+}
+
+/// The microVM backend (its `Backend` impl is in the crate root).
+pub struct MicrovmBackend {
+    pub(crate) config: MicrovmConfig,
+    pub(crate) vms: Mutex<HashMap<SandboxId, Arc<Vm>>>,
+    pub(crate) accel: tokio::sync::OnceCell<AccelReport>,
+    pub(crate) qemu_version: String,
+    pub(crate) seen_parents: Mutex<HashSet<PathBuf>>,
+    pub(crate) timings: Mutex<HashMap<SandboxId, OpTimings>>,
+    pub(crate) verified: Mutex<HashMap<FileKey, String>>,
+}
+
+/// The accelerator report, probing on first use.
+pub(crate) async fn accel_report(b: &MicrovmBackend) -> &AccelReport {
+    b.accel.get_or_init(|| probe_accelerator(&b.config)).await
+}
+
+/// The accelerator new guests boot under.
+pub(crate) async fn accelerator(b: &MicrovmBackend) -> Accel {
+    accel_report(b).await.accelerator
+}
+
+pub(crate) fn vm(b: &MicrovmBackend, id: &SandboxId) -> Result<Arc<Vm>> {
+    let vm = b
+        .vms
+        .lock()
+        .unwrap()
+        .get(id)
+        .cloned()
+        .ok_or_else(|| Error::state(format!("microVM sandbox {id} is not running")))?;
+    if let Some(why) = vm.failed.lock().unwrap().clone() {
+        return Err(Error::backend(format!("sandbox {id} failed: {why}")));
+    }
+    Ok(vm)
+}
+
+pub(crate) fn remember_parent(b: &MicrovmBackend, dir: &Path) {
+    if let Some(p) = dir.parent() {
+        b.seen_parents.lock().unwrap().insert(p.to_path_buf());
+    }
+}
+
+pub(crate) fn note_finish(b: &MicrovmBackend, id: &SandboxId, since: Instant) {
+    if let Some(t) = b.timings.lock().unwrap().get_mut(id) {
+        t.finish_ms = since.elapsed().as_millis() as u64;
+    }
+}
+
+pub(crate) fn write_record(vm: &Vm) -> Result<()> {
+    let rec = VmRecord {
+        image: vm.image.name.clone(),
+        image_dir: vm.image.dir.clone(),
+        image_digest: vm.image.digest.clone(),
+        memory_mb: vm.memory_mb,
+        accelerator: vm.accel,
+        boot_id: vm.boot_id.clone(),
+        workdir: vm.workdir.clone(),
+        shared_ram: vm.ram == RamBacking::SharedMemfd,
+        inputs: vm.inputs.clone(),
+        vcpus: vm.vcpus,
+    };
+    // QEMU (perhaps the guest's) runs and may write the directory: a
+    // name it planted is replaced, never written through.
+    stasis_backend::fsafe::write_replace(
+        &vm.dir.join(VM_RECORD),
+        &serde_json::to_vec_pretty(&rec)?,
+        0o644,
+    )
+}
+
+pub(crate) fn insert(b: &MicrovmBackend, vm: Arc<Vm>) -> Result<()> {
+    write_record(&vm)?;
+    b.vms.lock().unwrap().insert(vm.id.clone(), vm);
+    Ok(())
+}
