@@ -19,30 +19,28 @@
 //! stdin), `write FILE TEXT..`, `set KEY VALUE` / `get KEY` (memory state),
 //! `env NAME`, `sleep SECS`; anything else exits 127.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::{
-    Artifact, ArtifactKind, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered,
-    SandboxSpec, Usage,
+    Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
     now_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, FileKind, Result,
     SandboxId, SessionInfo, SessionOutput, SessionSpec, Stream,
 };
 
-/// The writable layer, as an artifact.
-pub const FS_ARTIFACT: &str = "fs.json";
-/// The memory map, as an artifact (pauses that keep memory, snapshots).
-pub const MEMORY_ARTIFACT: &str = "memory.json";
-/// Checksums of the two above: written last, so its presence means complete.
-pub const META_ARTIFACT: &str = "fake.json";
+mod artifacts;
+mod sandbox;
+
+pub use artifacts::{FS_ARTIFACT, MEMORY_ARTIFACT, META_ARTIFACT};
+use sandbox::{interpret, session_info};
+pub use sandbox::{resolve, FakeFile, FakeSandbox, FakeSession};
 
 /// What an injected fault does at its step.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,37 +49,6 @@ pub enum Fault {
     Fail(ErrorCode),
     /// Never answer (a daemon killed at this instant).
     Crash,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FakeFile {
-    pub data: Vec<u8>,
-    pub mode: u32,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FakeSession {
-    pub argv: Vec<String>,
-    pub output: Vec<u8>,
-    pub running: bool,
-    pub exit_code: Option<i32>,
-    pub started_at_ms: i64,
-}
-
-/// One sandbox as the fake holds it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FakeSandbox {
-    pub workdir: String,
-    /// Its compute runs.
-    pub running: bool,
-    /// Its files are on this host (false once a pause moved them into artifacts).
-    pub files_on_host: bool,
-    pub files: BTreeMap<String, FakeFile>,
-    pub dirs: BTreeSet<String>,
-    /// Process memory: lost by a filesystem-only pause or a lost compute.
-    pub memory: BTreeMap<String, String>,
-    pub sessions: BTreeMap<String, FakeSession>,
-    pub execs: u64,
 }
 
 #[derive(Debug, Default)]
@@ -104,153 +71,6 @@ pub struct FakeBackend {
 impl Default for FakeBackend {
     fn default() -> Self {
         FakeBackend::new(BackendKind::Process)
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-struct FsLayer {
-    files: BTreeMap<String, FakeFile>,
-    dirs: BTreeSet<String>,
-}
-
-/// What a pause that keeps memory saves: the memory map and the sessions.
-#[derive(Serialize, Deserialize)]
-struct MemoryImage {
-    memory: BTreeMap<String, String>,
-    sessions: BTreeMap<String, FakeSession>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct ArtifactsMeta {
-    fs: u64,
-    memory: Option<u64>,
-}
-
-/// FNV-1a: enough to tell a changed artifact from its original.
-fn checksum(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
-/// `path` inside a sandbox whose workdir is `workdir`, as a normalized
-/// absolute path; `..` never climbs above `/`.
-pub fn resolve(workdir: &str, path: &str) -> Result<String> {
-    if path.is_empty() || path.contains('\0') {
-        return Err(Error::invalid(format!("bad path {path:?}")).with_field("path"));
-    }
-    let joined = if path.starts_with('/') {
-        path.to_string()
-    } else {
-        format!("{workdir}/{path}")
-    };
-    let mut parts: Vec<&str> = Vec::new();
-    for c in joined.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            c => parts.push(c),
-        }
-    }
-    Ok(format!("/{}", parts.join("/")))
-}
-
-fn parents(path: &str) -> impl Iterator<Item = String> + '_ {
-    path.match_indices('/').map(move |(i, _)| {
-        if i == 0 {
-            "/".to_string()
-        } else {
-            path[..i].to_string()
-        }
-    })
-}
-
-impl FakeSandbox {
-    fn new(workdir: &str) -> Self {
-        let mut sb = FakeSandbox {
-            workdir: workdir.to_string(),
-            running: true,
-            files_on_host: true,
-            ..Default::default()
-        };
-        sb.mkdirs(workdir);
-        sb
-    }
-
-    fn mkdirs(&mut self, dir: &str) {
-        self.dirs.extend(parents(dir));
-        self.dirs.insert(dir.to_string());
-    }
-
-    fn write(&mut self, path: &str, data: &[u8], mode: Option<u32>) -> Result<()> {
-        let p = resolve(&self.workdir, path)?;
-        if self.dirs.contains(&p) {
-            return Err(Error::invalid(format!("{p} is a directory")));
-        }
-        self.dirs.extend(parents(&p));
-        let mode = mode.unwrap_or(0o644);
-        self.files.insert(
-            p,
-            FakeFile {
-                data: data.to_vec(),
-                mode,
-            },
-        );
-        Ok(())
-    }
-
-    fn read(&self, path: &str) -> Result<&FakeFile> {
-        let p = resolve(&self.workdir, path)?;
-        self.files
-            .get(&p)
-            .ok_or_else(|| Error::not_found(format!("file {p}")))
-    }
-}
-
-fn result(code: i32, stdout: impl Into<Vec<u8>>, stderr: impl Into<Vec<u8>>) -> ExecResult {
-    ExecResult {
-        exit_code: Some(code),
-        signal: None,
-        stdout: stdout.into(),
-        stderr: stderr.into(),
-        timed_out: false,
-        truncated: false,
-        duration_ms: 0,
-    }
-}
-
-/// Run one fake command against `sb` (no waiting: see `sleep` in `exec`).
-fn interpret(sb: &mut FakeSandbox, req: &ExecRequest) -> ExecResult {
-    let argv: Vec<&str> = req.argv.iter().map(String::as_str).collect();
-    sb.execs += 1;
-    match argv.as_slice() {
-        ["true"] | ["sleep", _] => result(0, "", ""),
-        ["false"] => result(1, "", ""),
-        ["echo", rest @ ..] => result(0, format!("{}\n", rest.join(" ")), ""),
-        ["cat"] => result(0, req.stdin.clone().unwrap_or_default(), ""),
-        ["cat", file] => match sb.read(file) {
-            Ok(f) => result(0, f.data.clone(), ""),
-            Err(_) => result(1, "", format!("cat: {file}: No such file or directory\n")),
-        },
-        ["write", file, rest @ ..] => match sb.write(file, rest.join(" ").as_bytes(), None) {
-            Ok(()) => result(0, "", ""),
-            Err(e) => result(1, "", e.message),
-        },
-        ["set", key, value] => {
-            sb.memory.insert(key.to_string(), value.to_string());
-            result(0, "", "")
-        }
-        ["get", key] => match sb.memory.get(*key) {
-            Some(v) => result(0, format!("{v}\n"), ""),
-            None => result(1, "", format!("{key}: not set\n")),
-        },
-        ["env", name] => match req.env.get(*name) {
-            Some(v) => result(0, format!("{v}\n"), ""),
-            None => result(1, "", ""),
-        },
-        _ => result(127, "", format!("{}: command not found\n", argv[0])),
     }
 }
 
@@ -355,92 +175,8 @@ impl FakeBackend {
         }
     }
 
-    /// Write the sandbox's state as artifacts into `out`.
-    fn write_artifacts(sb: &FakeSandbox, out: &Path, memory: bool) -> Result<Vec<Artifact>> {
-        let fs = serde_json::to_vec(&FsLayer {
-            files: sb.files.clone(),
-            dirs: sb.dirs.clone(),
-        })?;
-        std::fs::write(out.join(FS_ARTIFACT), &fs)?;
-        let mut arts = vec![Artifact {
-            name: FS_ARTIFACT.into(),
-            kind: ArtifactKind::FsLayer,
-            size: fs.len() as u64,
-        }];
-        let mut meta = ArtifactsMeta {
-            fs: checksum(&fs),
-            memory: None,
-        };
-        if memory {
-            let mem = serde_json::to_vec(&MemoryImage {
-                memory: sb.memory.clone(),
-                sessions: sb.sessions.clone(),
-            })?;
-            std::fs::write(out.join(MEMORY_ARTIFACT), &mem)?;
-            meta.memory = Some(checksum(&mem));
-            arts.push(Artifact {
-                name: MEMORY_ARTIFACT.into(),
-                kind: ArtifactKind::Memory,
-                size: mem.len() as u64,
-            });
-        }
-        let m = serde_json::to_vec(&meta)?;
-        std::fs::write(out.join(META_ARTIFACT), &m)?;
-        arts.push(Artifact {
-            name: META_ARTIFACT.into(),
-            kind: ArtifactKind::Meta,
-            size: m.len() as u64,
-        });
-        Ok(arts)
-    }
-
-    /// A sandbox from the artifacts in `dir`: None when `dir` has none;
-    /// `integrity_error` when they do not verify.
-    fn read_artifacts(workdir: &str, dir: &Path) -> Result<Option<(FakeSandbox, Vec<Artifact>)>> {
-        let Ok(m) = std::fs::read(dir.join(META_ARTIFACT)) else {
-            return Ok(None);
-        };
-        let bad = |what: &str| Error::integrity(format!("fake artifacts: {what}"));
-        let meta: ArtifactsMeta = serde_json::from_slice(&m).map_err(|_| bad("meta"))?;
-        let fs = std::fs::read(dir.join(FS_ARTIFACT)).map_err(|_| bad("no fs layer"))?;
-        if checksum(&fs) != meta.fs {
-            return Err(bad("fs layer checksum"));
-        }
-        let layer: FsLayer = serde_json::from_slice(&fs).map_err(|_| bad("fs layer"))?;
-        let mut sb = FakeSandbox::new(workdir);
-        sb.files = layer.files;
-        sb.dirs.extend(layer.dirs);
-        let mut arts = vec![
-            Artifact {
-                name: FS_ARTIFACT.into(),
-                kind: ArtifactKind::FsLayer,
-                size: fs.len() as u64,
-            },
-            Artifact {
-                name: META_ARTIFACT.into(),
-                kind: ArtifactKind::Meta,
-                size: m.len() as u64,
-            },
-        ];
-        if let Some(sum) = meta.memory {
-            let mem = std::fs::read(dir.join(MEMORY_ARTIFACT)).map_err(|_| bad("no memory"))?;
-            if checksum(&mem) != sum {
-                return Err(bad("memory checksum"));
-            }
-            let image: MemoryImage = serde_json::from_slice(&mem).map_err(|_| bad("memory"))?;
-            sb.memory = image.memory;
-            sb.sessions = image.sessions;
-            arts.push(Artifact {
-                name: MEMORY_ARTIFACT.into(),
-                kind: ArtifactKind::Memory,
-                size: mem.len() as u64,
-            });
-        }
-        Ok(Some((sb, arts)))
-    }
-
     fn start_from(&self, spec: &SandboxSpec, artifacts: &Path, op: &str) -> Result<()> {
-        let read = Self::read_artifacts(&spec.manifest.workdir, artifacts)?;
+        let read = artifacts::read(&spec.manifest.workdir, artifacts)?;
         let mut st = self.lock();
         let sb = match read {
             Some((sb, _)) => sb,
@@ -711,7 +447,7 @@ impl Backend for FakeBackend {
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
         self.step("pause").await?;
         let arts = self.with_running(id, |sb| {
-            let arts = Self::write_artifacts(sb, out, keep_memory)?;
+            let arts = artifacts::write(sb, out, keep_memory)?;
             // Its state now lives only in the artifacts.
             *sb = FakeSandbox {
                 workdir: sb.workdir.clone(),
@@ -731,7 +467,7 @@ impl Backend for FakeBackend {
 
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
         self.step("snapshot").await?;
-        let arts = self.with_running(id, |sb| Self::write_artifacts(sb, out, true))?;
+        let arts = self.with_running(id, |sb| artifacts::write(sb, out, true))?;
         self.step("snapshot.done").await?;
         Ok(arts)
     }
@@ -767,7 +503,7 @@ impl Backend for FakeBackend {
                 .sandboxes
                 .get(&spec.id)
                 .is_some_and(|sb| sb.files_on_host);
-        let artifacts = match Self::read_artifacts(&spec.manifest.workdir, out) {
+        let artifacts = match artifacts::read(&spec.manifest.workdir, out) {
             Ok(Some((_, arts))) => Some(arts),
             _ => None,
         };
@@ -805,17 +541,6 @@ impl Backend for FakeBackend {
             host_processes: u64::from(sb.running),
             pss_bytes: rss,
         })
-    }
-}
-
-fn session_info(id: &str, s: &FakeSession) -> SessionInfo {
-    SessionInfo {
-        id: id.to_string(),
-        argv: s.argv.clone(),
-        running: s.running,
-        exit_code: s.exit_code,
-        started_at_ms: s.started_at_ms,
-        output_end: s.output.len() as u64,
     }
 }
 
