@@ -353,3 +353,91 @@ async fn reconcile_cleans_up_orphans() {
     m.reconcile().await.unwrap();
     assert_eq!(env.fake.held(), vec![keep.id.clone()]);
 }
+
+/// Set (to a directory) only in the child process of
+/// [`daemon_killed_at_each_pause_failpoint`].
+const CHILD_DIR: &str = "STASIS_TEST_MANAGER_CHILD_DIR";
+
+/// The child's part: a sandbox checkpointed once (an earlier snapshot;
+/// not a pause, which would hit the armed failpoint), changed, then paused
+/// with the manager's failpoint `STASIS_FAILPOINT` armed, which aborts the
+/// process. Does nothing outside that child.
+#[tokio::test]
+async fn failpoint_child() {
+    let Ok(dir) = std::env::var(CHILD_DIR) else {
+        return;
+    };
+    let env = Env::at(dir.into(), BackendKind::Process);
+    let m = env.manager().await;
+    let mut man = manifest();
+    man.lifecycle.on_idle = stasis_core::OnIdle::Nothing;
+    man.lifecycle.checkpoint_secs = 1;
+    let rec = running_with(&m, man).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    let done = m.reap_once().await.unwrap();
+    assert_eq!(done, vec![(rec.id.clone(), "checkpointed")]);
+    run(&m, &rec.id, &["write", "f", "newer"]).await;
+    std::fs::write(env.root.join("id"), rec.id.as_str()).unwrap();
+    let r = m.pause(&ctx(), &rec.id, None).await;
+    panic!("the failpoint did not fire: {r:?}");
+}
+
+/// The daemon process killed (abort, as `kill -9`) at each of the manager's
+/// own pause failpoints; the backend's state dies with it (a fresh fake in
+/// the restarted daemon: compute and host files gone). After reconcile:
+/// - `pause.pausing` (Pausing persisted, nothing saved): Paused on the
+///   earlier checkpoint, progress since it lost;
+/// - `pause.staged` (stage complete, no intent): the stage is uploaded;
+/// - `pause.intent-written` (intent names the snapshot id): uploaded as that id;
+/// - `pause.stored` (snapshot in the store, not yet recorded): recorded;
+/// - `pause.recorded` (Paused recorded, stage not yet dropped): Paused, the stage dropped;
+/// in the last four, paused on the new state (files and memory).
+#[tokio::test]
+async fn daemon_killed_at_each_pause_failpoint() {
+    for (point, persisted) in [
+        ("pause.pausing", SandboxState::Pausing),
+        ("pause.staged", SandboxState::Pausing),
+        ("pause.intent-written", SandboxState::Pausing),
+        ("pause.stored", SandboxState::Pausing),
+        ("pause.recorded", SandboxState::Paused),
+    ] {
+        let env = Env::process();
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "crash::failpoint_child", "--nocapture"])
+            .args(["--test-threads", "1"])
+            .env(CHILD_DIR, &env.root)
+            .env("STASIS_FAILPOINT", point)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(&format!("failpoint {point}")),
+            "{point}: {err}"
+        );
+        let id = std::fs::read_to_string(env.root.join("id")).unwrap();
+        let id = SandboxId::parse(&id).unwrap();
+        assert_eq!(env.persisted(&id).await, persisted, "{point}");
+        let checkpoint = env.meta().await.get(&id).await.unwrap().checkpoint_snapshot;
+        let m = restart(&env).await;
+        let r = record(&m, &id).await;
+        assert_eq!(r.state, SandboxState::Paused, "{point}: {:?}", r.reason);
+        let stage = env
+            .data_dir()
+            .join("sandboxes")
+            .join(id.as_str())
+            .join("pause-stage");
+        assert!(!stage.exists(), "{point}: stage dropped");
+        let snap = r.pause_snapshot.clone().expect("paused on a snapshot");
+        assert!(stored(&m, &snap).await, "{point}");
+        if point == "pause.pausing" {
+            assert_eq!(Some(&snap), checkpoint.as_ref(), "{point}: the checkpoint");
+            assert_eq!(r.recovered_from_snapshot.as_ref(), Some(&snap), "{point}");
+            assert!(r.checkpoint_snapshot.is_none(), "{point}: one owner");
+            assert_eq!(run(&m, &id, &["cat", "f"]).await, "files", "{point}");
+        } else {
+            assert_ne!(Some(&snap), checkpoint.as_ref(), "{point}");
+            assert_eq!(run(&m, &id, &["cat", "f"]).await, "newer", "{point}");
+            assert_eq!(run(&m, &id, &["get", "k"]).await, "memory\n", "{point}");
+        }
+    }
+}

@@ -17,14 +17,26 @@ use stasis_server::{Ctx, Manager, ManagerConfig, Snapshots};
 use stasis_store::{MasterKey, Store};
 
 pub struct Env {
-    pub dir: tempfile::TempDir,
+    pub root: std::path::PathBuf,
+    _tmp: Option<tempfile::TempDir>,
     pub fake: FakeBackend,
 }
 
 impl Env {
     pub fn new(kind: BackendKind) -> Env {
+        let tmp = tempfile::tempdir().unwrap();
         Env {
-            dir: tempfile::tempdir().unwrap(),
+            root: tmp.path().to_path_buf(),
+            _tmp: Some(tmp),
+            fake: FakeBackend::new(kind),
+        }
+    }
+
+    /// On a directory another process made (kept when this is dropped).
+    pub fn at(root: std::path::PathBuf, kind: BackendKind) -> Env {
+        Env {
+            root,
+            _tmp: None,
             fake: FakeBackend::new(kind),
         }
     }
@@ -34,7 +46,7 @@ impl Env {
     }
 
     pub fn data_dir(&self) -> std::path::PathBuf {
-        self.dir.path().join("data")
+        self.root.join("data")
     }
 
     /// The meta database as a restarted daemon finds it.
