@@ -412,3 +412,81 @@ fn the_fake_is_the_backend_kind_it_was_given() {
         BackendKind::Microvm
     );
 }
+
+/// Two lifecycle changes at once: the slot lock orders them, the second
+/// finds the state the first left and answers accordingly.
+#[tokio::test]
+async fn concurrent_lifecycle_changes_are_serialized() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let rec = running(&m).await;
+    let c = ctx();
+    let (a, b) = tokio::join!(m.pause(&c, &rec.id, None), m.pause(&c, &rec.id, None));
+    let codes: Vec<_> = [a.map(|_| ()), b.map(|_| ())]
+        .into_iter()
+        .map(|r| r.err().map(|e| e.code))
+        .collect();
+    assert!(codes.contains(&None), "{codes:?}");
+    assert!(codes.contains(&Some(ErrorCode::InvalidState)), "{codes:?}");
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Paused);
+    let (d, r) = tokio::join!(m.destroy(&c, &rec.id), m.resume(&c, &rec.id));
+    // Destroy wins either way; a resume that came second found it destroyed.
+    d.unwrap();
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Destroyed);
+    if let Err(e) = r {
+        assert_eq!(e.code, ErrorCode::InvalidState);
+    }
+    assert!(env.fake.held().is_empty());
+}
+
+/// Requests refused before anything is made: bad arguments, a backend not
+/// enabled here, a restore onto another backend.
+#[tokio::test]
+async fn refused_requests_make_nothing() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let mut vm = manifest();
+    vm.backend = Some(BackendKind::Microvm);
+    assert_eq!(
+        code(m.create(&ctx(), vm.clone()).await),
+        ErrorCode::Unsupported
+    );
+    assert!(m.list(&ctx(), None).await.unwrap().is_empty());
+    let rec = running(&m).await;
+    assert_eq!(
+        code(m.fork(&ctx(), &rec.id, 65).await),
+        ErrorCode::InvalidArgument
+    );
+    let e = m
+        .snapshot(&ctx(), &rec.id, Some(std::time::Duration::ZERO))
+        .await;
+    assert_eq!(code(e), ErrorCode::InvalidArgument);
+    let snap = m.snapshot(&ctx(), &rec.id, None).await.unwrap();
+    let e = m.restore(&ctx(), &snap.id, Some(vm)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidArgument);
+    assert_eq!(e.field.as_deref(), Some("backend"));
+    assert_eq!(m.list(&ctx(), None).await.unwrap().len(), 1);
+    assert_eq!(env.fake.held(), vec![rec.id.clone()]);
+}
+
+/// A daemon restarted without the backend a sandbox runs on leaves it
+/// alone (counted as skipped), and settles it once the backend is back.
+#[tokio::test]
+async fn reconcile_skips_sandboxes_of_a_backend_not_enabled() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let rec = running(&m).await;
+    m.destroy(&ctx(), &running(&m).await.id).await.unwrap();
+    drop(m);
+    let other = Env::at(env.root.clone(), BackendKind::Microvm);
+    let m = other.manager().await;
+    let report = m.reconcile().await.unwrap();
+    assert_eq!(report.skipped, 1, "{report:?}");
+    assert!(report.changed.is_empty());
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Running);
+    drop(m);
+    let m = env.manager().await;
+    let report = m.reconcile().await.unwrap();
+    assert_eq!(report.skipped, 0);
+    assert_eq!(run(&m, &rec.id, &["get", "k"]).await, "memory\n");
+}
