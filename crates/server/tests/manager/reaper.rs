@@ -137,6 +137,42 @@ async fn a_checkpoint_is_taken_on_schedule_and_replaces_the_last() {
     assert!(!stored(&m, &second).await, "destroy deletes the checkpoint");
 }
 
+/// The lifetime limit counts running time only: time paused is not spent.
+/// A checkpoint is not activity: an idle sandbox is paused in the same pass.
+#[tokio::test]
+async fn lifetime_excludes_paused_time_and_checkpoints_are_not_activity() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let mut man = manifest();
+    man.lifecycle.max_lifetime_secs = 2;
+    man.lifecycle.on_idle = OnIdle::Nothing;
+    let rec = running_with(&m, man).await;
+    sleep_ms(1100).await;
+    m.pause(&ctx(), &rec.id, None).await.unwrap();
+    sleep_ms(1500).await;
+    m.resume(&ctx(), &rec.id).await.unwrap();
+    assert!(
+        m.reap_once().await.unwrap().is_empty(),
+        "about 1.1 s of 2 s used"
+    );
+    sleep_ms(1000).await;
+    let done = m.reap_once().await.unwrap();
+    assert_eq!(done, vec![(rec.id.clone(), "lifetime_expired")]);
+
+    let mut man = short_lived(OnIdle::Pause);
+    man.lifecycle.checkpoint_secs = 1;
+    let rec = running_with(&m, man).await;
+    sleep_ms(1100).await;
+    let done = m.reap_once().await.unwrap();
+    assert_eq!(
+        done,
+        vec![
+            (rec.id.clone(), "checkpointed"),
+            (rec.id.clone(), "idle_paused")
+        ]
+    );
+}
+
 /// A destroyed sandbox's record names no snapshot that destroy deleted:
 /// its pause snapshot is cleared, and so must its checkpoint be.
 #[tokio::test]
