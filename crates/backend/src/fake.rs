@@ -36,6 +36,7 @@ use stasis_core::{
 };
 
 mod artifacts;
+mod outputs;
 mod sandbox;
 
 pub use artifacts::{FS_ARTIFACT, MEMORY_ARTIFACT, META_ARTIFACT};
@@ -196,6 +197,8 @@ impl FakeBackend {
                 }
             },
         };
+        let mut sb = sb;
+        sb.outputs = spec.manifest.outputs.clone();
         st.sandboxes.insert(spec.id.clone(), sb);
         Ok(())
     }
@@ -230,8 +233,9 @@ impl Backend for FakeBackend {
             if st.sandboxes.contains_key(&spec.id) {
                 return Err(Error::state(format!("sandbox {} exists", spec.id)));
             }
-            st.sandboxes
-                .insert(spec.id.clone(), FakeSandbox::new(&workdir));
+            let mut sb = FakeSandbox::new(&workdir);
+            sb.outputs = spec.manifest.outputs.clone();
+            st.sandboxes.insert(spec.id.clone(), sb);
         }
         self.step("create.done").await
     }
@@ -541,6 +545,12 @@ impl Backend for FakeBackend {
             host_processes: u64::from(sb.running),
             pss_bytes: rss,
         })
+    }
+
+    async fn collect_outputs(&self, id: &SandboxId, out: &Path) -> Result<u64> {
+        self.step("collect_outputs").await?;
+        let sb = self.with_running(id, |sb| Ok(sb.clone()))?;
+        outputs::write_tar(&sb, out)
     }
 }
 

@@ -490,3 +490,29 @@ async fn reconcile_skips_sandboxes_of_a_backend_not_enabled() {
     assert_eq!(report.skipped, 0);
     assert_eq!(run(&m, &rec.id, &["get", "k"]).await, "memory\n");
 }
+
+/// Outputs of a running sandbox, and of a paused one (which this backend
+/// cannot read where it lies: the manager resumes it first).
+#[tokio::test]
+async fn outputs_are_collected_resuming_a_paused_sandbox() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let mut man = manifest();
+    man.outputs = vec!["/out".into()];
+    let rec = running_with(&m, man).await;
+    m.write_file(&ctx(), &rec.id, "/out/r.txt", b"result", None)
+        .await
+        .unwrap();
+    let (path, n) = m.collect_outputs(&ctx(), &rec.id).await.unwrap();
+    let data = std::fs::read(&path).unwrap();
+    assert_eq!(data.len() as u64, n);
+    assert!(data.windows(6).any(|w| w == b"result"));
+    std::fs::remove_file(&path).unwrap();
+    m.pause(&ctx(), &rec.id, None).await.unwrap();
+    let (path, _) = m.collect_outputs(&ctx(), &rec.id).await.unwrap();
+    assert!(std::fs::read(&path)
+        .unwrap()
+        .windows(10)
+        .any(|w| w == b"out/r.txt\0"));
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Running);
+}

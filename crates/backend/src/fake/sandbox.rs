@@ -36,6 +36,8 @@ pub struct FakeSandbox {
     pub memory: BTreeMap<String, String>,
     pub sessions: BTreeMap<String, FakeSession>,
     pub execs: u64,
+    /// The manifest's output directories (see `collect_outputs`).
+    pub outputs: Vec<String>,
 }
 
 /// `path` inside a sandbox whose workdir is `workdir`, as a normalized

@@ -234,3 +234,34 @@ async fn a_lost_microvm_keeps_nothing() {
     let e = b.resume(&s, dir.path()).await.unwrap_err();
     assert_eq!(e.code, ErrorCode::BackendError);
 }
+
+#[tokio::test]
+async fn outputs_are_collected_as_a_tar() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = FakeBackend::default();
+    let mut s = spec(dir.path());
+    s.manifest.outputs = vec!["/out".into()];
+    b.create(&s).await.unwrap();
+    b.write_file(&s.id, "/out/sub/r.txt", b"result", None)
+        .await
+        .unwrap();
+    b.write_file(&s.id, "/elsewhere", b"no", None)
+        .await
+        .unwrap();
+    let tar_path = dir.path().join("out.tar");
+    let n = b.collect_outputs(&s.id, &tar_path).await.unwrap();
+    assert_eq!(n, std::fs::metadata(&tar_path).unwrap().len());
+    let mut names = Vec::new();
+    let mut ar = tar::Archive::new(std::fs::File::open(&tar_path).unwrap());
+    for e in ar.entries().unwrap() {
+        let mut e = e.unwrap();
+        let name = e.path().unwrap().display().to_string();
+        if name == "out/sub/r.txt" {
+            let mut data = String::new();
+            std::io::Read::read_to_string(&mut e, &mut data).unwrap();
+            assert_eq!(data, "result");
+        }
+        names.push(name);
+    }
+    assert_eq!(names, ["out", "out/sub", "out/sub/r.txt"]);
+}
