@@ -17,7 +17,12 @@
 //!
 //! Exec understands: `true`, `false`, `echo ARGS..`, `cat [FILE]` (no file:
 //! stdin), `write FILE TEXT..`, `set KEY VALUE` / `get KEY` (memory state),
-//! `env NAME`, `sleep SECS`; anything else exits 127.
+//! `env NAME`, `sleep SECS`; anything else exits 127. Outputs are collected
+//! as a real tar; a paused sandbox's outputs are not served (the server
+//! resumes it first).
+//!
+//! Submodules: `sandbox` (the data model and exec interpreter),
+//! `artifacts` (pause and snapshot files), `outputs` (the outputs tar).
 
 use std::collections::BTreeMap;
 use std::path::Path;

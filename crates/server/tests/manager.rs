@@ -85,6 +85,7 @@ async fn create_pause_resume_destroy_persists_each_state() {
     for a in ["create", "exec", "pause", "resume", "delete"] {
         assert!(actions.iter().any(|x| x == a), "{a} in {actions:?}");
     }
+    assert!(m.meta().audit_verify().await.unwrap().ok);
 }
 
 #[tokio::test]
