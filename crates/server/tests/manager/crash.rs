@@ -441,3 +441,24 @@ async fn daemon_killed_at_each_pause_failpoint() {
         }
     }
 }
+
+/// A sandbox left Failed with backend state still held (its destroy
+/// failed): a restart releases what the backend holds, the record stays
+/// Failed (for the client to see why) until it is destroyed.
+#[tokio::test]
+async fn reconcile_releases_a_failed_sandbox() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let rec = running(&m).await;
+    env.fake
+        .fail_at("destroy", stasis_core::ErrorCode::BackendError);
+    assert!(m.destroy(&ctx(), &rec.id).await.is_err());
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Failed);
+    assert_eq!(env.fake.held(), vec![rec.id.clone()]);
+    drop(m);
+    let m = restart(&env).await;
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Failed);
+    assert!(env.fake.held().is_empty());
+    m.destroy(&ctx(), &rec.id).await.unwrap();
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Destroyed);
+}
