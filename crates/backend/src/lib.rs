@@ -7,6 +7,8 @@
 //! path, `..` component or symlink inside the sandbox reaches anything outside it.
 
 pub mod failpoint;
+#[cfg(feature = "fake")]
+pub mod fake;
 pub mod fsafe;
 
 use async_trait::async_trait;
