@@ -553,7 +553,11 @@ impl Manager {
                     running_ms: Some(rec.running_time_ms(now_ms())),
                     running_since_ms: Some(None),
                     expires_at_ms: Some(None),
+                    // Both were deleted from the store above: the record
+                    // must not name them.
                     pause_snapshot: Some(None),
+                    checkpoint_snapshot: Some(None),
+                    checkpoint_at_ms: Some(None),
                     ..Default::default()
                 },
             )

@@ -176,9 +176,6 @@ async fn lifetime_excludes_paused_time_and_checkpoints_are_not_activity() {
 /// A destroyed sandbox's record names no snapshot that destroy deleted:
 /// its pause snapshot is cleared, and so must its checkpoint be.
 #[tokio::test]
-#[ignore = "defect: finish_destroy deletes the checkpoint snapshot but leaves \
-            checkpoint_snapshot/checkpoint_at_ms set in the Destroyed record \
-            (fix in src/manager.rs: clear them in the Destroying -> Destroyed patch)"]
 async fn a_destroyed_record_names_no_deleted_checkpoint() {
     let env = Env::process();
     let m = env.manager().await;
