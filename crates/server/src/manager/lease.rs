@@ -128,11 +128,36 @@ impl Manager {
         }
     }
 
+    /// [`Manager::ensure_local_held`] for a caller that does not hold the
+    /// sandbox's slot (a run checking its sandbox before it records a tool
+    /// call): a takeover happens with the slot held exclusively, as every
+    /// lifecycle operation does, so that a request this node serves
+    /// meanwhile (an exec, one forwarded here by another node once this
+    /// node holds the lease) waits for the restored sandbox instead of
+    /// reaching a backend that does not have it yet.
+    pub(crate) async fn ensure_local(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+    ) -> Result<SandboxRecord> {
+        let Some(c) = self.cluster() else {
+            return Ok(rec);
+        };
+        if !must_take_over(rec.state, c.fence(&rec.id).is_some()) {
+            return Ok(rec);
+        }
+        let _guard = self.slot(&rec.id).lock.clone().write_owned().await;
+        // Another request may have taken it over while this one waited.
+        let rec = self.meta.get(&rec.id).await?;
+        self.ensure_local_held(ctx, rec).await
+    }
+
     /// In a cluster, before serving a sandbox that should be running: it
     /// must run here. If its lease is held by another live node, refuse
     /// (the request should have been forwarded); if the lease expired (its
-    /// node died), take it over from its newest snapshot.
-    pub(crate) async fn ensure_local(
+    /// node died), take it over from its newest snapshot. The caller holds
+    /// the sandbox's slot exclusively.
+    pub(super) async fn ensure_local_held(
         &self,
         ctx: &Ctx,
         rec: SandboxRecord,

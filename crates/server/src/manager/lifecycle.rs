@@ -169,7 +169,7 @@ impl Manager {
                     if self.cluster().is_some_and(|c| c.fence(id).is_none()) {
                         let guard = slot.lock.clone().write_owned().await;
                         let rec = self.meta.get(id).await?;
-                        self.ensure_local(ctx, rec).await?;
+                        self.ensure_local_held(ctx, rec).await?;
                         drop(guard);
                         continue;
                     }
@@ -219,7 +219,7 @@ impl Manager {
         self.meta.get_for(&ctx.tenant, id).await?;
         let guard = self.slot(id).lock.clone().write_owned().await;
         let rec = self.meta.get(id).await?;
-        let rec = self.ensure_local(ctx, rec).await?;
+        let rec = self.ensure_local_held(ctx, rec).await?;
         Ok((guard, rec))
     }
 
