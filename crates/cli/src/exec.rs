@@ -9,7 +9,7 @@ use serde_json::json;
 use stasis_core::{Error, Result};
 
 use crate::client::Client;
-use crate::output::print_value;
+use crate::output::{pretty, print_value};
 
 #[derive(Args)]
 pub struct ExecArgs {
@@ -72,24 +72,22 @@ pub async fn exec(c: &Client, a: ExecArgs, json: bool) -> Result<()> {
     } else {
         let v = c.exec_body(&a.id, body).await?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            println!("{}", pretty(&v));
         } else {
-            let out = stasis_core::b64::decode(v["stdout_b64"].as_str().unwrap_or(""))
-                .unwrap_or_default();
-            let err = stasis_core::b64::decode(v["stderr_b64"].as_str().unwrap_or(""))
-                .unwrap_or_default();
+            let out = stasis_core::b64::decode(&v.stdout_b64).unwrap_or_default();
+            let err = stasis_core::b64::decode(&v.stderr_b64).unwrap_or_default();
             std::io::stdout().write_all(&out)?;
             std::io::stderr().write_all(&err)?;
-            if v["timed_out"] == true {
+            if v.timed_out {
                 eprintln!(
                     "stasis: timeout: command timed out after {} ms; its process tree was killed",
                     a.timeout_ms
                 );
             }
         }
-        v["exit_code"]
-            .as_i64()
-            .unwrap_or(if v["timed_out"] == true { 124 } else { 1 })
+        v.exit_code
+            .map(i64::from)
+            .unwrap_or(if v.timed_out { 124 } else { 1 })
     };
     if code != 0 && !json {
         std::process::exit(code.clamp(1, 255) as i32);
@@ -134,7 +132,7 @@ pub async fn session(c: &Client, s: SessionCmd, json: bool) -> Result<()> {
         SessionCmd::Start { id, argv } => {
             let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
             let v = c.session_start(&id, &refs).await?;
-            print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+            print_value(json, &v, |v| v.id.clone());
         }
         SessionCmd::Send {
             id,
@@ -156,10 +154,10 @@ pub async fn session(c: &Client, s: SessionCmd, json: bool) -> Result<()> {
         } => {
             let v = c.session_read(&id, &session, offset, wait_ms).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                println!("{}", pretty(&v));
             } else {
-                print!("{}", v["data"].as_str().unwrap_or(""));
-                eprintln!("[next offset {}]", v["next_offset"]);
+                print!("{}", v.data);
+                eprintln!("[next offset {}]", v.next_offset);
             }
         }
         SessionCmd::Ls { id } => {

@@ -38,9 +38,7 @@ pub async fn snapshot(c: &Client, id: String, ttl_secs: Option<u64>, json: bool)
     print_value(json, &v, |v| {
         format!(
             "{}  raw {} bytes, stored {} bytes",
-            v["id"].as_str().unwrap_or(""),
-            v["raw_bytes"],
-            v["stored_bytes"]
+            v.id, v.raw_bytes, v.stored_bytes
         )
     });
     Ok(())
@@ -115,7 +113,7 @@ pub async fn restore(
 ) -> Result<()> {
     let m = manifest.map(|f| read_manifest_arg(&f)).transpose()?;
     let v = c.restore(&snapshot, m).await?;
-    print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+    print_value(json, &v, |v| v.id.clone());
     Ok(())
 }
 
@@ -123,15 +121,11 @@ pub async fn restore(
 pub async fn fork(c: &Client, id: String, count: u32, json: bool) -> Result<()> {
     let v = c.fork(&id, count).await?;
     print_value(json, &v, |v| {
-        v["sandboxes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|s| s["id"].as_str().unwrap_or("").to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .unwrap_or_default()
+        v.sandboxes
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     });
     Ok(())
 }
