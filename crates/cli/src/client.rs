@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use stasis_backend::Usage;
 use stasis_core::{Error, ErrorCode, FileEntry, Result, SessionInfo};
-use stasis_server::http::exec::ExecResponse;
+use stasis_server::http::exec::{ExecResponse, ExecStreamLine};
 use stasis_server::http::sandboxes::{ForkResponse, Sandbox};
 use stasis_server::http::sessions::SessionOutputResponse;
 use stasis_server::SnapshotInfo;
@@ -197,13 +197,14 @@ impl Client {
             .await
     }
 
-    /// Streaming exec: calls `on_line` for every NDJSON line; returns the last one.
+    /// Streaming exec: calls `on_line` for every NDJSON line; returns the
+    /// last one (none when the stream carried no line).
     pub async fn exec_stream(
         &self,
         id: &str,
         body: Value,
-        mut on_line: impl FnMut(&Value),
-    ) -> Result<Value> {
+        mut on_line: impl FnMut(&ExecStreamLine),
+    ) -> Result<Option<ExecStreamLine>> {
         use futures::StreamExt;
         let resp = self
             .send(
@@ -216,16 +217,16 @@ impl Client {
             .await?;
         let mut stream = resp.bytes_stream();
         let mut buf = Vec::new();
-        let mut last = Value::Null;
+        let mut last = None;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| Error::internal(format!("stream broke: {e}")))?;
             buf.extend_from_slice(&chunk);
             while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=pos).collect();
-                let v: Value =
+                let v: ExecStreamLine =
                     serde_json::from_slice(&line).map_err(|e| Error::internal(e.to_string()))?;
                 on_line(&v);
-                last = v;
+                last = Some(v);
             }
         }
         Ok(last)
@@ -271,6 +272,11 @@ impl Client {
             json!({ "argv": argv }),
         )
         .await
+    }
+
+    /// The sandbox's sessions.
+    pub async fn sessions(&self, id: &str) -> Result<Vec<SessionInfo>> {
+        self.get_as(&format!("/v1/sandboxes/{id}/sessions")).await
     }
 
     pub async fn session_send(&self, id: &str, session: &str, data: &str) -> Result<()> {
@@ -356,6 +362,24 @@ impl Client {
             .await
     }
 
+    /// The tenant's snapshots.
+    pub async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        self.get_as("/v1/snapshots").await
+    }
+
+    pub async fn snapshot_info(&self, snapshot: &str) -> Result<SnapshotInfo> {
+        self.get_as(&format!("/v1/snapshots/{snapshot}")).await
+    }
+
+    /// Upload an exported snapshot file (see `upload`).
+    pub async fn import_snapshot(
+        &self,
+        file: &std::path::Path,
+        progress: bool,
+    ) -> Result<SnapshotInfo> {
+        self.upload("/v1/snapshots/import", file, progress).await
+    }
+
     pub async fn restore(&self, snapshot: &str, manifest: Option<Value>) -> Result<Sandbox> {
         let body = match manifest {
             Some(m) => json!({ "manifest": m }),
@@ -405,12 +429,12 @@ impl Client {
     }
 
     /// POST a local file as the body, with a progress bar; returns the JSON answer.
-    pub async fn upload(
+    pub async fn upload<T: DeserializeOwned>(
         &self,
         path: &str,
         file: &std::path::Path,
         progress: bool,
-    ) -> Result<Value> {
+    ) -> Result<T> {
         use futures::StreamExt;
         let f = tokio::fs::File::open(file)
             .await

@@ -7,9 +7,10 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use stasis_core::{Error, Result};
+use stasis_server::http::exec::ExecStreamLine;
 
 use crate::client::Client;
-use crate::output::{pretty, print_value};
+use crate::output::{compact, pretty, print_value};
 
 #[derive(Args)]
 pub struct ExecArgs {
@@ -40,35 +41,46 @@ pub async fn exec(c: &Client, a: ExecArgs, json: bool) -> Result<()> {
     let body = json!({"argv": a.argv, "env": env, "cwd": a.cwd, "timeout_ms": a.timeout_ms});
     let code = if a.stream {
         let last = c
-            .exec_stream(&a.id, body, |line| {
-                if line["type"] == "output" && !json {
-                    let data = stasis_core::b64::decode(line["data_b64"].as_str().unwrap_or(""))
-                        .unwrap_or_default();
-                    if line["stream"] == "stderr" {
+            .exec_stream(&a.id, body, |line| match line {
+                ExecStreamLine::Output {
+                    stream, data_b64, ..
+                } if !json => {
+                    let data = stasis_core::b64::decode(data_b64).unwrap_or_default();
+                    if stream == "stderr" {
                         let _ = std::io::stderr().write_all(&data);
                     } else {
                         let _ = std::io::stdout().write_all(&data);
                         let _ = std::io::stdout().flush();
                     }
-                } else if json {
-                    println!("{line}");
                 }
+                _ if json => println!("{}", compact(line)),
+                _ => {}
             })
             .await?;
-        if last["type"] == "error" {
-            return Err(Error::new(
-                serde_json::from_value(last["code"].clone())
-                    .unwrap_or(stasis_core::ErrorCode::Internal),
-                last["message"].as_str().unwrap_or("").to_string(),
-            ));
+        match last {
+            Some(ExecStreamLine::Error { code, message }) => {
+                return Err(Error::new(
+                    serde_json::from_value(serde_json::Value::String(code))
+                        .unwrap_or(stasis_core::ErrorCode::Internal),
+                    message,
+                ));
+            }
+            Some(ExecStreamLine::Exit {
+                exit_code,
+                timed_out,
+                ..
+            }) => {
+                if timed_out {
+                    eprintln!(
+                        "stasis: timeout: command timed out after {} ms; its process tree was killed",
+                        a.timeout_ms
+                    );
+                }
+                exit_code.map(i64::from).unwrap_or(1)
+            }
+            // The stream ended without its exit line.
+            Some(ExecStreamLine::Output { .. }) | None => 1,
         }
-        if last["timed_out"] == true {
-            eprintln!(
-                "stasis: timeout: command timed out after {} ms; its process tree was killed",
-                a.timeout_ms
-            );
-        }
-        last["exit_code"].as_i64().unwrap_or(1)
     } else {
         let v = c.exec_body(&a.id, body).await?;
         if json {
@@ -161,23 +173,12 @@ pub async fn session(c: &Client, s: SessionCmd, json: bool) -> Result<()> {
             }
         }
         SessionCmd::Ls { id } => {
-            let v = c.get(&format!("/v1/sandboxes/{id}/sessions")).await?;
+            let v = c.sessions(&id).await?;
             print_value(json, &v, |v| {
-                v.as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|s| {
-                                format!(
-                                    "{}  running={}  {}",
-                                    s["id"].as_str().unwrap_or(""),
-                                    s["running"],
-                                    s["argv"]
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    })
-                    .unwrap_or_default()
+                v.iter()
+                    .map(|s| format!("{}  running={}  {}", s.id, s.running, compact(&s.argv)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             });
         }
         SessionCmd::Kill { id, session } => {

@@ -7,18 +7,10 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use serde_json::json;
 
-use stasis_core::{Error, FileKind, Result};
+use stasis_core::{Error, Result};
 
 use crate::client::Client;
-use crate::output::print_value;
-
-/// A file kind as the API spells it (`file`, `dir`, ...).
-fn file_kind(k: &FileKind) -> String {
-    serde_json::to_value(k)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
-}
+use crate::output::{as_text, print_value};
 
 #[derive(Subcommand)]
 pub enum FilesCmd {
@@ -78,7 +70,7 @@ pub async fn files(c: &Client, f: FilesCmd, json: bool) -> Result<()> {
                     .map(|e| {
                         format!(
                             "{:<8} {:>10} {}",
-                            file_kind(&e.kind),
+                            as_text(&e.kind),
                             // A JSON number, as printed before: its Display
                             // ignores the width.
                             serde_json::Value::from(e.size),

@@ -21,10 +21,19 @@ pub fn pretty<T: Serialize>(v: &T) -> String {
         .unwrap_or_default()
 }
 
-/// `v` as compact JSON (a number, a quoted string, `null`), as a field of
-/// the raw server JSON printed with `{}`.
-pub fn scalar<T: Serialize>(v: &T) -> String {
+/// `v` as compact JSON, keys sorted (a number, a quoted string, `null`, an
+/// object on one line), as raw server JSON printed with `{}`.
+pub fn compact<T: Serialize>(v: &T) -> String {
     serde_json::to_value(v)
         .map(|v: Value| v.to_string())
+        .unwrap_or_default()
+}
+
+/// A unit enum as the API spells it (`file`, `pause`, `process`, ...): the
+/// string it serializes to, unquoted.
+pub fn as_text<T: Serialize>(v: &T) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
         .unwrap_or_default()
 }

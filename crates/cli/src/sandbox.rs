@@ -10,7 +10,7 @@ use stasis_core::{Error, Result};
 use stasis_server::http::sandboxes::Sandbox;
 
 use crate::client::Client;
-use crate::output::{print_value, scalar};
+use crate::output::{compact, print_value};
 
 #[derive(Args)]
 pub struct CreateArgs {
@@ -62,7 +62,7 @@ fn sandbox_line(v: &Sandbox) -> String {
 /// A lifecycle answer's total time as the text lines print it (`null`
 /// when the answer carries no timing).
 fn total_ms(v: &Sandbox) -> String {
-    scalar(&v.timing.as_ref().map(|t| t.total_ms))
+    compact(&v.timing.as_ref().map(|t| t.total_ms))
 }
 
 /// The object `key` of a manifest, created when absent; a manifest file
