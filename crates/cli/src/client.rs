@@ -14,6 +14,7 @@ use stasis_core::{Error, ErrorCode, FileEntry, Result, SessionInfo};
 use stasis_server::http::exec::{ExecResponse, ExecStreamLine};
 use stasis_server::http::sandboxes::{ForkResponse, Sandbox};
 use stasis_server::http::sessions::SessionOutputResponse;
+use stasis_server::http::ErrorBody;
 use stasis_server::SnapshotInfo;
 
 #[derive(Clone)]
@@ -86,13 +87,10 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let text = resp.text().await.unwrap_or_default();
-        match serde_json::from_str::<Value>(&text) {
-            Ok(v) if v["error"]["code"].is_string() => {
-                let mut e = Error::new(
-                    code_from(v["error"]["code"].as_str().unwrap_or("internal")),
-                    v["error"]["message"].as_str().unwrap_or("").to_string(),
-                );
-                e.field = v["error"]["field"].as_str().map(str::to_string);
+        match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(ErrorBody { error: d }) => {
+                let mut e = Error::new(code_from(&d.code), d.message);
+                e.field = d.field;
                 if status.as_u16() == 429 {
                     if let Some(secs) = retry_after {
                         e.message = format!("{} (Retry-After: {secs} s)", e.message);

@@ -141,11 +141,11 @@ pub async fn run(a: DemoArgs, json_out: bool) -> Result<()> {
         json!({"sandbox": paused, "usage": usage}),
     );
     if let Some(snap) = paused.pause_snapshot.as_deref() {
-        let info = c.get(&format!("/v1/snapshots/{snap}")).await?;
+        let info = c.snapshot_info(snap).await?;
         s.step(
             &format!(
                 "pause snapshot {snap}: {} bytes raw, {} bytes stored (compressed, encrypted)",
-                info["raw_bytes"], info["stored_bytes"]
+                info.raw_bytes, info.stored_bytes
             ),
             None,
             Value::Null,
