@@ -74,7 +74,7 @@ async fn store(a: StoreArgs) -> Result<Value> {
     let sb = c
         .create(json!({"backend": a.backend, "lifecycle": {"on_idle": "nothing"}}))
         .await?;
-    let id = sb["id"].as_str().unwrap_or_default().to_string();
+    let id = sb.id;
     // Realistic content: incompressible data, text, and an installed-package-like tree.
     let script = format!(
         "set -e; head -c {}M /dev/urandom > blob.bin; seq 1 200000 > numbers.txt; \
@@ -94,8 +94,8 @@ async fn store(a: StoreArgs) -> Result<Value> {
     )
     .await?;
     let s2 = c.snapshot(&id, Some(3600)).await?;
-    let s1_id = s1["id"].as_str().unwrap_or_default().to_string();
-    let s2_id = s2["id"].as_str().unwrap_or_default().to_string();
+    let s1_id = s1.id.to_string();
+    let s2_id = s2.id.to_string();
     c.destroy(&id).await?;
 
     // Throughput on the same bytes: restore both snapshots' artifacts from the
@@ -140,8 +140,8 @@ async fn store(a: StoreArgs) -> Result<Value> {
         "backend": a.backend,
         "accelerator": accel,
         "daemon_snapshots": {
-            "first": {"raw_bytes": s1["raw_bytes"], "stored_bytes": s1["stored_bytes"], "new_stored_bytes": s1["new_stored_bytes"]},
-            "second": {"raw_bytes": s2["raw_bytes"], "stored_bytes": s2["stored_bytes"], "new_stored_bytes": s2["new_stored_bytes"], "dedup_ratio": s2["dedup_ratio"]},
+            "first": {"raw_bytes": s1.raw_bytes, "stored_bytes": s1.stored_bytes, "new_stored_bytes": s1.new_stored_bytes},
+            "second": {"raw_bytes": s2.raw_bytes, "stored_bytes": s2.stored_bytes, "new_stored_bytes": s2.new_stored_bytes, "dedup_ratio": s2.dedup_ratio},
         },
         "store": serde_json::to_value(&br).unwrap_or_default(),
         "ratios": {

@@ -1,12 +1,21 @@
 //! A small typed client of the stasis HTTP API (used by the CLI, the demo and
 //! the benches). Every non-2xx answer becomes a `stasis_core::Error` with the
-//! server's code and message.
+//! server's code and message. The main resources come back as the very types
+//! the server serializes (its `http` response types, `SnapshotInfo`, `Usage`,
+//! ...); what is not typed goes through the generic `get`/`post`/`put_json`/
+//! `delete` helpers as `serde_json::Value`.
 
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::time::Duration;
 
-use stasis_core::{Error, ErrorCode, Result};
+use stasis_backend::Usage;
+use stasis_core::{Error, ErrorCode, FileEntry, Result, SessionInfo};
+use stasis_server::http::exec::{ExecResponse, ExecStreamLine};
+use stasis_server::http::sandboxes::{ForkResponse, Sandbox};
+use stasis_server::http::sessions::SessionOutputResponse;
+use stasis_server::http::ErrorBody;
+use stasis_server::SnapshotInfo;
 
 #[derive(Clone)]
 pub struct Client {
@@ -78,13 +87,10 @@ impl Client {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let text = resp.text().await.unwrap_or_default();
-        match serde_json::from_str::<Value>(&text) {
-            Ok(v) if v["error"]["code"].is_string() => {
-                let mut e = Error::new(
-                    code_from(v["error"]["code"].as_str().unwrap_or("internal")),
-                    v["error"]["message"].as_str().unwrap_or("").to_string(),
-                );
-                e.field = v["error"]["field"].as_str().map(str::to_string);
+        match serde_json::from_str::<ErrorBody>(&text) {
+            Ok(ErrorBody { error: d }) => {
+                let mut e = Error::new(code_from(&d.code), d.message);
+                e.field = d.field;
                 if status.as_u16() == 429 {
                     if let Some(secs) = retry_after {
                         e.message = format!("{} (Retry-After: {secs} s)", e.message);
@@ -110,10 +116,20 @@ impl Client {
     }
 
     pub async fn get(&self, path: &str) -> Result<Value> {
-        self.json(self.req(reqwest::Method::GET, path)).await
+        self.get_as(path).await
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Result<Value> {
+        self.post_as(path, body).await
+    }
+
+    /// GET, the answer decoded as `T`.
+    async fn get_as<T: DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.json(self.req(reqwest::Method::GET, path)).await
+    }
+
+    /// POST a JSON body, the answer decoded as `T`.
+    async fn post_as<T: DeserializeOwned>(&self, path: &str, body: Value) -> Result<T> {
         self.json(self.req(reqwest::Method::POST, path).json(&body))
             .await
     }
@@ -148,34 +164,45 @@ impl Client {
             .map(|_| ())
     }
 
-    pub async fn create(&self, manifest: Value) -> Result<Value> {
-        self.post("/v1/sandboxes", json!({ "manifest": manifest }))
+    pub async fn create(&self, manifest: Value) -> Result<Sandbox> {
+        self.post_as("/v1/sandboxes", json!({ "manifest": manifest }))
             .await
     }
 
-    pub async fn sandbox(&self, id: &str) -> Result<Value> {
-        self.get(&format!("/v1/sandboxes/{id}")).await
+    pub async fn sandbox(&self, id: &str) -> Result<Sandbox> {
+        self.get_as(&format!("/v1/sandboxes/{id}")).await
     }
 
-    pub async fn exec(&self, id: &str, argv: &[&str], timeout_ms: u64) -> Result<Value> {
-        self.post(
+    /// The sandboxes, only those in `state` when given.
+    pub async fn list(&self, state: Option<&str>) -> Result<Vec<Sandbox>> {
+        let path = match state {
+            Some(s) => format!("/v1/sandboxes?state={s}"),
+            None => "/v1/sandboxes".into(),
+        };
+        self.get_as(&path).await
+    }
+
+    pub async fn exec(&self, id: &str, argv: &[&str], timeout_ms: u64) -> Result<ExecResponse> {
+        self.post_as(
             &format!("/v1/sandboxes/{id}/exec"),
             json!({ "argv": argv, "timeout_ms": timeout_ms }),
         )
         .await
     }
 
-    pub async fn exec_body(&self, id: &str, body: Value) -> Result<Value> {
-        self.post(&format!("/v1/sandboxes/{id}/exec"), body).await
+    pub async fn exec_body(&self, id: &str, body: Value) -> Result<ExecResponse> {
+        self.post_as(&format!("/v1/sandboxes/{id}/exec"), body)
+            .await
     }
 
-    /// Streaming exec: calls `on_line` for every NDJSON line; returns the last one.
+    /// Streaming exec: calls `on_line` for every NDJSON line; returns the
+    /// last one (none when the stream carried no line).
     pub async fn exec_stream(
         &self,
         id: &str,
         body: Value,
-        mut on_line: impl FnMut(&Value),
-    ) -> Result<Value> {
+        mut on_line: impl FnMut(&ExecStreamLine),
+    ) -> Result<Option<ExecStreamLine>> {
         use futures::StreamExt;
         let resp = self
             .send(
@@ -188,16 +215,16 @@ impl Client {
             .await?;
         let mut stream = resp.bytes_stream();
         let mut buf = Vec::new();
-        let mut last = Value::Null;
+        let mut last = None;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| Error::internal(format!("stream broke: {e}")))?;
             buf.extend_from_slice(&chunk);
             while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=pos).collect();
-                let v: Value =
+                let v: ExecStreamLine =
                     serde_json::from_slice(&line).map_err(|e| Error::internal(e.to_string()))?;
                 on_line(&v);
-                last = v;
+                last = Some(v);
             }
         }
         Ok(last)
@@ -226,7 +253,7 @@ impl Client {
             .map_err(|e| Error::internal(e.to_string()))
     }
 
-    pub async fn list_files(&self, id: &str, path: &str) -> Result<Value> {
+    pub async fn list_files(&self, id: &str, path: &str) -> Result<Vec<FileEntry>> {
         self.json(
             self.req(
                 reqwest::Method::GET,
@@ -237,12 +264,17 @@ impl Client {
         .await
     }
 
-    pub async fn session_start(&self, id: &str, argv: &[&str]) -> Result<Value> {
-        self.post(
+    pub async fn session_start(&self, id: &str, argv: &[&str]) -> Result<SessionInfo> {
+        self.post_as(
             &format!("/v1/sandboxes/{id}/sessions"),
             json!({ "argv": argv }),
         )
         .await
+    }
+
+    /// The sandbox's sessions.
+    pub async fn sessions(&self, id: &str) -> Result<Vec<SessionInfo>> {
+        self.get_as(&format!("/v1/sandboxes/{id}/sessions")).await
     }
 
     pub async fn session_send(&self, id: &str, session: &str, data: &str) -> Result<()> {
@@ -263,8 +295,8 @@ impl Client {
         session: &str,
         offset: u64,
         wait_ms: u64,
-    ) -> Result<Value> {
-        self.get(&format!(
+    ) -> Result<SessionOutputResponse> {
+        self.get_as(&format!(
             "/v1/sandboxes/{id}/sessions/{session}/output?offset={offset}&wait_ms={wait_ms}"
         ))
         .await
@@ -283,8 +315,8 @@ impl Client {
         let mut text = String::new();
         loop {
             let v = self.session_read(id, session, offset, 1000).await?;
-            text.push_str(v["data"].as_str().unwrap_or(""));
-            offset = v["next_offset"].as_u64().unwrap_or(offset);
+            text.push_str(&v.data);
+            offset = v.next_offset;
             if text.contains(needle) {
                 return Ok((text, offset));
             }
@@ -296,47 +328,67 @@ impl Client {
         }
     }
 
-    pub async fn pause(&self, id: &str, keep_memory: Option<bool>) -> Result<Value> {
+    pub async fn pause(&self, id: &str, keep_memory: Option<bool>) -> Result<Sandbox> {
         let body = match keep_memory {
             Some(k) => json!({ "keep_memory": k }),
             None => json!({}),
         };
-        self.post(&format!("/v1/sandboxes/{id}/pause"), body).await
-    }
-
-    pub async fn resume(&self, id: &str) -> Result<Value> {
-        self.post(&format!("/v1/sandboxes/{id}/resume"), json!({}))
+        self.post_as(&format!("/v1/sandboxes/{id}/pause"), body)
             .await
     }
 
-    pub async fn destroy(&self, id: &str) -> Result<Value> {
-        self.delete(&format!("/v1/sandboxes/{id}")).await
+    pub async fn resume(&self, id: &str) -> Result<Sandbox> {
+        self.post_as(&format!("/v1/sandboxes/{id}/resume"), json!({}))
+            .await
     }
 
-    pub async fn usage(&self, id: &str) -> Result<Value> {
-        self.get(&format!("/v1/sandboxes/{id}/usage")).await
+    pub async fn destroy(&self, id: &str) -> Result<Sandbox> {
+        self.json(self.req(reqwest::Method::DELETE, &format!("/v1/sandboxes/{id}")))
+            .await
     }
 
-    pub async fn snapshot(&self, id: &str, ttl_secs: Option<u64>) -> Result<Value> {
+    pub async fn usage(&self, id: &str) -> Result<Usage> {
+        self.get_as(&format!("/v1/sandboxes/{id}/usage")).await
+    }
+
+    pub async fn snapshot(&self, id: &str, ttl_secs: Option<u64>) -> Result<SnapshotInfo> {
         let body = match ttl_secs {
             Some(t) => json!({ "ttl_secs": t }),
             None => json!({}),
         };
-        self.post(&format!("/v1/sandboxes/{id}/snapshots"), body)
+        self.post_as(&format!("/v1/sandboxes/{id}/snapshots"), body)
             .await
     }
 
-    pub async fn restore(&self, snapshot: &str, manifest: Option<Value>) -> Result<Value> {
+    /// The tenant's snapshots.
+    pub async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        self.get_as("/v1/snapshots").await
+    }
+
+    pub async fn snapshot_info(&self, snapshot: &str) -> Result<SnapshotInfo> {
+        self.get_as(&format!("/v1/snapshots/{snapshot}")).await
+    }
+
+    /// Upload an exported snapshot file (see `upload`).
+    pub async fn import_snapshot(
+        &self,
+        file: &std::path::Path,
+        progress: bool,
+    ) -> Result<SnapshotInfo> {
+        self.upload("/v1/snapshots/import", file, progress).await
+    }
+
+    pub async fn restore(&self, snapshot: &str, manifest: Option<Value>) -> Result<Sandbox> {
         let body = match manifest {
             Some(m) => json!({ "manifest": m }),
             None => json!({}),
         };
-        self.post(&format!("/v1/snapshots/{snapshot}/restore"), body)
+        self.post_as(&format!("/v1/snapshots/{snapshot}/restore"), body)
             .await
     }
 
-    pub async fn fork(&self, id: &str, count: u32) -> Result<Value> {
-        self.post(
+    pub async fn fork(&self, id: &str, count: u32) -> Result<ForkResponse> {
+        self.post_as(
             &format!("/v1/sandboxes/{id}/fork"),
             json!({ "count": count }),
         )
@@ -375,12 +427,12 @@ impl Client {
     }
 
     /// POST a local file as the body, with a progress bar; returns the JSON answer.
-    pub async fn upload(
+    pub async fn upload<T: DeserializeOwned>(
         &self,
         path: &str,
         file: &std::path::Path,
         progress: bool,
-    ) -> Result<Value> {
+    ) -> Result<T> {
         use futures::StreamExt;
         let f = tokio::fs::File::open(file)
             .await
@@ -407,17 +459,18 @@ impl Client {
     }
 
     /// Poll until the sandbox reaches `state` (or `timeout`).
-    pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Result<Value> {
+    pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Result<Sandbox> {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let v = self.sandbox(id).await?;
-            if v["state"] == state {
+            if v.state == state {
                 return Ok(v);
             }
             if std::time::Instant::now() > deadline {
+                // Quoted as the JSON string it was printed as before.
                 return Err(Error::timeout(format!(
                     "sandbox {id} did not become {state} within {timeout:?} (it is {})",
-                    v["state"]
+                    Value::from(v.state.as_str())
                 )));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

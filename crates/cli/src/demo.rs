@@ -94,11 +94,11 @@ pub async fn run(a: DemoArgs, json_out: bool) -> Result<()> {
             "lifecycle": {"idle_timeout_secs": a.idle_secs, "on_idle": "pause"},
         }))
         .await?;
-    let id = sb["id"].as_str().unwrap_or_default().to_string();
+    let id = sb.id;
     s.step(
         &format!("created {backend} sandbox {id}"),
         Some(ms(t)),
-        json!({"state": sb["state"]}),
+        json!({"state": sb.state}),
     );
 
     let t = Instant::now();
@@ -112,7 +112,7 @@ pub async fn run(a: DemoArgs, json_out: bool) -> Result<()> {
 
     let t = Instant::now();
     let sess = c.session_start(&id, &["python3", "-i", "-u", "-q"]).await?;
-    let sid = sess["id"].as_str().unwrap_or_default().to_string();
+    let sid = sess.id;
     c.session_send(&id, &sid, "x = 6 * 7; print('x is set to', x)\n")
         .await?;
     let (_, offset) = c
@@ -133,19 +133,19 @@ pub async fn run(a: DemoArgs, json_out: bool) -> Result<()> {
         &format!(
             "idle for {} s: paused automatically ({} kind; host processes now {}, host RSS {} bytes)",
             a.idle_secs,
-            paused["pause_kind"].as_str().unwrap_or("?"),
-            usage["host_processes"],
-            usage["rss_bytes"]
+            paused.pause_kind.as_deref().unwrap_or("?"),
+            usage.host_processes,
+            usage.rss_bytes
         ),
         Some(ms(t)),
         json!({"sandbox": paused, "usage": usage}),
     );
-    if let Some(snap) = paused["pause_snapshot"].as_str() {
-        let info = c.get(&format!("/v1/snapshots/{snap}")).await?;
+    if let Some(snap) = paused.pause_snapshot.as_deref() {
+        let info = c.snapshot_info(snap).await?;
         s.step(
             &format!(
                 "pause snapshot {snap}: {} bytes raw, {} bytes stored (compressed, encrypted)",
-                info["raw_bytes"], info["stored_bytes"]
+                info.raw_bytes, info.stored_bytes
             ),
             None,
             Value::Null,
@@ -168,7 +168,7 @@ pub async fn run(a: DemoArgs, json_out: bool) -> Result<()> {
     s.step(
         &format!(
             "next request resumed it transparently: python still has x = 42 (state {})",
-            state["state"].as_str().unwrap_or("?")
+            state.state
         ),
         Some(ms(t)),
         json!({"output": text}),
@@ -176,7 +176,7 @@ pub async fn run(a: DemoArgs, json_out: bool) -> Result<()> {
 
     let t = Instant::now();
     let r = c.exec(&id, &["cat", "notes.txt"], 30_000).await?;
-    let content = r["stdout"].as_str().unwrap_or("");
+    let content = r.stdout.as_str();
     if !content.contains("before the pause") {
         return Err(Error::internal(format!(
             "file did not survive: {content:?}"

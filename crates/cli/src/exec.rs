@@ -7,9 +7,10 @@ use clap::{Args, Subcommand};
 use serde_json::json;
 
 use stasis_core::{Error, Result};
+use stasis_server::http::exec::ExecStreamLine;
 
 use crate::client::Client;
-use crate::output::print_value;
+use crate::output::{compact, pretty, print_value};
 
 #[derive(Args)]
 pub struct ExecArgs {
@@ -40,56 +41,65 @@ pub async fn exec(c: &Client, a: ExecArgs, json: bool) -> Result<()> {
     let body = json!({"argv": a.argv, "env": env, "cwd": a.cwd, "timeout_ms": a.timeout_ms});
     let code = if a.stream {
         let last = c
-            .exec_stream(&a.id, body, |line| {
-                if line["type"] == "output" && !json {
-                    let data = stasis_core::b64::decode(line["data_b64"].as_str().unwrap_or(""))
-                        .unwrap_or_default();
-                    if line["stream"] == "stderr" {
+            .exec_stream(&a.id, body, |line| match line {
+                ExecStreamLine::Output {
+                    stream, data_b64, ..
+                } if !json => {
+                    let data = stasis_core::b64::decode(data_b64).unwrap_or_default();
+                    if stream == "stderr" {
                         let _ = std::io::stderr().write_all(&data);
                     } else {
                         let _ = std::io::stdout().write_all(&data);
                         let _ = std::io::stdout().flush();
                     }
-                } else if json {
-                    println!("{line}");
                 }
+                _ if json => println!("{}", compact(line)),
+                _ => {}
             })
             .await?;
-        if last["type"] == "error" {
-            return Err(Error::new(
-                serde_json::from_value(last["code"].clone())
-                    .unwrap_or(stasis_core::ErrorCode::Internal),
-                last["message"].as_str().unwrap_or("").to_string(),
-            ));
+        match last {
+            Some(ExecStreamLine::Error { code, message }) => {
+                return Err(Error::new(
+                    serde_json::from_value(serde_json::Value::String(code))
+                        .unwrap_or(stasis_core::ErrorCode::Internal),
+                    message,
+                ));
+            }
+            Some(ExecStreamLine::Exit {
+                exit_code,
+                timed_out,
+                ..
+            }) => {
+                if timed_out {
+                    eprintln!(
+                        "stasis: timeout: command timed out after {} ms; its process tree was killed",
+                        a.timeout_ms
+                    );
+                }
+                exit_code.map(i64::from).unwrap_or(1)
+            }
+            // The stream ended without its exit line.
+            Some(ExecStreamLine::Output { .. }) | None => 1,
         }
-        if last["timed_out"] == true {
-            eprintln!(
-                "stasis: timeout: command timed out after {} ms; its process tree was killed",
-                a.timeout_ms
-            );
-        }
-        last["exit_code"].as_i64().unwrap_or(1)
     } else {
         let v = c.exec_body(&a.id, body).await?;
         if json {
-            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            println!("{}", pretty(&v));
         } else {
-            let out = stasis_core::b64::decode(v["stdout_b64"].as_str().unwrap_or(""))
-                .unwrap_or_default();
-            let err = stasis_core::b64::decode(v["stderr_b64"].as_str().unwrap_or(""))
-                .unwrap_or_default();
+            let out = stasis_core::b64::decode(&v.stdout_b64).unwrap_or_default();
+            let err = stasis_core::b64::decode(&v.stderr_b64).unwrap_or_default();
             std::io::stdout().write_all(&out)?;
             std::io::stderr().write_all(&err)?;
-            if v["timed_out"] == true {
+            if v.timed_out {
                 eprintln!(
                     "stasis: timeout: command timed out after {} ms; its process tree was killed",
                     a.timeout_ms
                 );
             }
         }
-        v["exit_code"]
-            .as_i64()
-            .unwrap_or(if v["timed_out"] == true { 124 } else { 1 })
+        v.exit_code
+            .map(i64::from)
+            .unwrap_or(if v.timed_out { 124 } else { 1 })
     };
     if code != 0 && !json {
         std::process::exit(code.clamp(1, 255) as i32);
@@ -134,7 +144,7 @@ pub async fn session(c: &Client, s: SessionCmd, json: bool) -> Result<()> {
         SessionCmd::Start { id, argv } => {
             let refs: Vec<&str> = argv.iter().map(String::as_str).collect();
             let v = c.session_start(&id, &refs).await?;
-            print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+            print_value(json, &v, |v| v.id.clone());
         }
         SessionCmd::Send {
             id,
@@ -156,30 +166,19 @@ pub async fn session(c: &Client, s: SessionCmd, json: bool) -> Result<()> {
         } => {
             let v = c.session_read(&id, &session, offset, wait_ms).await?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                println!("{}", pretty(&v));
             } else {
-                print!("{}", v["data"].as_str().unwrap_or(""));
-                eprintln!("[next offset {}]", v["next_offset"]);
+                print!("{}", v.data);
+                eprintln!("[next offset {}]", v.next_offset);
             }
         }
         SessionCmd::Ls { id } => {
-            let v = c.get(&format!("/v1/sandboxes/{id}/sessions")).await?;
+            let v = c.sessions(&id).await?;
             print_value(json, &v, |v| {
-                v.as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|s| {
-                                format!(
-                                    "{}  running={}  {}",
-                                    s["id"].as_str().unwrap_or(""),
-                                    s["running"],
-                                    s["argv"]
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join("\n")
-                    })
-                    .unwrap_or_default()
+                v.iter()
+                    .map(|s| format!("{}  running={}  {}", s.id, s.running, compact(&s.argv)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
             });
         }
         SessionCmd::Kill { id, session } => {

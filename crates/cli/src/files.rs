@@ -10,7 +10,7 @@ use serde_json::json;
 use stasis_core::{Error, Result};
 
 use crate::client::Client;
-use crate::output::print_value;
+use crate::output::{as_text, print_value};
 
 #[derive(Subcommand)]
 pub enum FilesCmd {
@@ -66,21 +66,19 @@ pub async fn files(c: &Client, f: FilesCmd, json: bool) -> Result<()> {
         FilesCmd::Ls { id, path } => {
             let v = c.list_files(&id, &path).await?;
             print_value(json, &v, |v| {
-                v.as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|e| {
-                                format!(
-                                    "{:<8} {:>10} {}",
-                                    e["kind"].as_str().unwrap_or(""),
-                                    e["size"],
-                                    e["name"].as_str().unwrap_or("")
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join("\n")
+                v.iter()
+                    .map(|e| {
+                        format!(
+                            "{:<8} {:>10} {}",
+                            as_text(&e.kind),
+                            // A JSON number, as printed before: its Display
+                            // ignores the width.
+                            serde_json::Value::from(e.size),
+                            e.name
+                        )
                     })
-                    .unwrap_or_default()
+                    .collect::<Vec<_>>()
+                    .join("\n")
             });
         }
     }

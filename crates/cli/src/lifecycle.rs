@@ -86,7 +86,7 @@ pub async fn lifecycle(a: LifecycleArgs) -> Result<Value> {
         let t = Instant::now();
         let sb = c.create(manifest.clone()).await?;
         create.push(ms_since(t));
-        let id = sb["id"].as_str().unwrap_or_default().to_string();
+        let id = sb.id;
         let t = Instant::now();
         exec_ok(c, &id, &["true"]).await?;
         first_exec.push(ms_since(t));
@@ -96,7 +96,7 @@ pub async fn lifecycle(a: LifecycleArgs) -> Result<Value> {
         let t = Instant::now();
         exec_ok(c, &id, &["sh", "-c", &a.setup]).await?;
         setup.push(ms_since(t));
-        running_rss.push(c.usage(&id).await?["rss_bytes"].as_f64().unwrap_or(0.0));
+        running_rss.push(c.usage(&id).await?.rss_bytes as f64);
 
         let t = Instant::now();
         c.pause(&id, Some(true)).await?;
@@ -104,9 +104,9 @@ pub async fn lifecycle(a: LifecycleArgs) -> Result<Value> {
         let u0 = c.usage(&id).await?;
         tokio::time::sleep(Duration::from_secs(a.paused_watch_secs)).await;
         let u1 = c.usage(&id).await?;
-        let cpu_ns = u1["cpu_ns"].as_f64().unwrap_or(0.0) - u0["cpu_ns"].as_f64().unwrap_or(0.0);
+        let cpu_ns = u1.cpu_ns as f64 - u0.cpu_ns as f64;
         paused_cpu_ms_per_s.push(cpu_ns / 1e6 / a.paused_watch_secs as f64);
-        paused_rss.push(u1["rss_bytes"].as_f64().unwrap_or(0.0));
+        paused_rss.push(u1.rss_bytes as f64);
 
         let t = Instant::now();
         c.resume(&id).await?;
@@ -117,12 +117,12 @@ pub async fn lifecycle(a: LifecycleArgs) -> Result<Value> {
         let t = Instant::now();
         let snap = c.snapshot(&id, Some(3600)).await?;
         snapshot.push(ms_since(t));
-        snap_raw.push(snap["raw_bytes"].as_f64().unwrap_or(0.0));
-        snap_stored.push(snap["stored_bytes"].as_f64().unwrap_or(0.0));
-        let snap_id = snap["id"].as_str().unwrap_or_default().to_string();
+        snap_raw.push(snap.raw_bytes as f64);
+        snap_stored.push(snap.stored_bytes as f64);
+        let snap_id = snap.id.to_string();
         let t = Instant::now();
         let child = c.restore(&snap_id, None).await?;
-        let cid = child["id"].as_str().unwrap_or_default().to_string();
+        let cid = child.id;
         exec_ok(c, &cid, &["true"]).await?;
         restore_exec.push(ms_since(t));
         c.destroy(&cid).await?;
@@ -187,34 +187,25 @@ pub fn section(bench: &Value) -> Result<Value> {
 
 async fn fork_bench(c: &Client, manifest: &Value, n: u32) -> Result<Value> {
     let sb = c.create(manifest.clone()).await?;
-    let id = sb["id"].as_str().unwrap_or_default().to_string();
+    let id = sb.id;
     exec_ok(c, &id, &["true"]).await?;
-    let one_rss = c.usage(&id).await?["rss_bytes"].as_u64().unwrap_or(0);
+    let one_rss = c.usage(&id).await?.rss_bytes;
     let t = Instant::now();
     let f = c.fork(&id, n).await?;
     let fork_ms = ms_since(t);
-    let kids: Vec<String> = f["sandboxes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|s| s["id"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let kids: Vec<String> = f.sandboxes.into_iter().map(|s| s.id).collect();
     let (mut total_rss, mut total_pss) = (0u64, 0u64);
     for k in &kids {
         exec_ok(c, k, &["true"]).await?;
         let u = c.usage(k).await?;
-        total_rss += u["rss_bytes"].as_u64().unwrap_or(0);
-        total_pss += u["pss_bytes"].as_u64().unwrap_or(0);
+        total_rss += u.rss_bytes;
+        total_pss += u.pss_bytes;
     }
     for k in &kids {
         c.destroy(k).await?;
     }
     c.destroy(&id).await?;
-    if let Some(s) = f["snapshot"].as_str() {
-        let _ = c.delete(&format!("/v1/snapshots/{s}")).await;
-    }
+    let _ = c.delete(&format!("/v1/snapshots/{}", f.snapshot)).await;
     Ok(json!({
         "children": kids.len(),
         "total_ms": fork_ms,

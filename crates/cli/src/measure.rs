@@ -7,6 +7,7 @@ use std::time::Instant;
 use serde_json::Value;
 
 use stasis_core::{Error, Result};
+use stasis_server::http::exec::ExecResponse;
 
 use crate::client::Client;
 use crate::temp_daemon::TempDaemon;
@@ -38,12 +39,13 @@ pub async fn start_daemon(images: Option<PathBuf>, accel: &str) -> Result<(TempD
     Ok((d, accel))
 }
 
-pub async fn exec_ok(c: &Client, id: &str, argv: &[&str]) -> Result<Value> {
+pub async fn exec_ok(c: &Client, id: &str, argv: &[&str]) -> Result<ExecResponse> {
     let r = c.exec(id, argv, 120_000).await?;
-    if r["exit_code"] != 0 {
+    if r.exit_code != Some(0) {
+        // stderr quoted as the JSON string it is.
         return Err(Error::internal(format!(
             "{argv:?} failed in {id}: {}",
-            r["stderr"]
+            Value::from(r.stderr.as_str())
         )));
     }
     Ok(r)

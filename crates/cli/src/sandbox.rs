@@ -7,9 +7,10 @@ use clap::Args;
 use serde_json::{json, Value};
 
 use stasis_core::{Error, Result};
+use stasis_server::http::sandboxes::Sandbox;
 
 use crate::client::Client;
-use crate::output::print_value;
+use crate::output::{compact, print_value};
 
 #[derive(Args)]
 pub struct CreateArgs {
@@ -35,31 +36,33 @@ pub struct CreateArgs {
     ttl_secs: Option<u64>,
 }
 
-fn fmt_ms(v: &Value) -> String {
-    v.as_i64()
-        .map(|ms| {
-            let secs = ms / 1000;
-            format!("{secs}s")
-        })
-        .unwrap_or_else(|| "-".into())
+fn fmt_ms(ms: i64) -> String {
+    let secs = ms / 1000;
+    format!("{secs}s")
 }
 
-fn sandbox_line(v: &Value) -> String {
+fn sandbox_line(v: &Sandbox) -> String {
     let mut s = format!(
         "{}  {:<10} {:<8} running {}",
-        v["id"].as_str().unwrap_or("?"),
-        v["state"].as_str().unwrap_or("?"),
-        v["backend"].as_str().unwrap_or("?"),
-        fmt_ms(&v["running_ms"]),
+        v.id,
+        v.state,
+        v.backend,
+        fmt_ms(v.running_ms),
     );
-    if let Some(exp) = v["expires_at_ms"].as_i64() {
+    if let Some(exp) = v.expires_at_ms {
         let left = (exp - stasis_core::now_ms()) / 1000;
         s.push_str(&format!("  expires in {left}s"));
     }
-    if let Some(r) = v["reason"].as_str() {
+    if let Some(r) = &v.reason {
         s.push_str(&format!("  ({r})"));
     }
     s
+}
+
+/// A lifecycle answer's total time as the text lines print it (`null`
+/// when the answer carries no timing).
+fn total_ms(v: &Sandbox) -> String {
+    compact(&v.timing.as_ref().map(|t| t.total_ms))
 }
 
 /// The object `key` of a manifest, created when absent; a manifest file
@@ -128,21 +131,15 @@ pub async fn create(c: &Client, a: CreateArgs, json: bool) -> Result<()> {
         }
     }
     let v = c.create(m).await?;
-    print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+    print_value(json, &v, |v| v.id.clone());
     Ok(())
 }
 
 /// `stasis ls`.
 pub async fn ls(c: &Client, state: Option<String>, json: bool) -> Result<()> {
-    let path = match state {
-        Some(s) => format!("/v1/sandboxes?state={s}"),
-        None => "/v1/sandboxes".into(),
-    };
-    let v = c.get(&path).await?;
+    let v = c.list(state.as_deref()).await?;
     print_value(json, &v, |v| {
-        v.as_array()
-            .map(|a| a.iter().map(sandbox_line).collect::<Vec<_>>().join("\n"))
-            .unwrap_or_default()
+        v.iter().map(sandbox_line).collect::<Vec<_>>().join("\n")
     });
     Ok(())
 }
@@ -160,11 +157,7 @@ pub async fn pause(c: &Client, id: String, filesystem_only: bool, json: bool) ->
         .pause(&id, if filesystem_only { Some(false) } else { None })
         .await?;
     print_value(json, &v, |v| {
-        format!(
-            "{} paused in {} ms",
-            v["id"].as_str().unwrap_or(""),
-            v["timing"]["total_ms"]
-        )
+        format!("{} paused in {} ms", v.id, total_ms(v))
     });
     Ok(())
 }
@@ -173,11 +166,7 @@ pub async fn pause(c: &Client, id: String, filesystem_only: bool, json: bool) ->
 pub async fn resume(c: &Client, id: String, json: bool) -> Result<()> {
     let v = c.resume(&id).await?;
     print_value(json, &v, |v| {
-        format!(
-            "{} resumed in {} ms",
-            v["id"].as_str().unwrap_or(""),
-            v["timing"]["total_ms"]
-        )
+        format!("{} resumed in {} ms", v.id, total_ms(v))
     });
     Ok(())
 }
@@ -185,9 +174,7 @@ pub async fn resume(c: &Client, id: String, json: bool) -> Result<()> {
 /// `stasis rm`.
 pub async fn rm(c: &Client, id: String, json: bool) -> Result<()> {
     let v = c.destroy(&id).await?;
-    print_value(json, &v, |v| {
-        format!("{} destroyed", v["id"].as_str().unwrap_or(""))
-    });
+    print_value(json, &v, |v| format!("{} destroyed", v.id));
     Ok(())
 }
 
@@ -197,7 +184,7 @@ pub async fn usage(c: &Client, id: String, json: bool) -> Result<()> {
     print_value(json, &v, |v| {
         format!(
             "cpu {} ns, rss {} bytes, {} host processes",
-            v["cpu_ns"], v["rss_bytes"], v["host_processes"]
+            v.cpu_ns, v.rss_bytes, v.host_processes
         )
     });
     Ok(())

@@ -9,7 +9,7 @@ use serde_json::json;
 use stasis_core::Result;
 
 use crate::client::Client;
-use crate::output::print_value;
+use crate::output::{as_text, print_value};
 use crate::sandbox::read_manifest_arg;
 
 #[derive(Subcommand)]
@@ -38,9 +38,7 @@ pub async fn snapshot(c: &Client, id: String, ttl_secs: Option<u64>, json: bool)
     print_value(json, &v, |v| {
         format!(
             "{}  raw {} bytes, stored {} bytes",
-            v["id"].as_str().unwrap_or(""),
-            v["raw_bytes"],
-            v["stored_bytes"]
+            v.id, v.raw_bytes, v.stored_bytes
         )
     });
     Ok(())
@@ -50,30 +48,26 @@ pub async fn snapshot(c: &Client, id: String, ttl_secs: Option<u64>, json: bool)
 pub async fn snapshots(c: &Client, s: SnapshotsCmd, json: bool) -> Result<()> {
     match s {
         SnapshotsCmd::Ls => {
-            let v = c.get("/v1/snapshots").await?;
+            let v = c.snapshots().await?;
             print_value(json, &v, |v| {
-                v.as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|s| {
-                                format!(
-                                    "{}  {:<5} {:<8} from {}  raw {} stored {}",
-                                    s["id"].as_str().unwrap_or(""),
-                                    s["kind"].as_str().unwrap_or(""),
-                                    s["backend"].as_str().unwrap_or(""),
-                                    s["source_sandbox"].as_str().unwrap_or("-"),
-                                    s["raw_bytes"],
-                                    s["stored_bytes"]
-                                )
-                            })
-                            .collect::<Vec<_>>()
-                            .join("\n")
+                v.iter()
+                    .map(|s| {
+                        format!(
+                            "{}  {:<5} {:<8} from {}  raw {} stored {}",
+                            s.id,
+                            as_text(&s.kind),
+                            as_text(&s.backend),
+                            s.source_sandbox.as_ref().map_or("-", |id| id.as_str()),
+                            s.raw_bytes,
+                            s.stored_bytes
+                        )
                     })
-                    .unwrap_or_default()
+                    .collect::<Vec<_>>()
+                    .join("\n")
             });
         }
         SnapshotsCmd::Get { id } => {
-            let v = c.get(&format!("/v1/snapshots/{id}")).await?;
+            let v = c.snapshot_info(&id).await?;
             print_value(true, &v, |_| String::new());
         }
         SnapshotsCmd::Export { id, file } => {
@@ -87,13 +81,9 @@ pub async fn snapshots(c: &Client, s: SnapshotsCmd, json: bool) -> Result<()> {
             );
         }
         SnapshotsCmd::Import { file } => {
-            let v = c.upload("/v1/snapshots/import", &file, !json).await?;
+            let v = c.import_snapshot(&file, !json).await?;
             print_value(json, &v, |v| {
-                format!(
-                    "imported {} ({} bytes raw)",
-                    v["id"].as_str().unwrap_or(""),
-                    v["raw_bytes"]
-                )
+                format!("imported {} ({} bytes raw)", v.id, v.raw_bytes)
             });
         }
         SnapshotsCmd::Rm { id } => {
@@ -115,7 +105,7 @@ pub async fn restore(
 ) -> Result<()> {
     let m = manifest.map(|f| read_manifest_arg(&f)).transpose()?;
     let v = c.restore(&snapshot, m).await?;
-    print_value(json, &v, |v| v["id"].as_str().unwrap_or("").to_string());
+    print_value(json, &v, |v| v.id.clone());
     Ok(())
 }
 
@@ -123,15 +113,11 @@ pub async fn restore(
 pub async fn fork(c: &Client, id: String, count: u32, json: bool) -> Result<()> {
     let v = c.fork(&id, count).await?;
     print_value(json, &v, |v| {
-        v["sandboxes"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|s| s["id"].as_str().unwrap_or("").to_string())
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            })
-            .unwrap_or_default()
+        v.sandboxes
+            .iter()
+            .map(|s| s.id.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
     });
     Ok(())
 }

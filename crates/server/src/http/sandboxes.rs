@@ -32,7 +32,7 @@ pub struct CreateSandbox {
     pub manifest: Option<serde_json::Value>,
 }
 
-#[derive(Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Sandbox {
     pub id: String,
     pub state: String,
@@ -239,7 +239,7 @@ async fn usage(
     Ok(axum::Json(st.manager.usage(&ctx, &sandbox_id(&id)?).await?))
 }
 
-#[derive(Serialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ForkResponse {
     pub snapshot: String,
     pub sandboxes: Vec<Sandbox>,

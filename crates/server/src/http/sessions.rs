@@ -36,7 +36,7 @@ pub struct OutputQuery {
     pub wait_ms: u64,
 }
 
-#[derive(Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SessionOutputResponse {
     pub offset: u64,
     pub data: String,
