@@ -65,11 +65,7 @@ impl Store {
         out_file: &Path,
         progress: Option<&dyn Progress>,
     ) -> Result<SnapshotRecord> {
-        let rec = self.get_snapshot(tenant, id).await?;
-        let keys = self
-            .tenant_keys(tenant, false)
-            .await?
-            .ok_or_else(|| Error::not_found(format!("snapshot {id}")))?;
+        let (rec, keys) = self.snapshot_with_keys(tenant, id).await?;
         let mut index: HashMap<ChunkAddr, u32> = HashMap::new();
         let mut table: Vec<ChunkRef> = Vec::new();
         let mut arts = Vec::new();

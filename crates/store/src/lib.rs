@@ -391,6 +391,16 @@ impl Store {
     /// The record of one of `tenant`'s snapshots. Another tenant's id -> `not_found`,
     /// exactly as for an id that never existed.
     pub async fn get_snapshot(&self, tenant: &TenantId, id: &SnapshotId) -> Result<SnapshotRecord> {
+        Ok(self.snapshot_with_keys(tenant, id).await?.0)
+    }
+
+    /// A snapshot's record and its tenant's keys (what reading its chunks
+    /// needs), `not_found` as for [`Store::get_snapshot`].
+    pub(crate) async fn snapshot_with_keys(
+        &self,
+        tenant: &TenantId,
+        id: &SnapshotId,
+    ) -> Result<(SnapshotRecord, Arc<TenantKeys>)> {
         let not_found = || Error::not_found(format!("snapshot {id}"));
         let Some(b) = self.get_bytes(&record_path(tenant, id)).await? else {
             return Err(not_found());
@@ -399,7 +409,8 @@ impl Store {
             .tenant_keys(tenant, false)
             .await?
             .ok_or_else(not_found)?;
-        self.open_record(&keys, tenant, id, &b)
+        let rec = self.open_record(&keys, tenant, id, &b)?;
+        Ok((rec, keys))
     }
 
     /// All of `tenant`'s snapshots, oldest first. A record that fails verification

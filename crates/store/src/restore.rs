@@ -50,11 +50,7 @@ impl Store {
         dest_dir: &Path,
         progress: Option<&dyn Progress>,
     ) -> Result<SnapshotRecord> {
-        let rec = self.get_snapshot(tenant, id).await?;
-        let keys = self
-            .tenant_keys(tenant, false)
-            .await?
-            .ok_or_else(|| Error::not_found(format!("snapshot {id}")))?;
+        let (rec, keys) = self.snapshot_with_keys(tenant, id).await?;
         if let Ok(mut rd) = std::fs::read_dir(dest_dir) {
             if rd.next().is_some() {
                 return Err(Error::invalid(format!(
