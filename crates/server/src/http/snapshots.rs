@@ -8,7 +8,6 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::Response;
-use axum::routing::{get, post};
 use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -180,19 +179,19 @@ async fn store_stats(
     Ok(axum::Json(st.manager.snapshots().stats(&ctx.tenant).await?))
 }
 
-/// The routes of this module. Export, import and the store routes are
-/// served but not listed in the OpenAPI document (as before).
+/// The routes of this module. The import route takes uploads of any size
+/// (streamed to a file), so the daemon's body limit is lifted for it alone.
 pub fn routes() -> OpenApiRouter<AppState> {
+    let import = OpenApiRouter::new()
+        .routes(routes!(import_snapshot))
+        .layer(DefaultBodyLimit::disable());
     OpenApiRouter::new()
         .routes(routes!(take_snapshot))
         .routes(routes!(list_snapshots))
         .routes(routes!(get_snapshot, delete_snapshot))
         .routes(routes!(restore_snapshot))
-        .route("/v1/snapshots/{id}/export", get(export_snapshot))
-        .route(
-            "/v1/snapshots/import",
-            post(import_snapshot).layer(DefaultBodyLimit::disable()),
-        )
-        .route("/v1/store/gc", post(store_gc))
-        .route("/v1/store/stats", get(store_stats))
+        .routes(routes!(export_snapshot))
+        .routes(routes!(store_gc))
+        .routes(routes!(store_stats))
+        .merge(import)
 }
