@@ -128,6 +128,13 @@ impl Manager {
         }
     }
 
+    /// In a cluster, whether `rec` must be taken over before this node serves
+    /// it (see [`must_take_over`]).
+    fn takeover_needed(&self, rec: &SandboxRecord) -> bool {
+        self.cluster()
+            .is_some_and(|c| must_take_over(rec.state, c.fence(&rec.id).is_some()))
+    }
+
     /// [`Manager::ensure_local_held`] for a caller that does not hold the
     /// sandbox's slot (a run checking its sandbox before it records a tool
     /// call): a takeover happens with the slot held exclusively, as every
@@ -140,10 +147,7 @@ impl Manager {
         ctx: &Ctx,
         rec: SandboxRecord,
     ) -> Result<SandboxRecord> {
-        let Some(c) = self.cluster() else {
-            return Ok(rec);
-        };
-        if !must_take_over(rec.state, c.fence(&rec.id).is_some()) {
+        if !self.takeover_needed(&rec) {
             return Ok(rec);
         }
         let _guard = self.slot(&rec.id).lock.clone().write_owned().await;
@@ -165,7 +169,7 @@ impl Manager {
         let Some(c) = self.cluster() else {
             return Ok(rec);
         };
-        if !must_take_over(rec.state, c.fence(&rec.id).is_some()) {
+        if !self.takeover_needed(&rec) {
             return Ok(rec);
         }
         let t0 = std::time::Instant::now();
