@@ -22,21 +22,10 @@ pub(crate) const QEMU_IMG_TIMEOUT: Duration = Duration::from_secs(900);
 /// Run `qemu-img` in `cwd`; its stderr is the error. Bounded by
 /// [`QEMU_IMG_TIMEOUT`] (the child is killed when the wait is dropped).
 pub(crate) async fn qemu_img(bin: &Path, cwd: &Path, args: &[&str]) -> Result<()> {
-    let run = tokio::process::Command::new(bin)
-        .args(args)
-        .current_dir(cwd)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(QEMU_IMG_TIMEOUT, run)
-        .await
-        .map_err(|_| {
-            Error::timeout(format!(
-                "qemu-img {} did not finish within {} s; killed",
-                args.join(" "),
-                QEMU_IMG_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(|e| Error::backend(format!("cannot run {}: {e}", bin.display())))?;
+    let mut cmd = tokio::process::Command::new(bin);
+    cmd.args(args).current_dir(cwd);
+    let what = format!("qemu-img {}", args.join(" "));
+    let out = util::output_bounded(cmd, QEMU_IMG_TIMEOUT, &what).await?;
     if !out.status.success() {
         return Err(Error::backend(format!(
             "qemu-img {}: {}",

@@ -24,6 +24,31 @@ pub async fn connect_unix(path: &Path) -> std::io::Result<UnixStream> {
     s
 }
 
+/// Run `cmd` to completion and collect its output, bounded by `limit`: a run
+/// still going then is killed (the child is killed when the wait is
+/// dropped) and answered with a timeout error naming `what`.
+pub async fn output_bounded(
+    mut cmd: tokio::process::Command,
+    limit: Duration,
+    what: &str,
+) -> Result<std::process::Output> {
+    let run = cmd.kill_on_drop(true).output();
+    tokio::time::timeout(limit, run)
+        .await
+        .map_err(|_| {
+            Error::timeout(format!(
+                "{what} did not finish within {} s; killed",
+                limit.as_secs()
+            ))
+        })?
+        .map_err(|e| {
+            Error::backend(format!(
+                "cannot run {}: {e}",
+                Path::new(cmd.as_std().get_program()).display()
+            ))
+        })
+}
+
 /// Connect, retrying while the socket does not exist yet or refuses.
 pub async fn connect_unix_retry(path: &Path, timeout: Duration) -> Result<UnixStream> {
     let deadline = Instant::now() + timeout;

@@ -159,20 +159,11 @@ pub fn check_disk(disk: &Path, backing: &Path) -> Result<()> {
 /// but the file itself is opened.
 pub async fn check_disk_qemu_img(qemu_img: &Path, disk: &Path, backing: &Path) -> Result<()> {
     // Bounded: reading one header takes milliseconds; a stuck run is killed.
-    let run = tokio::process::Command::new(qemu_img)
-        .args(["info", "-U", "--output=json", "-f", "qcow2"])
-        .arg(disk)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
-        .await
-        .map_err(|_| {
-            Error::timeout(format!(
-                "qemu-img info {}: no answer within 120 s; killed",
-                disk.display()
-            ))
-        })?
-        .map_err(|e| Error::backend(format!("cannot run {}: {e}", qemu_img.display())))?;
+    let mut cmd = tokio::process::Command::new(qemu_img);
+    cmd.args(["info", "-U", "--output=json", "-f", "qcow2"])
+        .arg(disk);
+    let what = format!("qemu-img info {}", disk.display());
+    let out = crate::util::output_bounded(cmd, std::time::Duration::from_secs(120), &what).await?;
     if !out.status.success() {
         return Err(Error::integrity(format!(
             "disk {}: qemu-img info: {}",
