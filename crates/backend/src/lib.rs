@@ -10,6 +10,7 @@ pub mod failpoint;
 #[cfg(feature = "fake")]
 pub mod fake;
 pub mod fsafe;
+pub mod netns;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -17,9 +18,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
+use stasis_core::manifest::NetworkPolicy;
 use stasis_core::{
-    BackendKind, ExecRequest, ExecResult, FileEntry, Manifest, Result, SandboxId, SessionInfo,
-    SessionOutput, SessionSpec, Stream,
+    BackendKind, ExecRequest, ExecResult, FileEntry, Manifest, PtySize, Result, SandboxId,
+    SessionInfo, SessionOutput, SessionSpec, Stream,
 };
 
 /// The host uids (= gids) the microVM backend's QEMU jail runs under:
@@ -132,6 +134,25 @@ pub struct PauseLeftovers {
     pub files_kept: bool,
 }
 
+/// The daemon's egress service (a resolver and a proxy that enforce a
+/// sandbox's network policy from outside it), handed to a backend when it is
+/// built. A backend calls `attach` once the sandbox's network namespace
+/// exists and before anything in it runs (a process sandbox's own namespace;
+/// a microVM's QEMU namespace, where its user networking opens sockets), and
+/// `detach` when that namespace goes (pause, destroy, a failed start).
+pub trait Egress: Send + Sync + 'static {
+    /// Make `netns` (an open namespace file, see `netns::open`) reach the
+    /// outside only through the daemon: loopback up, a default route, a
+    /// firewall inside the namespace that sends every TCP connection to the
+    /// proxy and every DNS query to the resolver and drops the rest, and
+    /// serve `id` under `policy`. Attaching again replaces the previous
+    /// attachment (a resumed sandbox gets a new namespace).
+    fn attach(&self, id: &SandboxId, netns: &std::fs::File, policy: &NetworkPolicy) -> Result<()>;
+
+    /// Stop serving `id`. Idempotent.
+    fn detach(&self, id: &SandboxId);
+}
+
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     fn kind(&self) -> BackendKind;
@@ -181,6 +202,25 @@ pub trait Backend: Send + Sync + 'static {
     async fn session_list(&self, id: &SandboxId) -> Result<Vec<SessionInfo>>;
 
     async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()>;
+
+    /// Change the terminal size of a session started with a PTY.
+    async fn session_resize(&self, _id: &SandboxId, _session: &str, _size: PtySize) -> Result<()> {
+        Err(stasis_core::Error::unsupported(format!(
+            "the {} backend has no terminal sessions",
+            self.kind()
+        )))
+    }
+
+    /// Open a TCP connection to `port` on the sandbox's own loopback (a
+    /// server the sandbox runs), for the daemon's port proxy. The only way
+    /// in: nothing else on the host can reach that port. Nothing listening
+    /// there: `port_unreachable` (502), the sandbox untouched.
+    async fn connect_port(&self, _id: &SandboxId, _port: u16) -> Result<tokio::net::TcpStream> {
+        Err(stasis_core::Error::unsupported(format!(
+            "the {} backend cannot expose ports",
+            self.kind()
+        )))
+    }
 
     /// Stop the sandbox's compute and write its state into `out` (an empty
     /// directory). `keep_memory` false asks for a filesystem-only pause.

@@ -38,6 +38,9 @@ pub enum ErrorCode {
     IncompatibleSnapshot,
     /// This machine or backend cannot do it (501).
     Unsupported,
+    /// Nothing answers on the sandbox port a proxied request was for (502).
+    /// The sandbox itself is fine.
+    PortUnreachable,
     /// Backend failed (500); the sandbox may have gone to Failed.
     BackendError,
     /// Anything else (500).
@@ -56,6 +59,7 @@ impl ErrorCode {
             ErrorCode::IntegrityError | ErrorCode::IncompatibleSnapshot => 422,
             ErrorCode::RateLimited | ErrorCode::Overloaded => 429,
             ErrorCode::Unsupported => 501,
+            ErrorCode::PortUnreachable => 502,
             ErrorCode::Timeout => 504,
             ErrorCode::BackendError | ErrorCode::Internal => 500,
         }
@@ -77,6 +81,7 @@ impl ErrorCode {
             ErrorCode::IntegrityError => "integrity_error",
             ErrorCode::IncompatibleSnapshot => "incompatible_snapshot",
             ErrorCode::Unsupported => "unsupported",
+            ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::BackendError => "backend_error",
             ErrorCode::Internal => "internal",
         }

@@ -76,6 +76,13 @@ pub struct SessionSpec {
     pub cwd: Option<String>,
 }
 
+/// The size of a session's terminal, in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PtySize {
+    pub cols: u16,
+    pub rows: u16,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionInfo {
     /// Stable across pause/resume.

@@ -11,7 +11,8 @@ pub mod strict;
 
 pub use error::{Error, ErrorCode, Result};
 pub use exec::{
-    ExecRequest, ExecResult, FileEntry, FileKind, SessionInfo, SessionOutput, SessionSpec, Stream,
+    ExecRequest, ExecResult, FileEntry, FileKind, PtySize, SessionInfo, SessionOutput, SessionSpec,
+    Stream,
 };
 pub use id::{SandboxId, SnapshotId, TenantId};
 pub use lifecycle::SandboxState;
