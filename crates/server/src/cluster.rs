@@ -14,14 +14,20 @@
 //!
 //! The node's in-memory map of held leases is only what it believes; every
 //! state write carries the fencing token from it and the database refuses a
-//! stale one.
+//! stale one. It also stops *serving* a sandbox (exec, files, sessions)
+//! once its lease has gone unconfirmed for most of a lease
+//! ([`Cluster::serves`]): a node cut off from the database cannot renew,
+//! so another node may soon take the sandbox over, and from then on the
+//! cut-off copy is no longer the sandbox. Serving resumes when the lease is
+//! confirmed again (still this node's: nothing is restored), or the copy is
+//! stopped when another node took it.
 //!
 //! This module decides where a sandbox is served ([`Cluster::route`]); the
 //! proxying itself is the HTTP edge's (`crate::http::forward`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
@@ -43,12 +49,32 @@ pub struct ClusterConfig {
 pub struct Cluster {
     cfg: ClusterConfig,
     meta: Meta,
-    /// Leases this node believes it holds.
-    held: StdMutex<HashMap<SandboxId, Fence>>,
+    /// Leases this node believes it holds, each with the moment it was last
+    /// confirmed (taken, or renewed by a heartbeat that began then).
+    held: StdMutex<HashMap<SandboxId, Held>>,
     /// Sandboxes paused here whose state this node still holds live (e.g. a
     /// frozen cgroup), with the pause snapshot it belongs to.
     local_pauses: StdMutex<HashMap<SandboxId, SnapshotId>>,
     http: reqwest::Client,
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    fence: Fence,
+    confirmed: Instant,
+}
+
+/// How long after its last confirmation this node still serves a sandbox
+/// under a lease, as a share of the lease: the lease row expires one whole
+/// lease after the heartbeat that renewed it was *written*, which is later
+/// than when that heartbeat began (the confirmation instant), so stopping
+/// at 80% leaves a fifth of the lease for clock skew between nodes before
+/// another node may take the sandbox over.
+const SERVE_SHARE: f64 = 0.8;
+
+/// Whether a lease confirmed `since_confirmed` ago may still be served on.
+pub fn lease_fresh(since_confirmed: Duration, lease: Duration) -> bool {
+    since_confirmed < lease.mul_f64(SERVE_SHARE)
 }
 
 /// Where a request for a sandbox is served.
@@ -86,20 +112,44 @@ impl Cluster {
         self.cfg.lease.as_millis() as i64
     }
 
-    /// The fence for writes about `id`, if this node holds its lease.
+    /// The fence for writes about `id`, if this node believes it holds its
+    /// lease (even one it may no longer serve on: a write under a stale
+    /// fence is refused by meta, which is the point of the fence).
     pub fn fence(&self, id: &SandboxId) -> Option<Fence> {
-        self.held.lock().expect("held").get(id).cloned()
+        self.held
+            .lock()
+            .expect("held")
+            .get(id)
+            .map(|h| h.fence.clone())
     }
 
+    /// Whether this node may serve `id` now: it holds the lease and has
+    /// confirmed it recently enough that no other node can have taken it
+    /// over yet (see [`lease_fresh`]). A node cut off from meta stops
+    /// serving its sandboxes before another node may restore them, instead
+    /// of answering from a copy that is no longer the sandbox.
+    pub fn serves(&self, id: &SandboxId) -> bool {
+        self.held
+            .lock()
+            .expect("held")
+            .get(id)
+            .is_some_and(|h| lease_fresh(h.confirmed.elapsed(), self.cfg.lease))
+    }
+
+    /// Record a lease just taken (confirmed now).
     pub(crate) fn hold(&self, id: &SandboxId, fence: Fence) {
-        self.held.lock().expect("held").insert(id.clone(), fence);
+        let held = Held {
+            fence,
+            confirmed: Instant::now(),
+        };
+        self.held.lock().expect("held").insert(id.clone(), held);
     }
 
     /// Give up the lease of `id` (it paused, failed or was destroyed here).
     pub(crate) async fn release(&self, id: &SandboxId) {
         let f = self.held.lock().expect("held").remove(id);
         if let Some(f) = f {
-            if let Err(e) = self.meta.lease_release(id, &f).await {
+            if let Err(e) = self.meta.lease_release(id, &f.fence).await {
                 warn!(sandbox = %id, error = %e, "lease not released (it will expire)");
             }
         }
@@ -149,20 +199,28 @@ impl Cluster {
     /// One heartbeat: renew this node's leases and forget (and report) the
     /// ones another node has taken.
     pub async fn heartbeat(&self) -> Result<Vec<SandboxId>> {
+        let began = Instant::now();
         let leases = self
             .meta
             .node_heartbeat(&self.cfg.node_id, self.lease_ms())
             .await?;
         let mut held = self.held.lock().expect("held");
-        let lost: Vec<SandboxId> = held
-            .iter()
-            .filter(|(id, f)| {
-                !leases
-                    .iter()
-                    .any(|l| l.sandbox == id.as_str() && l.token == f.token)
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
+        let mut lost = Vec::new();
+        for (id, h) in held.iter_mut() {
+            // Taken while this heartbeat ran: its answer may predate it.
+            if h.confirmed >= began {
+                continue;
+            }
+            let renewed = leases
+                .iter()
+                .any(|l| l.sandbox == id.as_str() && l.token == h.fence.token);
+            if renewed {
+                // Renewed by this heartbeat: confirmed as of when it began.
+                h.confirmed = began;
+            } else {
+                lost.push(id.clone());
+            }
+        }
         for id in &lost {
             held.remove(id);
         }

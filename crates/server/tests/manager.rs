@@ -9,6 +9,8 @@ mod harness;
 
 #[path = "manager/crash.rs"]
 mod crash;
+#[path = "manager/lease.rs"]
+mod lease;
 #[path = "manager/reaper.rs"]
 mod reaper;
 

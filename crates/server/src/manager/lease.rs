@@ -100,6 +100,20 @@ pub fn claim(state: SandboxState, dir_here: bool) -> Claim {
     }
 }
 
+/// Whether a lease just acquired only continues this node's own: the row
+/// it replaced (`previous`) was this node's under the very fence it still
+/// held (`unconfirmed`), so no other node ran the sandbox in between.
+pub fn still_ours(
+    unconfirmed: Option<&stasis_meta::Fence>,
+    previous: Option<&stasis_meta::lease::Lease>,
+    node: &str,
+) -> bool {
+    match (unconfirmed, previous) {
+        (Some(f), Some(p)) => p.node.as_deref() == Some(node) && p.token == f.token,
+        _ => false,
+    }
+}
+
 /// How often a node heartbeats: a third of its lease, at least every 100 ms.
 pub fn heartbeat_every(lease_ms: i64) -> Duration {
     Duration::from_millis((lease_ms / 3).max(100) as u64)
@@ -112,7 +126,7 @@ impl Manager {
         let Some(c) = self.cluster() else {
             return Ok(());
         };
-        if c.fence(id).is_some() {
+        if c.serves(id) {
             return Ok(());
         }
         match self
@@ -132,7 +146,7 @@ impl Manager {
     /// it (see [`must_take_over`]).
     fn takeover_needed(&self, rec: &SandboxRecord) -> bool {
         self.cluster()
-            .is_some_and(|c| must_take_over(rec.state, c.fence(&rec.id).is_some()))
+            .is_some_and(|c| must_take_over(rec.state, c.serves(&rec.id)))
     }
 
     /// [`Manager::ensure_local_held`] for a caller that does not hold the
@@ -173,6 +187,10 @@ impl Manager {
             return Ok(rec);
         }
         let t0 = std::time::Instant::now();
+        // A lease this node held but could not confirm lately (see
+        // `Cluster::serves`): if it is still this node's, the sandbox never
+        // stopped running here and serving simply resumes.
+        let unconfirmed = c.fence(&rec.id);
         let (fence, previous) = match self
             .meta
             .lease_acquire(&rec.id, c.node_id(), c.lease_ms())
@@ -182,6 +200,10 @@ impl Manager {
             Acquire::Held(l) => return Err(held_elsewhere(&rec.id, l.node)),
         };
         c.hold(&rec.id, fence.clone());
+        if still_ours(unconfirmed.as_ref(), previous.as_ref(), c.node_id()) {
+            info!(sandbox = %rec.id, "lease confirmed again; serving resumes");
+            return self.meta.get(&rec.id).await;
+        }
         let rec = self.meta.get(&rec.id).await?;
         let from_node = previous.as_ref().and_then(|p| p.node.clone());
         // The last moment the sandbox is known to have run on the dead node:

@@ -166,7 +166,7 @@ impl Manager {
             let rec = self.meta.get_for(&ctx.tenant, id).await?;
             match rec.state {
                 SandboxState::Running => {
-                    if self.cluster().is_some_and(|c| c.fence(id).is_none()) {
+                    if self.cluster().is_some_and(|c| !c.serves(id)) {
                         let guard = slot.lock.clone().write_owned().await;
                         let rec = self.meta.get(id).await?;
                         self.ensure_local_held(ctx, rec).await?;

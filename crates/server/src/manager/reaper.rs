@@ -101,7 +101,7 @@ impl Manager {
             let slot = self.slot(&rec.id);
             // In a cluster, only the node that runs it applies its policies.
             if rec.state == SandboxState::Running
-                && self.cluster().is_some_and(|c| c.fence(&rec.id).is_none())
+                && self.cluster().is_some_and(|c| !c.serves(&rec.id))
             {
                 continue;
             }

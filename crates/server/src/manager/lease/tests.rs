@@ -105,3 +105,39 @@ fn a_lease_held_elsewhere_answers_busy_naming_the_node() {
     let e = held_elsewhere(&id, None);
     assert_eq!(e.message, format!("sandbox {id} runs on node ; try again"));
 }
+
+#[test]
+fn a_lease_is_served_on_for_most_of_it_then_not() {
+    use crate::cluster::lease_fresh;
+    let lease = Duration::from_secs(10);
+    assert!(lease_fresh(Duration::ZERO, lease));
+    assert!(lease_fresh(Duration::from_millis(7_999), lease));
+    // The last fifth is left for skew: another node may take it at 10 s.
+    assert!(!lease_fresh(Duration::from_secs(8), lease));
+    assert!(!lease_fresh(Duration::from_secs(60), lease));
+}
+
+#[test]
+fn only_the_same_fence_of_this_node_continues_without_a_restore() {
+    use stasis_meta::lease::Lease;
+    use stasis_meta::Fence;
+    let fence = Fence {
+        node: "a".into(),
+        token: 7,
+    };
+    let row = |node: Option<&str>, token| Lease {
+        sandbox: "s".into(),
+        node: node.map(String::from),
+        token,
+        expires_at_ms: 0,
+        acquired_at_ms: 0,
+    };
+    assert!(still_ours(Some(&fence), Some(&row(Some("a"), 7)), "a"));
+    // Another node held it in between (the token moved), or holds it.
+    assert!(!still_ours(Some(&fence), Some(&row(Some("a"), 8)), "a"));
+    assert!(!still_ours(Some(&fence), Some(&row(Some("b"), 7)), "a"));
+    // Released (paused elsewhere), never held here, or no row at all.
+    assert!(!still_ours(Some(&fence), Some(&row(None, 7)), "a"));
+    assert!(!still_ours(None, Some(&row(Some("a"), 7)), "a"));
+    assert!(!still_ours(Some(&fence), None, "a"));
+}
