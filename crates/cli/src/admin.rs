@@ -44,6 +44,22 @@ pub enum TokenCmd {
         /// What the token is for.
         #[arg(long, default_value = "cli")]
         name: String,
+        /// read, exec, approve or manage (repeat for several; default: all).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// Lifetime, e.g. 12h or 30d (default: no expiry).
+        #[arg(long)]
+        ttl: Option<String>,
+        /// Limit the token to this sandbox of the tenant.
+        #[arg(long)]
+        sandbox: Option<String>,
+    },
+    /// Replace a token by a new one; the old one keeps working for the overlap.
+    Rotate {
+        id: String,
+        /// How long the old token stays valid, e.g. 10m (default 10m).
+        #[arg(long)]
+        overlap: Option<String>,
     },
     /// Revoke a token by its id (tok-...).
     Revoke { id: String },
@@ -103,20 +119,31 @@ pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
                     .join("\n")
             });
         }
-        AdminCmd::Token(TokenCmd::Create { tenant, name }) => {
+        AdminCmd::Token(TokenCmd::Create {
+            tenant,
+            name,
+            scopes,
+            ttl,
+            sandbox,
+        }) => {
+            let body = crate::token::mint_body(&name, &scopes, ttl.as_deref(), sandbox.as_deref())?;
             let v = c
                 .post(
                     &format!("/v1/admin/tenants/{}/tokens", path_seg(&tenant)?),
-                    json!({"name": name}),
+                    body,
                 )
                 .await?;
-            print_value(json, &v, |v| v["token"].as_str().unwrap_or("?").to_string());
-            if !json {
-                eprintln!(
-                    "stasis: token {} for {tenant}: shown once, store it now",
-                    v["id"].as_str().unwrap_or("?")
-                );
+            crate::token::print_minted(json, &v);
+        }
+        AdminCmd::Token(TokenCmd::Rotate { id, overlap }) => {
+            let mut body = json!({});
+            if let Some(o) = overlap {
+                body["overlap_secs"] = json!(crate::token::secs("--overlap", &o)?);
             }
+            let v = c
+                .post(&format!("/v1/admin/tokens/{}/rotate", path_seg(&id)?), body)
+                .await?;
+            crate::token::print_minted(json, &v);
         }
         AdminCmd::Token(TokenCmd::Revoke { id }) => {
             let v = c
@@ -130,25 +157,7 @@ pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
             let v = c
                 .get(&format!("/v1/admin/tenants/{}/tokens", path_seg(&tenant)?))
                 .await?;
-            print_value(json, &v, |v| {
-                v.as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|t| {
-                        format!(
-                            "{}  {}{}",
-                            t["id"].as_str().unwrap_or("?"),
-                            t["name"].as_str().unwrap_or(""),
-                            if t["revoked_at_ms"].is_i64() {
-                                "  (revoked)"
-                            } else {
-                                ""
-                            }
-                        )
-                    })
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            });
+            print_value(json, &v, crate::token::token_lines);
         }
     }
     Ok(())

@@ -129,6 +129,9 @@ pub enum Cmd {
     /// Tenants and API tokens (needs an admin token).
     #[command(subcommand)]
     Admin(AdminCmd),
+    /// This tenant's API tokens: scoped, expiring, per-sandbox, rotated (needs the manage scope).
+    #[command(subcommand)]
+    Token(crate::token::TokenCmd),
     /// Tenant secrets delivered to sandboxes whose manifest names them (admin token).
     #[command(subcommand)]
     Secret(SecretCmd),

@@ -22,6 +22,7 @@ mod sandbox;
 mod serve;
 mod snapshots;
 mod temp_daemon;
+mod token;
 
 use clap::Parser;
 use serde_json::json;
@@ -99,6 +100,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(b) => bench::run(b, json).await?,
         Cmd::Admin(a) => admin::admin(&c, a, json).await?,
         Cmd::Secret(s) => admin::secret(&c, s, json).await?,
+        Cmd::Token(t) => token::token(&c, t, json).await?,
         Cmd::Cost(a) => cost::run(a, json).await?,
     }
     Ok(())

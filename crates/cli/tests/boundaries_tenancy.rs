@@ -11,6 +11,9 @@ mod common;
 use common::{Daemon, Http};
 use serde_json::{json, Value};
 
+#[path = "boundaries_tenancy/scopes.rs"]
+mod scopes;
+
 fn process(extra: Value) -> Value {
     let mut m = json!({"backend": "process", "lifecycle": {"on_idle": "nothing"}});
     if let (Some(m), Some(e)) = (m.as_object_mut(), extra.as_object()) {

@@ -41,6 +41,42 @@ pub struct TokenRecord {
     pub created_at_ms: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revoked_at_ms: Option<i64>,
+    /// What the token may do (names the server defines); None: everything
+    /// its tenant may (tokens made before scopes existed, and admin tokens).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scopes: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_used_at_ms: Option<i64>,
+    /// Only this sandbox's routes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+    /// The token this one replaced by rotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotated_from: Option<String>,
+}
+
+impl TokenRecord {
+    /// Expired at `now` (a token without expiry never is).
+    pub fn expired(&self, now: i64) -> bool {
+        self.expires_at_ms.is_some_and(|t| t <= now)
+    }
+}
+
+/// A token to store: everything but its generated timestamps.
+#[derive(Debug, Clone, Default)]
+pub struct NewTokenRecord<'a> {
+    pub id: &'a str,
+    pub tenant: Option<&'a TenantId>,
+    pub name: &'a str,
+    /// The hash of its text ([`hash_token`]).
+    pub hash: &'a str,
+    pub is_admin: bool,
+    pub scopes: Option<&'a [String]>,
+    pub expires_at_ms: Option<i64>,
+    pub sandbox: Option<&'a str>,
+    pub rotated_from: Option<&'a str>,
 }
 
 fn decode_token(row: &sqlx::any::AnyRow) -> Result<TokenRecord> {
@@ -53,6 +89,19 @@ fn decode_token(row: &sqlx::any::AnyRow) -> Result<TokenRecord> {
         is_admin: is_admin != 0,
         created_at_ms: row.try_get("created_at_ms").map_err(db_err)?,
         revoked_at_ms: row.try_get("revoked_at_ms").map_err(db_err)?,
+        scopes: row
+            .try_get::<Option<String>, _>("scopes")
+            .map_err(db_err)?
+            .map(|s| {
+                s.split(',')
+                    .filter(|x| !x.is_empty())
+                    .map(String::from)
+                    .collect()
+            }),
+        expires_at_ms: row.try_get("expires_at_ms").map_err(db_err)?,
+        last_used_at_ms: row.try_get("last_used_at_ms").map_err(db_err)?,
+        sandbox: row.try_get("sandbox").map_err(db_err)?,
+        rotated_from: row.try_get("rotated_from").map_err(db_err)?,
     })
 }
 
@@ -113,33 +162,69 @@ impl Meta {
     }
 
     /// Store a new token under the hash of its text.
-    pub async fn insert_token(
-        &self,
-        id: &str,
-        tenant: Option<&TenantId>,
-        name: &str,
-        token_hash: &str,
-        is_admin: bool,
-    ) -> Result<TokenRecord> {
-        if is_admin == tenant.is_some() {
+    pub async fn insert_token(&self, t: &NewTokenRecord<'_>) -> Result<TokenRecord> {
+        if t.is_admin == t.tenant.is_some() {
             return Err(Error::internal(
                 "a token is either an admin token or belongs to a tenant",
             ));
         }
+        if t.scopes
+            .is_some_and(|s| s.iter().any(|x| x.is_empty() || x.contains(',')))
+        {
+            return Err(Error::internal(
+                "a scope name is non-empty and has no comma",
+            ));
+        }
         sqlx::query(
-            "INSERT INTO api_tokens (id, tenant, name, hash, is_admin, created_at_ms)
-             VALUES ($1, $2, $3, $4, $5, $6)",
+            "INSERT INTO api_tokens (id, tenant, name, hash, is_admin, created_at_ms,
+                                     scopes, expires_at_ms, sandbox, rotated_from)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         )
-        .bind(id)
-        .bind(tenant.map(|t| t.as_str().to_string()))
-        .bind(name)
-        .bind(token_hash)
-        .bind(if is_admin { 1i64 } else { 0i64 })
+        .bind(t.id)
+        .bind(t.tenant.map(|t| t.as_str().to_string()))
+        .bind(t.name)
+        .bind(t.hash)
+        .bind(if t.is_admin { 1i64 } else { 0i64 })
         .bind(now_ms())
+        .bind(t.scopes.map(|s| s.join(",")))
+        .bind(t.expires_at_ms)
+        .bind(t.sandbox)
+        .bind(t.rotated_from)
         .execute(self.pool())
         .await
         .map_err(db_err)?;
-        self.get_token(id).await
+        self.get_token(t.id).await
+    }
+
+    /// Record that a token was used at `at` (callers throttle this).
+    pub async fn touch_token(&self, id: &str, at: i64) -> Result<()> {
+        sqlx::query("UPDATE api_tokens SET last_used_at_ms = $1 WHERE id = $2")
+            .bind(at)
+            .bind(id)
+            .execute(self.pool())
+            .await
+            .map_err(db_err)?;
+        Ok(())
+    }
+
+    /// Make a live token expire at `at` at the latest (an earlier expiry
+    /// stays): the old token of a rotation, valid through the overlap.
+    pub async fn expire_token_by(&self, id: &str, at: i64) -> Result<TokenRecord> {
+        let done = sqlx::query(
+            "UPDATE api_tokens SET expires_at_ms = $1
+             WHERE id = $2 AND revoked_at_ms IS NULL
+               AND (expires_at_ms IS NULL OR expires_at_ms > $1)",
+        )
+        .bind(at)
+        .bind(id)
+        .execute(self.pool())
+        .await
+        .map_err(db_err)?;
+        let rec = self.get_token(id).await?;
+        if done.rows_affected() == 0 && rec.revoked_at_ms.is_some() {
+            return Err(Error::state(format!("token {id} is revoked")));
+        }
+        Ok(rec)
     }
 
     pub async fn get_token(&self, id: &str) -> Result<TokenRecord> {
@@ -283,7 +368,14 @@ mod tests {
         let h = hash_token("stk_secret");
         assert_ne!(h, "stk_secret");
         let rec = m
-            .insert_token("tok-1", Some(&t), "ci", &h, false)
+            .insert_token(&NewTokenRecord {
+                id: "tok-1",
+                tenant: Some(&t),
+                name: "ci",
+                hash: &h,
+                is_admin: false,
+                ..Default::default()
+            })
             .await
             .unwrap();
         assert_eq!(rec.tenant.as_ref(), Some(&t));
@@ -305,16 +397,114 @@ mod tests {
         );
         // Admin tokens have no tenant; tenant tokens are never admin.
         assert!(m
-            .insert_token("tok-2", Some(&t), "x", "h2", true)
+            .insert_token(&NewTokenRecord {
+                id: "tok-2",
+                tenant: Some(&t),
+                name: "x",
+                hash: "h2",
+                is_admin: true,
+                ..Default::default()
+            })
             .await
             .is_err());
         let a = m
-            .insert_token("tok-3", None, "admin", "h3", true)
+            .insert_token(&NewTokenRecord {
+                id: "tok-3",
+                tenant: None,
+                name: "admin",
+                hash: "h3",
+                is_admin: true,
+                ..Default::default()
+            })
             .await
             .unwrap();
         assert!(a.is_admin && a.tenant.is_none());
         assert_eq!(m.list_tokens(None).await.unwrap().len(), 1);
         assert_eq!(m.list_tokens(Some(&t)).await.unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn scopes_expiry_and_use_round_trip() {
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            scoped_on(&db.meta).await;
+        }
+    }
+
+    async fn scoped_on(m: &Meta) {
+        let t = TenantId::parse("t-a").unwrap();
+        m.create_tenant(&t, "a").await.unwrap();
+        let scopes = vec!["read".to_string(), "approve".to_string()];
+        let rec = m
+            .insert_token(&NewTokenRecord {
+                id: "tok-s",
+                tenant: Some(&t),
+                name: "approver",
+                hash: "hs",
+                scopes: Some(&scopes),
+                expires_at_ms: Some(5_000),
+                sandbox: Some("sbx-1"),
+                rotated_from: Some("tok-old"),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(rec.scopes.as_deref(), Some(&scopes[..]));
+        assert_eq!(rec.sandbox.as_deref(), Some("sbx-1"));
+        assert_eq!(rec.rotated_from.as_deref(), Some("tok-old"));
+        assert!(!rec.expired(4_999) && rec.expired(5_000));
+        assert_eq!(rec.last_used_at_ms, None);
+        m.touch_token("tok-s", 1234).await.unwrap();
+        assert_eq!(
+            m.get_token("tok-s").await.unwrap().last_used_at_ms,
+            Some(1234)
+        );
+        // Expiry only ever moves earlier.
+        assert_eq!(
+            m.expire_token_by("tok-s", 9_000)
+                .await
+                .unwrap()
+                .expires_at_ms,
+            Some(5_000)
+        );
+        assert_eq!(
+            m.expire_token_by("tok-s", 3_000)
+                .await
+                .unwrap()
+                .expires_at_ms,
+            Some(3_000)
+        );
+        // A comma would corrupt the stored list.
+        let bad = vec!["a,b".to_string()];
+        assert!(m
+            .insert_token(&NewTokenRecord {
+                id: "tok-b",
+                tenant: Some(&t),
+                name: "x",
+                hash: "hb",
+                scopes: Some(&bad),
+                ..Default::default()
+            })
+            .await
+            .is_err());
+        m.revoke_token("tok-s").await.unwrap();
+        assert_eq!(
+            m.expire_token_by("tok-s", 1).await.unwrap_err().code,
+            ErrorCode::InvalidState
+        );
+        // A token made before scopes existed reads back with all of them.
+        let legacy = m
+            .insert_token(&NewTokenRecord {
+                id: "tok-l",
+                tenant: Some(&t),
+                name: "legacy",
+                hash: "hl",
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(legacy.scopes, None);
+        assert_eq!(legacy.expires_at_ms, None);
     }
 
     #[tokio::test]

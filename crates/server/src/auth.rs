@@ -10,8 +10,11 @@ use std::path::Path;
 use base64::Engine;
 use rand::RngCore;
 
-use stasis_core::{Error, ErrorCode, Result, TenantId};
+use stasis_core::{now_ms, Error, ErrorCode, Result, TenantId};
+use stasis_meta::tenants::NewTokenRecord;
 use stasis_meta::{hash_token, Meta, TokenRecord};
+
+use crate::scope::Scopes;
 
 /// The tenant that exists on every daemon (created at first start).
 pub const DEFAULT_TENANT: &str = "t-default";
@@ -62,17 +65,29 @@ pub struct Identity {
     pub is_admin: bool,
     /// Recorded in the audit log: `x-stasis-actor` when given, else "api".
     pub actor: String,
+    /// What the token may do (see `crate::scope`).
+    pub scopes: Scopes,
+    /// The one sandbox a per-sandbox token is limited to.
+    pub sandbox: Option<String>,
+    /// When the token stops working (tokens it mints expire no later).
+    pub expires_at_ms: Option<i64>,
 }
 
 pub(crate) fn unauthorized(msg: &str) -> Error {
     Error::new(ErrorCode::Unauthorized, msg)
 }
 
-/// The live token record of `token` (401 for an unknown or revoked one).
+/// The live token record of `token` (401 for an unknown, revoked or
+/// expired one).
 pub async fn live_token(meta: &Meta, token: &str) -> Result<TokenRecord> {
-    meta.token_by_hash(&hash_token(token))
+    let rec = meta
+        .token_by_hash(&hash_token(token))
         .await?
-        .ok_or_else(|| unauthorized("invalid or revoked token"))
+        .ok_or_else(|| unauthorized("invalid or revoked token"))?;
+    if rec.expired(now_ms()) {
+        return Err(unauthorized("token expired"));
+    }
+    Ok(rec)
 }
 
 /// Write `text` to `path` with mode 0600, atomically (temp file + rename).
@@ -107,7 +122,7 @@ async fn file_token_live(meta: &Meta, file: &Path, admin: bool) -> Result<bool> 
     Ok(meta
         .token_by_hash(&hash_token(text.trim()))
         .await?
-        .is_some_and(|t| t.is_admin == admin))
+        .is_some_and(|t| t.is_admin == admin && !t.expired(now_ms())))
 }
 
 /// First start (and every start): tenant `t-default` exists; `<data>/token`
@@ -125,17 +140,18 @@ pub async fn bootstrap(meta: &Meta, data_dir: &Path) -> Result<Vec<TokenRecord>>
         }
         let token = generate_token();
         let rec = meta
-            .insert_token(
-                &generate_token_id(),
-                (!admin).then_some(&tenant),
-                if admin {
+            .insert_token(&NewTokenRecord {
+                id: &generate_token_id(),
+                tenant: (!admin).then_some(&tenant),
+                name: if admin {
                     "bootstrap-admin"
                 } else {
                     "bootstrap"
                 },
-                &hash_token(&token),
-                admin,
-            )
+                hash: &hash_token(&token),
+                is_admin: admin,
+                ..Default::default()
+            })
             .await?;
         write_secret_file(&path, &token)?;
         created.push(rec);

@@ -16,8 +16,10 @@ pub mod manager;
 pub mod metrics;
 pub mod mounts;
 pub mod runs;
+pub mod scope;
 pub mod snapshots;
 pub mod tenancy;
+pub mod tokens;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};
 pub use metrics::Metrics;

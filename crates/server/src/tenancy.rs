@@ -1,4 +1,5 @@
-//! Tenant administration (tenants, tokens, secrets) and secret delivery.
+//! Tenant administration (tenants, secrets; tokens are `crate::tokens`')
+//! and secret delivery.
 //!
 //! Secret values are sealed with a key derived from the store's master key
 //! before they reach the metadata database, opened only to build the
@@ -7,32 +8,15 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-
 use stasis_core::manifest::validate_env_name;
 use stasis_core::{Error, ErrorCode, Manifest, Result, TenantId};
-use stasis_meta::{hash_token, Meta, NewAuditEntry, Tenant, TokenRecord};
+use stasis_meta::{Meta, NewAuditEntry, Tenant};
 use stasis_store::Store;
 
-use crate::auth::{generate_token, generate_token_id, Identity};
+use crate::auth::Identity;
 
 /// Largest secret value accepted.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;
-
-/// A token as returned once, at creation.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct NewToken {
-    pub id: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<String>)]
-    pub tenant: Option<TenantId>,
-    pub name: String,
-    pub is_admin: bool,
-    pub created_at_ms: i64,
-    /// The token itself. Shown only here; the daemon keeps only its hash.
-    pub token: String,
-}
 
 fn admin_actor(who: &Identity) -> String {
     format!("admin:{}", who.token_id)
@@ -89,70 +73,6 @@ pub async fn create_tenant(
     )
     .await;
     Ok(t)
-}
-
-pub async fn create_token(
-    meta: &Meta,
-    who: &Identity,
-    tenant: &TenantId,
-    name: &str,
-) -> Result<NewToken> {
-    check_name(name, "name")?;
-    meta.get_tenant(tenant).await?;
-    let token = generate_token();
-    let rec = meta
-        .insert_token(
-            &generate_token_id(),
-            Some(tenant),
-            name,
-            &hash_token(&token),
-            false,
-        )
-        .await?;
-    audit(
-        meta,
-        tenant,
-        who,
-        "token_create",
-        &rec.id,
-        serde_json::json!({"name": name}),
-    )
-    .await;
-    Ok(NewToken {
-        id: rec.id,
-        tenant: rec.tenant,
-        name: rec.name,
-        is_admin: false,
-        created_at_ms: rec.created_at_ms,
-        token,
-    })
-}
-
-pub async fn list_tokens(meta: &Meta, tenant: &TenantId) -> Result<Vec<TokenRecord>> {
-    meta.get_tenant(tenant).await?;
-    meta.list_tokens(Some(tenant)).await
-}
-
-pub async fn revoke_token(meta: &Meta, who: &Identity, id: &str) -> Result<TokenRecord> {
-    stasis_core::id::validate_id("token", id)?;
-    if id == who.token_id {
-        return Err(Error::invalid("an admin token cannot revoke itself"));
-    }
-    let rec = meta.revoke_token(id).await?;
-    let tenant = rec
-        .tenant
-        .clone()
-        .unwrap_or_else(|| TenantId::parse(crate::auth::DEFAULT_TENANT).expect("tenant id"));
-    audit(
-        meta,
-        &tenant,
-        who,
-        "token_revoke",
-        id,
-        serde_json::json!({"name": rec.name}),
-    )
-    .await;
-    Ok(rec)
 }
 
 fn check_secret_name(name: &str) -> Result<()> {

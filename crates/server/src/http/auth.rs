@@ -9,7 +9,7 @@
 //! ([`super::limit`]); an empty bucket is answered 429 with `Retry-After`.
 //! Tokens themselves (their shape, bootstrap, lookup) are [`crate::auth`]'s.
 
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, MatchedPath, Request, State};
 use axum::http::{request::Parts, HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -21,6 +21,7 @@ use super::error::ApiError;
 use super::state::AppState;
 use crate::auth::{live_token, unauthorized, Identity, TOKEN_PREFIX};
 use crate::manager::Ctx;
+use crate::scope::Scopes;
 
 /// Paths answered without a token.
 pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/openapi.json", "/metrics"];
@@ -66,11 +67,34 @@ pub async fn identify(meta: &Meta, headers: &HeaderMap) -> Result<Identity> {
     let token = bearer(headers)?;
     let rec = live_token(meta, token).await?;
     Ok(Identity {
+        scopes: Scopes::from_stored(rec.scopes.as_deref()),
+        sandbox: rec.sandbox,
+        expires_at_ms: rec.expires_at_ms,
         token_id: rec.id,
         tenant: rec.tenant,
         is_admin: rec.is_admin,
         actor: actor(headers)?,
     })
+}
+
+/// The scope check of a tenant token's request (see `crate::scope`):
+/// 403 when the route needs a scope the token lacks, or lies outside the
+/// sandbox the token is limited to. Admin tokens are checked by the
+/// admin extractors; unmatched paths get the router's 404.
+fn check_scope(id: &Identity, req: &Request) -> Result<()> {
+    if id.is_admin {
+        return Ok(());
+    }
+    let Some(template) = req.extensions().get::<MatchedPath>() else {
+        return Ok(());
+    };
+    crate::scope::permit(
+        id.scopes,
+        id.sandbox.as_deref(),
+        req.method(),
+        template.as_str(),
+        req.uri().path(),
+    )
 }
 
 /// Middleware: authenticate and rate-limit every non-public request.
@@ -91,6 +115,22 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
         resp.headers_mut()
             .insert("retry-after", HeaderValue::from(secs.max(1)));
         return resp;
+    }
+    if let Err(e) = check_scope(&id, &req) {
+        return ApiError(e).into_response();
+    }
+    if st
+        .limiter
+        .use_due(&id.token_id, super::limit::LAST_USED_EVERY)
+    {
+        // Off the request's path: a slow write never delays the request.
+        let meta = st.manager.meta().clone();
+        let token = id.token_id.clone();
+        tokio::spawn(async move {
+            if let Err(e) = meta.touch_token(&token, stasis_core::now_ms()).await {
+                tracing::debug!(error = %e, "token last use not recorded");
+            }
+        });
     }
     req.extensions_mut().insert(id);
     next.run(req).await
@@ -128,6 +168,24 @@ impl<S: Send + Sync> FromRequestParts<S> for Authed {
                 "an admin token manages tenants and tokens; use a tenant token for sandboxes",
             ))),
         }
+    }
+}
+
+/// Extractor: the whole identity of a tenant token (scopes, expiry,
+/// sandbox limit), for routes that act on tokens. Admin tokens get 403.
+pub struct TenantIdentity(pub Identity);
+
+impl<S: Send + Sync> FromRequestParts<S> for TenantIdentity {
+    type Rejection = ApiError;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> std::result::Result<Self, ApiError> {
+        let id = identity(parts)?;
+        if id.is_admin || id.tenant.is_none() {
+            return Err(ApiError(Error::new(
+                ErrorCode::Forbidden,
+                "this route needs a tenant token (admins use /v1/admin/...)",
+            )));
+        }
+        Ok(TenantIdentity(id))
     }
 }
 

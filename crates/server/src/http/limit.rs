@@ -1,9 +1,13 @@
-//! Per-token rate limiting of the HTTP API: one token bucket per API token,
-//! sized by [`RateLimit`]; an empty bucket is answered 429 with
-//! `Retry-After` (see [`super::auth::authenticate`]).
+//! Per-token bookkeeping of the HTTP API: rate limiting (one token bucket
+//! per API token, sized by [`RateLimit`]; an empty bucket is answered 429
+//! with `Retry-After`, see [`super::auth::authenticate`]) and when a token's
+//! `last_used_at` is next due for a write (at most once a minute per token,
+//! so a busy token does not cost a database write per request).
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
@@ -13,7 +17,12 @@ pub use crate::auth::RateLimit;
 /// Per-token token buckets.
 pub struct Limiter {
     inner: Option<DefaultKeyedRateLimiter<String>>,
+    /// When each token's use was last written.
+    used: Mutex<HashMap<String, Instant>>,
 }
+
+/// How often a token's `last_used_at` is written at most.
+pub const LAST_USED_EVERY: Duration = Duration::from_secs(60);
 
 impl Limiter {
     pub fn new(cfg: RateLimit) -> Self {
@@ -21,7 +30,27 @@ impl Limiter {
             let burst = NonZeroU32::new(cfg.burst.max(1)).expect("nonzero");
             RateLimiter::keyed(Quota::per_second(rate).allow_burst(burst))
         });
-        Limiter { inner }
+        Limiter {
+            inner,
+            used: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether a use of `key` now should be written as its `last_used_at`
+    /// (the first use, or the first after `every`); notes it if so.
+    pub fn use_due(&self, key: &str, every: Duration) -> bool {
+        let now = Instant::now();
+        let mut used = self.used.lock().expect("used");
+        if used.len() > 100_000 {
+            used.retain(|_, t| now.duration_since(*t) < every);
+        }
+        match used.get(key) {
+            Some(t) if now.duration_since(*t) < every => false,
+            _ => {
+                used.insert(key.to_string(), now);
+                true
+            }
+        }
     }
 
     /// Take one request from `key`'s bucket; on refusal, the seconds to wait.
@@ -45,6 +74,15 @@ pub type SharedLimiter = Arc<Limiter>;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn last_use_is_due_once_per_window_per_token() {
+        let l = Limiter::new(RateLimit::default());
+        assert!(l.use_due("a", Duration::from_secs(60)));
+        assert!(!l.use_due("a", Duration::from_secs(60)));
+        assert!(l.use_due("b", Duration::from_secs(60)));
+        assert!(l.use_due("a", Duration::ZERO), "window over");
+    }
 
     #[test]
     fn limiter_buckets_are_per_token() {

@@ -25,6 +25,7 @@ pub mod snapshots;
 pub mod state;
 pub mod system;
 pub mod tenants;
+pub mod tokens;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
@@ -52,7 +53,10 @@ impl utoipa::Modify for BearerAuth {
                     .bearer_format("stk_ token")
                     .description(Some(
                         "API token: `stk_` + 43 base64url characters. Tenant tokens use the sandbox, \
-                         snapshot, run and audit routes; admin tokens only `/v1/admin/...`.",
+                         snapshot, run, token and audit routes within their scopes (read, exec, \
+                         approve, manage; 403 outside them) and, if limited to one sandbox, only \
+                         `/v1/sandboxes/{id}/...` of that sandbox; admin tokens only `/v1/admin/...`. \
+                         An expired token is answered 401.",
                     ))
                     .build(),
             ),
@@ -91,6 +95,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(snapshots::routes())
         .merge(audit::routes())
         .merge(tenants::routes())
+        .merge(tokens::routes())
         .merge(runs::routes())
 }
 
@@ -214,6 +219,11 @@ mod tests {
             "post /v1/admin/tenants/{tenant}/tokens",
             "get /v1/admin/tenants/{tenant}/tokens",
             "delete /v1/admin/tokens/{token}",
+            "post /v1/admin/tokens/{token}/rotate",
+            "post /v1/tokens",
+            "get /v1/tokens",
+            "delete /v1/tokens/{token}",
+            "post /v1/tokens/{token}/rotate",
             "get /v1/admin/tenants/{tenant}/secrets",
             "put /v1/admin/tenants/{tenant}/secrets/{name}",
             "delete /v1/admin/tenants/{tenant}/secrets/{name}",

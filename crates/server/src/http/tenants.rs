@@ -23,12 +23,8 @@ pub struct CreateTenantBody {
     pub name: String,
 }
 
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTokenBody {
-    /// What the token is for (shown in lists and the audit log).
-    pub name: String,
-}
+/// A token an admin mints for a tenant (same fields as a tenant's own mint).
+pub use crate::tokens::TokenRequest as CreateTokenBody;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -63,15 +59,15 @@ async fn admin_list_tenants(
 }
 
 #[utoipa::path(post, path = "/v1/admin/tenants/{tenant}/tokens", request_body = CreateTokenBody, security(("bearer" = [])),
-    responses((status = 201, body = crate::tenancy::NewToken, description = "the token, shown only in this answer"), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 201, body = crate::tokens::NewToken, description = "the token, shown only in this answer"), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn admin_create_token(
     State(st): State<AppState>,
     AdminAuthed(who): AdminAuthed,
     Path(tenant): Path<String>,
     ApiJson(body): ApiJson<CreateTokenBody>,
-) -> ApiResult<(StatusCode, axum::Json<crate::tenancy::NewToken>)> {
+) -> ApiResult<(StatusCode, axum::Json<crate::tokens::NewToken>)> {
     let t = tenant_id(&tenant)?;
-    let tok = crate::tenancy::create_token(st.manager.meta(), &who, &t, &body.name).await?;
+    let tok = crate::tokens::create(st.manager.meta(), &who, &t, &body).await?;
     Ok((StatusCode::CREATED, axum::Json(tok)))
 }
 
@@ -79,12 +75,12 @@ async fn admin_create_token(
     responses((status = 200, description = "the tenant's tokens (never their text)"), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn admin_list_tokens(
     State(st): State<AppState>,
-    AdminAuthed(_who): AdminAuthed,
+    AdminAuthed(who): AdminAuthed,
     Path(tenant): Path<String>,
 ) -> ApiResult<axum::Json<Vec<stasis_meta::TokenRecord>>> {
     let t = tenant_id(&tenant)?;
     Ok(axum::Json(
-        crate::tenancy::list_tokens(st.manager.meta(), &t).await?,
+        crate::tokens::list(st.manager.meta(), &who, &t).await?,
     ))
 }
 
@@ -96,8 +92,20 @@ async fn admin_revoke_token(
     Path(token): Path<String>,
 ) -> ApiResult<axum::Json<stasis_meta::TokenRecord>> {
     Ok(axum::Json(
-        crate::tenancy::revoke_token(st.manager.meta(), &who, &token).await?,
+        crate::tokens::revoke(st.manager.meta(), &who, &token).await?,
     ))
+}
+
+#[utoipa::path(post, path = "/v1/admin/tokens/{token}/rotate", request_body = crate::tokens::RotateRequest, security(("bearer" = [])),
+    responses((status = 201, body = crate::tokens::NewToken, description = "the new token; the old one stays valid for the overlap"), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn admin_rotate_token(
+    State(st): State<AppState>,
+    AdminAuthed(who): AdminAuthed,
+    Path(token): Path<String>,
+    ApiJson(body): ApiJson<crate::tokens::RotateRequest>,
+) -> ApiResult<(StatusCode, axum::Json<crate::tokens::NewToken>)> {
+    let tok = crate::tokens::rotate(st.manager.meta(), &who, &token, &body).await?;
+    Ok((StatusCode::CREATED, axum::Json(tok)))
 }
 
 #[utoipa::path(get, path = "/v1/admin/tenants/{tenant}/secrets", security(("bearer" = [])),
@@ -152,6 +160,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(admin_create_tenant, admin_list_tenants))
         .routes(routes!(admin_create_token, admin_list_tokens))
         .routes(routes!(admin_revoke_token))
+        .routes(routes!(admin_rotate_token))
         .routes(routes!(admin_list_secrets))
         .routes(routes!(admin_set_secret, admin_delete_secret))
 }
