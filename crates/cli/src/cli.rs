@@ -132,6 +132,9 @@ pub enum Cmd {
     /// This tenant's API tokens: scoped, expiring, per-sandbox, rotated (needs the manage scope).
     #[command(subcommand)]
     Token(crate::token::TokenCmd),
+    /// Lifecycle webhooks: signed events POSTed to your endpoints.
+    #[command(subcommand)]
+    Webhook(crate::webhook::WebhookCmd),
     /// Tenant secrets delivered to sandboxes whose manifest names them (admin token).
     #[command(subcommand)]
     Secret(SecretCmd),

@@ -23,6 +23,7 @@ mod serve;
 mod snapshots;
 mod temp_daemon;
 mod token;
+mod webhook;
 
 use clap::Parser;
 use serde_json::json;
@@ -101,6 +102,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Admin(a) => admin::admin(&c, a, json).await?,
         Cmd::Secret(s) => admin::secret(&c, s, json).await?,
         Cmd::Token(t) => token::token(&c, t, json).await?,
+        Cmd::Webhook(w) => webhook::webhook(&c, w, json).await?,
         Cmd::Cost(a) => cost::run(a, json).await?,
     }
     Ok(())

@@ -70,6 +70,10 @@ pub struct ServeArgs {
     /// Requests a token may send at once before the sustained rate applies.
     #[arg(long, default_value_t = 400)]
     rate_limit_burst: u32,
+    /// A host webhook endpoints may name: `host`, `host:port` or
+    /// `*.domain[:port]`. Repeatable; none: tenants cannot register webhooks.
+    #[arg(long = "webhook-allow", value_name = "HOST")]
+    webhook_allow: Vec<String>,
     /// A host directory whose contents manifests may mount read-only into
     /// sandboxes (`mounts[].source` must lie under one). Repeatable; none: no mounts.
     #[arg(long = "allow-mount", value_name = "DIR")]
@@ -158,6 +162,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         })
         .collect::<Result<_>>()?;
     cfg.gc_grace = Duration::from_secs(a.gc_grace_secs);
+    cfg.webhook_allow = a.webhook_allow.clone();
     cfg.rate_limit = stasis_server::auth::RateLimit {
         per_sec: a.rate_limit_per_sec,
         burst: a.rate_limit_burst,

@@ -180,6 +180,24 @@ pub(crate) async fn list(
     Ok(out)
 }
 
+/// `tenant`'s entries after `seq`, oldest first.
+pub(crate) async fn after(
+    pool: &AnyPool,
+    tenant: &str,
+    seq: i64,
+    limit: i64,
+) -> Result<Vec<AuditEntry>> {
+    let rows =
+        sqlx::query("SELECT * FROM audit WHERE tenant = $1 AND seq > $2 ORDER BY seq LIMIT $3")
+            .bind(tenant)
+            .bind(seq)
+            .bind(limit)
+            .fetch_all(pool)
+            .await
+            .map_err(db_err)?;
+    Ok(rows.iter().map(decode).collect())
+}
+
 pub(crate) async fn verify(pool: &AnyPool) -> Result<AuditVerification> {
     let rows = sqlx::query("SELECT * FROM audit ORDER BY seq")
         .fetch_all(pool)

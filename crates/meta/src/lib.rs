@@ -35,6 +35,7 @@ pub mod tenants;
 #[cfg(test)]
 pub(crate) mod testdb;
 pub mod testing;
+pub mod webhooks;
 pub use audit::{AuditEntry, AuditVerification, NewAuditEntry};
 pub use tenants::{hash_token, Tenant, TokenRecord};
 

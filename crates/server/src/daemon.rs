@@ -70,6 +70,9 @@ pub struct DaemonConfig {
     pub allow_mounts: Vec<PathBuf>,
     /// Requests in flight and queued per sandbox (`--max-inflight`, `--max-queued`).
     pub inflight: crate::inflight::InflightLimits,
+    /// Hosts (`host`, `host:port`, `*.domain`) webhook endpoints may name;
+    /// empty: no webhooks.
+    pub webhook_allow: Vec<String>,
 }
 
 impl DaemonConfig {
@@ -95,6 +98,7 @@ impl DaemonConfig {
             rate_limit: crate::auth::RateLimit::default(),
             allow_mounts: Vec::new(),
             inflight: Default::default(),
+            webhook_allow: Vec::new(),
         }
     }
 }
@@ -115,6 +119,10 @@ pub struct Daemon {
     pub doctor: serde_json::Value,
     /// The run-state service (runs, tool calls, approvals) of this daemon.
     pub runs: Arc<crate::runs::Runs>,
+    /// Lifecycle webhooks (delivery starts with [`run`]).
+    pub webhooks: Arc<crate::webhooks::Webhooks>,
+    /// The name this daemon claims webhook endpoints under.
+    pub node: String,
 }
 
 /// Open everything and reconcile; does not serve yet.
@@ -228,6 +236,15 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     // Run state: creates <data-dir>/runstate.key on first start and settles
     // tool calls a killed daemon left between intent and result.
     let runs = crate::runs::Runs::new(&manager).await?;
+    let webhooks = crate::webhooks::Webhooks::new(
+        manager.meta().clone(),
+        manager.snapshots().store().clone(),
+        crate::webhooks::WebhookPolicy::new(&cfg.webhook_allow)?,
+    );
+    let node = cluster
+        .as_ref()
+        .map(|c| c.node_id().to_string())
+        .unwrap_or_else(|| "local".into());
     let doctor = json!({
         "data_dir": data_dir,
         "store": redact_url(&store_url),
@@ -243,6 +260,8 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         manager,
         doctor,
         runs,
+        webhooks,
+        node,
     })
 }
 
@@ -268,11 +287,16 @@ pub async fn run(
     let daemon = open_at(&cfg, addr).await?;
     let reaper = daemon.manager.spawn_reaper();
     let heartbeat = daemon.manager.spawn_heartbeat();
+    let deliveries = daemon.webhooks.spawn(
+        daemon.node.clone(),
+        crate::webhooks::DeliveryConfig::default(),
+    );
     let state = AppState {
         manager: daemon.manager.clone(),
         doctor: Arc::new(daemon.doctor),
         limiter: Arc::new(Limiter::new(cfg.rate_limit)),
         runs: daemon.runs.clone(),
+        webhooks: daemon.webhooks.clone(),
     };
     info!(%addr, "stasis daemon listening");
     if let Some(f) = &cfg.ready_file {
@@ -285,6 +309,7 @@ pub async fn run(
         .await
         .map_err(|e| Error::internal(format!("server: {e}")));
     reaper.abort();
+    deliveries.abort();
     if let Some(h) = heartbeat {
         h.abort();
     }

@@ -20,6 +20,7 @@ pub mod scope;
 pub mod snapshots;
 pub mod tenancy;
 pub mod tokens;
+pub mod webhooks;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};
 pub use metrics::Metrics;

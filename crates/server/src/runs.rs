@@ -388,6 +388,14 @@ impl Runs {
         let run = self.commit(&c).await?;
         if run.call(&call_id).map(|c| c.state) == Some(CallState::AwaitingApproval) {
             info!(run = %run.id, call = %call_id, "tool call waits for approval");
+            self.audit(
+                ctx,
+                "approval_request",
+                &run,
+                &call_id,
+                serde_json::json!({}),
+            )
+            .await;
             return CallOutcome::new(run, &call_id, false);
         }
         self.execute(ctx, run, &call_id, req.env).await

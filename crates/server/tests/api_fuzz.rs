@@ -177,6 +177,7 @@ async fn setup(dir: &Path) -> Env {
             burst: 0,
         })),
         runs: daemon.runs.clone(),
+        webhooks: daemon.webhooks.clone(),
     });
     let token = std::fs::read_to_string(data.join("token"))
         .unwrap()

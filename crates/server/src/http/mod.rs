@@ -26,6 +26,7 @@ pub mod state;
 pub mod system;
 pub mod tenants;
 pub mod tokens;
+pub mod webhooks;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
@@ -96,6 +97,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(audit::routes())
         .merge(tenants::routes())
         .merge(tokens::routes())
+        .merge(webhooks::routes())
         .merge(runs::routes())
 }
 
@@ -224,6 +226,10 @@ mod tests {
             "get /v1/tokens",
             "delete /v1/tokens/{token}",
             "post /v1/tokens/{token}/rotate",
+            "post /v1/webhooks",
+            "get /v1/webhooks",
+            "delete /v1/webhooks/{id}",
+            "get /v1/webhooks/{id}/dead-letters",
             "get /v1/admin/tenants/{tenant}/secrets",
             "put /v1/admin/tenants/{tenant}/secrets/{name}",
             "delete /v1/admin/tenants/{tenant}/secrets/{name}",

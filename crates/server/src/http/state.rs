@@ -16,4 +16,6 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// Runs, tool calls and approvals of this daemon.
     pub runs: Arc<Runs>,
+    /// Lifecycle webhook endpoints (delivery runs beside the daemon).
+    pub webhooks: Arc<crate::webhooks::Webhooks>,
 }
