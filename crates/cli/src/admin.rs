@@ -8,7 +8,7 @@ use serde_json::json;
 
 use stasis_core::Result;
 
-use crate::client::Client;
+use crate::client::{path_seg, Client};
 use crate::output::print_value;
 
 #[derive(Subcommand)]
@@ -161,12 +161,6 @@ pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// A user-given id as one URL path segment (ids are `[A-Za-z0-9_-]`).
-pub fn path_seg(s: &str) -> Result<&str> {
-    stasis_core::id::validate_id("path", s)?;
-    Ok(s)
 }
 
 /// `stasis secret`.

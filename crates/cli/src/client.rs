@@ -495,3 +495,9 @@ fn progress_bar(show: bool, len: Option<u64>, what: &str) -> indicatif::Progress
     bar.set_draw_target(indicatif::ProgressDrawTarget::stderr());
     bar
 }
+
+/// A user-given id as one URL path segment (ids are `[A-Za-z0-9_-]`).
+pub fn path_seg(s: &str) -> Result<&str> {
+    stasis_core::id::validate_id("path", s)?;
+    Ok(s)
+}

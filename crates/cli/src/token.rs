@@ -7,8 +7,7 @@ use serde_json::{json, Value};
 
 use stasis_core::{Error, Result};
 
-use crate::admin::path_seg;
-use crate::client::Client;
+use crate::client::{path_seg, Client};
 use crate::output::print_value;
 
 #[derive(Subcommand)]

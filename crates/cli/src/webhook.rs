@@ -5,8 +5,7 @@ use serde_json::json;
 
 use stasis_core::Result;
 
-use crate::admin::path_seg;
-use crate::client::Client;
+use crate::client::{path_seg, Client};
 use crate::output::print_value;
 
 #[derive(Subcommand)]
