@@ -136,7 +136,7 @@ pub(crate) async fn configure(
             .collect(),
         None => Vec::new(),
     };
-    let config = boundary::guest_config(&vm.manifest, &vm.inputs, &refresh, grow_root);
+    let config = boundary::guest_config(&vm.manifest, &vm.inputs, &refresh, grow_root, vm.nic);
     let r = call(b,
             vm,
             Request::Configure { config },
@@ -155,7 +155,25 @@ pub(crate) async fn configure(
                 e
             }
         })?;
-    expect_ok(r).map_err(|e| e.context("applying the manifest in the guest"))
+    expect_ok(r).map_err(|e| e.context("applying the manifest in the guest"))?;
+    if vm.nic != crate::net::Nic::None {
+        // Names resolve through slirp's forwarder (see `net`).
+        let r = call(
+            b,
+            vm,
+            Request::WriteFile {
+                path: "/etc/resolv.conf".into(),
+                data: format!("nameserver {}\n", crate::net::NAMESERVER).into_bytes(),
+                append: false,
+                mode: Some(0o644),
+            },
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+        expect_ok(r).map_err(|e| e.context("writing the guest's resolv.conf"))?;
+    }
+    Ok(())
 }
 
 pub(crate) async fn after_cold_boot(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
