@@ -218,7 +218,7 @@ impl Backend for MicrovmBackend {
             "guest wall clock is set to the host's on every resume/restore".into(),
             "fork children share the snapshot's disk as a qcow2 backing file".into(),
             if self.config.egress.is_some() {
-                "egress: a virtio-net NIC on QEMU user networking in QEMU's own network namespace, policed by the daemon's egress service (DNS through slirp's forwarder 10.0.2.3)".into()
+                "egress: a virtio-net NIC on QEMU user networking in QEMU's own network namespace, policed by the daemon's egress service (the guest's nameserver is 10.0.2.2, the namespace's 127.0.0.1:53)".into()
             } else {
                 "egress: a virtio-net NIC on QEMU user networking with restrict=on: nothing leaves (no egress service)".into()
             },

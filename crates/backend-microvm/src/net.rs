@@ -3,7 +3,7 @@
 //! service must do in that namespace.
 //!
 //! Every new guest gets the NIC (guest `10.0.2.15/24`, gateway and host
-//! alias `10.0.2.2`, slirp's DNS forwarder `10.0.2.3`). QEMU always runs in
+//! alias `10.0.2.2`, which is also its nameserver). QEMU always runs in
 //! a new, private network namespace (the jail's), so every socket slirp
 //! opens for the guest (its TCP connections, UDP flows and the DNS
 //! forwarder) is opened *inside* that namespace. What the guest can reach is
@@ -37,11 +37,13 @@
 //!   namespace's `127.0.0.1`: the proxy and resolver listeners live there,
 //!   and a connection to the proxy's own listener address is refused by the
 //!   proxy.
-//! * **DNS**: the guest's resolv.conf names `10.0.2.3`; slirp forwards those
-//!   queries to the first nameserver of `/etc/resolv.conf` in QEMU's mount
-//!   namespace. The jail has no `/etc` at all, so slirp falls back to the
-//!   namespace's loopback: queries arrive at `127.0.0.1:53` (UDP) from QEMU's
-//!   uid. The resolver must answer there (listen or redirect).
+//! * **DNS**: the guest's resolv.conf names `10.0.2.2`, so its queries
+//!   arrive at the namespace's `127.0.0.1:53` (UDP, and TCP for long
+//!   answers) from QEMU's uid: the resolver must answer there (listen, or
+//!   redirect port 53). Not slirp's own forwarder `10.0.2.3`: it sends to
+//!   the first nameserver of `/etc/resolv.conf` in QEMU's mount namespace,
+//!   and the jail has no `/etc`, so libslirp (4.7) drops every query to it
+//!   (checked: nothing arrives anywhere).
 //! * **Port forwards** of the daemon (`connect_port`): slirp listens on
 //!   [`PORT_ADDR`]`:P` (`127.0.0.2`) in the namespace and the daemon (uid 0)
 //!   connects there; those connections must pass untouched (leave
@@ -60,8 +62,11 @@ use stasis_core::{Error, Result};
 pub const GUEST_ADDR: &str = "10.0.2.15";
 pub const GUEST_CIDR: &str = "10.0.2.15/24";
 pub const GATEWAY: &str = "10.0.2.2";
-/// slirp's DNS forwarder.
-pub const NAMESERVER: &str = "10.0.2.3";
+/// The guest's nameserver: slirp's alias for QEMU's `127.0.0.1`, where
+/// the egress resolver answers (see the module doc for why not `10.0.2.3`).
+pub const NAMESERVER: &str = GATEWAY;
+/// slirp's own DNS forwarder (unused: it finds no resolv.conf in the jail).
+const SLIRP_DNS: &str = "10.0.2.3";
 /// The netdev id (HMP `hostfwd_add` names it).
 pub const NETDEV: &str = "net0";
 /// Where slirp listens for the daemon's port forwards, inside QEMU's
@@ -100,7 +105,7 @@ impl Nic {
             Nic::Open => "off",
         };
         Some(format!(
-            "user,id={NETDEV},restrict={restrict},ipv6=off,net=10.0.2.0/24,host={GATEWAY},dns={NAMESERVER}"
+            "user,id={NETDEV},restrict={restrict},ipv6=off,net=10.0.2.0/24,host={GATEWAY},dns={SLIRP_DNS}"
         ))
     }
 }

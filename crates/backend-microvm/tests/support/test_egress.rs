@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddrV4, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -31,6 +31,7 @@ pub enum Event {
 
 struct Served {
     listeners: Vec<Arc<TcpListener>>,
+    dns: Option<Arc<UdpSocket>>,
     stop: Arc<AtomicBool>,
 }
 
@@ -38,6 +39,9 @@ pub struct TestEgress {
     /// Where the sandbox directories are (for their console.log).
     pub sandboxes: PathBuf,
     pub events: Mutex<Vec<Event>>,
+    /// DNS queries received on the namespace's 127.0.0.1:53 (each answered
+    /// NXDOMAIN).
+    pub dns_queries: Arc<Mutex<Vec<Vec<u8>>>>,
     served: Mutex<HashMap<SandboxId, Served>>,
 }
 
@@ -50,6 +54,7 @@ impl TestEgress {
         Arc::new(TestEgress {
             sandboxes,
             events: Mutex::new(Vec::new()),
+            dns_queries: Arc::default(),
             served: Mutex::new(HashMap::new()),
         })
     }
@@ -71,6 +76,9 @@ impl TestEgress {
             s.stop.store(true, Ordering::SeqCst);
             for l in s.listeners {
                 unsafe { libc::shutdown(l.as_raw_fd(), libc::SHUT_RDWR) };
+            }
+            if let Some(d) = s.dns {
+                unsafe { libc::shutdown(d.as_raw_fd(), libc::SHUT_RDWR) };
             }
         }
     }
@@ -113,10 +121,36 @@ impl Egress for TestEgress {
             });
             listeners.push(l);
         }
-        self.served
-            .lock()
-            .unwrap()
-            .insert(id.clone(), Served { listeners, stop });
+        // Where slirp's DNS forwarder sends the guest's queries when QEMU
+        // sees no resolv.conf (the jail has no /etc).
+        let dns = stasis_backend::netns::run_in(netns, || UdpSocket::bind("127.0.0.1:53"))?;
+        dns.set_read_timeout(Some(Duration::from_millis(200)))?;
+        let dns = Arc::new(dns);
+        let (d2, stop2, seen) = (dns.clone(), stop.clone(), self.dns_queries.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while !stop2.load(Ordering::SeqCst) {
+                let Ok((n, from)) = d2.recv_from(&mut buf) else {
+                    continue;
+                };
+                if n < 12 {
+                    continue;
+                }
+                seen.lock().unwrap().push(buf[..n].to_vec());
+                let mut reply = buf[..n].to_vec();
+                reply[2] |= 0x80; // QR
+                reply[3] = (reply[3] & 0xf0) | 3; // NXDOMAIN
+                let _ = d2.send_to(&reply, from);
+            }
+        });
+        self.served.lock().unwrap().insert(
+            id.clone(),
+            Served {
+                listeners,
+                dns: Some(dns),
+                stop,
+            },
+        );
         Ok(())
     }
 
