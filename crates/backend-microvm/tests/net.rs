@@ -7,8 +7,9 @@
 //!   namespace before the guest runs and detached when QEMU goes, an allow
 //!   entry on the host's loopback is reached through the guest relay and
 //!   slirp, nothing else is; a python `http.server` in the guest is reached
-//!   by `connect_port`, also after pause/resume (the forward comes back
-//!   with the new QEMU); a closed port and a loopback-only server are
+//!   by `connect_port`, also after a new backend recovered the running
+//!   sandbox (attached again) and after pause/resume (the forward comes
+//!   back with the new QEMU); a closed port and a loopback-only server are
 //!   `port_unreachable` and the guest is unharmed.
 //! * Without one: nothing leaves (fail closed), ports still work; a
 //!   snapshot of a guest without a NIC (format 2, as saved before every
@@ -303,6 +304,28 @@ async fn microvm_egress_attach_and_ports() {
     );
     assert_eq!(b.port_forwards(&s.id).await.unwrap(), vec![8000]);
     assert_eq!(sh(&b, &s.id, "echo fine").await.trim(), "fine");
+
+    w.step("a new daemon recovers the running sandbox");
+    // The old backend goes away (its QMP and agent connections close; the
+    // QEMU keeps running), a new one finds the QEMU again: the egress
+    // service is attached to the same namespace again, the forward is
+    // known from vm.json and still in QEMU.
+    drop(b);
+    let b = backend(&img, Some(egress.clone()), false);
+    assert_eq!(
+        b.recover(&s).await.unwrap(),
+        stasis_backend::Recovered::Running
+    );
+    match egress.events_of(&s.id).last() {
+        Some(Event::Attach(i, ino, _)) => assert_eq!((i, *ino), (&s.id, qemu_ns)),
+        other => panic!("no attach at recover: {other:?}"),
+    }
+    assert_eq!(b.port_forwards(&s.id).await.unwrap(), vec![8000]);
+    assert_eq!(http_get(&b, &s.id, 8000).await, "HTTP/1.0 200 OK");
+    assert_eq!(
+        probe(&b, &s.id, "127.0.0.1", allowed.port).await,
+        "OK pong-allowed"
+    );
 
     w.step("pause");
     let out = root.path().join("pause");
