@@ -176,6 +176,38 @@ pub(crate) async fn configure(
     Ok(())
 }
 
+/// Remove the addresses the relays of snapshot format 2 put on the guest's
+/// `lo` (every non-loopback IPv4 address there): today such destinations
+/// are reached through the NIC. The guest's agent is the one saved with it.
+pub(crate) async fn drop_relay_addresses(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
+    let script = "B=/run/stasis/busybox; [ -x $B ] || B=/bin/busybox; \
+        for a in $($B ip -4 addr show dev lo | $B awk '$1==\"inet\" && $2 !~ /^127\\./ {print $2}'); do \
+        $B ip addr del \"$a\" dev lo || exit 1; done";
+    let r = call(
+        b,
+        vm,
+        Request::Exec {
+            req: ExecRequest {
+                argv: vec!["sh".into(), "-c".into(), script.into()],
+                env: Default::default(),
+                cwd: Some("/".into()),
+                timeout_ms: 10_000,
+                stdin: None,
+            },
+            stream: false,
+        },
+        None,
+        Duration::from_secs(10),
+    )
+    .await?;
+    match r {
+        Reply::Exec { result } if result.exit_code == Some(0) => Ok(()),
+        other => Err(Error::backend(format!(
+            "removing the old relay addresses from the guest's lo: {other:?}"
+        ))),
+    }
+}
+
 pub(crate) async fn after_cold_boot(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
     set_time(b, vm).await?;
     configure(b, vm, true, None).await?;

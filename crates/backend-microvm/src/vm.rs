@@ -685,11 +685,17 @@ pub(crate) async fn resume(b: &MicrovmBackend, spec: &SandboxSpec, artifacts: &P
         .map_err(|e| e.context("resume"))?;
     let tf = Instant::now();
     let r = if with_memory {
-        let saved = snapshot::read_meta(artifacts)?.map(|m| m.inputs);
-        match guest::set_time(b, &vm).await {
-            Ok(()) => guest::configure(b, &vm, false, saved.as_deref()).await,
-            Err(e) => Err(e),
+        let saved = snapshot::read_meta(artifacts)?;
+        async {
+            guest::set_time(b, &vm).await?;
+            let inputs = saved.as_ref().map(|m| m.inputs.clone());
+            guest::configure(b, &vm, false, inputs.as_deref()).await?;
+            if saved.as_ref().is_some_and(legacy_relays) {
+                guest::drop_relay_addresses(b, &vm).await?;
+            }
+            Ok(())
         }
+        .await
     } else {
         guest::after_cold_boot(b, &vm).await
     };
@@ -699,6 +705,13 @@ pub(crate) async fn resume(b: &MicrovmBackend, spec: &SandboxSpec, artifacts: &P
         return Err(e.context("resume"));
     }
     state::insert(b, vm)
+}
+
+/// A format 2 guest with a NIC was saved with the relays of that time: the
+/// agent had put every non-loopback destination's address on the guest's
+/// `lo`, which would now catch the guest's connections to it.
+fn legacy_relays(m: &SnapshotMeta) -> bool {
+    m.format == 2 && m.network
 }
 
 pub(crate) async fn restore(
@@ -741,8 +754,12 @@ pub(crate) async fn restore(
         expect_ok(r)?;
         if with_memory {
             guest::set_time(b, &vm).await?;
-            let saved = snapshot::read_meta(artifacts)?.map(|m| m.inputs);
-            guest::configure(b, &vm, false, saved.as_deref()).await?;
+            let saved = snapshot::read_meta(artifacts)?;
+            let inputs = saved.as_ref().map(|m| m.inputs.clone());
+            guest::configure(b, &vm, false, inputs.as_deref()).await?;
+            if saved.as_ref().is_some_and(legacy_relays) {
+                guest::drop_relay_addresses(b, &vm).await?;
+            }
         }
         Ok::<(), Error>(())
     }

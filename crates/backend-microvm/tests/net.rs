@@ -404,7 +404,34 @@ async fn microvm_fail_closed_and_snapshots_without_nic() {
     // Ports come in all the same.
     serve(&b, &s.id, &["python3", "-m", "http.server", "8000"], 8000).await;
     assert_eq!(http_get(&b, &s.id, 8000).await, "HTTP/1.0 200 OK");
+
+    w.step("a format 2 guest with the relays of its time");
+    // Format 2 guests with an allowlist had each destination's address on
+    // their lo (the old relays); restored today, those addresses go (the
+    // NIC reaches such destinations), loopback stays.
+    const IP: &str = "B=/run/stasis/busybox; [ -x $B ] || B=/bin/busybox; $B ip";
+    sh(&b, &s.id, &format!("{IP} addr add 192.0.2.7/32 dev lo")).await;
+    let lo = sh(&b, &s.id, &format!("{IP} -4 addr show dev lo")).await;
+    assert!(lo.contains("192.0.2.7"), "{lo}");
+    let snap = root.path().join("snap-relays");
+    b.snapshot(&s.id, &snap).await.unwrap();
     b.destroy(&s.id, &s.dir).await.unwrap();
+    let mut meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(snap.join("meta.json")).unwrap()).unwrap();
+    assert_eq!(
+        (meta["format"].as_u64(), meta["network"].as_bool()),
+        (Some(3), Some(true))
+    );
+    meta["format"] = 2.into();
+    std::fs::write(snap.join("meta.json"), serde_json::to_vec(&meta).unwrap()).unwrap();
+    let f = spec(&sbs, &img, Vec::new(), &reaper);
+    b.restore(&f, &snap).await.unwrap();
+    let lo = sh(&b, &f.id, &format!("{IP} -4 addr show dev lo")).await;
+    assert!(
+        !lo.contains("192.0.2.7") && lo.contains("127.0.0.1"),
+        "{lo}"
+    );
+    b.destroy(&f.id, &f.dir).await.unwrap();
 
     w.step("a guest without a NIC, snapshotted");
     let old = backend(&img, None, true);
