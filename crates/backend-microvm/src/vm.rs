@@ -206,22 +206,31 @@ async fn start_vm_inner(
             if nic == Nic::Open {
                 attach(b, spec, ns).await?;
             }
+            let mut gone = Vec::new();
             for p in &forwards {
-                ports::add_forward(&mut qmp, *p).await?;
+                // Not worth failing a start over: connect_port adds it again.
+                if let Err(e) = ports::add_forward(&mut qmp, *p).await {
+                    tracing::warn!(sandbox = %spec.id, port = p, "{e}");
+                    gone.push(*p);
+                }
             }
+            Ok::<Vec<u16>, Error>(gone)
+        } else {
+            Ok(Vec::new())
         }
-        Ok::<(), Error>(())
     }
     .await;
-    if let Err(e) = r {
-        let err = fail(e.message, &mut proc);
-        proc.kill().await;
-        return Err(err);
-    }
-    let forwards = if netns.is_some() {
-        forwards
-    } else {
-        BTreeSet::new()
+    let gone = match r {
+        Ok(gone) => gone,
+        Err(e) => {
+            let err = fail(e.message, &mut proc);
+            proc.kill().await;
+            return Err(err);
+        }
+    };
+    let forwards: BTreeSet<u16> = match netns.is_some() {
+        true => forwards.into_iter().filter(|p| !gone.contains(p)).collect(),
+        false => BTreeSet::new(),
     };
     if incoming.is_none() {
         if let Err(e) = qmp.execute("cont", None).await {

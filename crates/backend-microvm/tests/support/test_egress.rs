@@ -33,6 +33,7 @@ struct Served {
     listeners: Vec<Arc<TcpListener>>,
     dns: Option<Arc<UdpSocket>>,
     stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
 }
 
 pub struct TestEgress {
@@ -80,6 +81,11 @@ impl TestEgress {
             if let Some(d) = s.dns {
                 unsafe { libc::shutdown(d.as_raw_fd(), libc::SHUT_RDWR) };
             }
+            // Until every thread has let go of its socket, the addresses
+            // stay bound: a new attachment could not bind them.
+            for t in s.threads {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -100,6 +106,7 @@ impl Egress for TestEgress {
         self.stop(id);
         let stop = Arc::new(AtomicBool::new(false));
         let mut listeners = Vec::new();
+        let mut threads = Vec::new();
         for a in &policy.allow {
             let Ok(dest) = a.parse::<SocketAddrV4>() else {
                 continue;
@@ -113,12 +120,12 @@ impl Egress for TestEgress {
             })?;
             let l = Arc::new(l);
             let (l2, stop2) = (l.clone(), stop.clone());
-            std::thread::spawn(move || {
+            threads.push(std::thread::spawn(move || {
                 while !stop2.load(Ordering::SeqCst) {
                     let Ok((c, _)) = l2.accept() else { break };
                     std::thread::spawn(move || relay(c, dest));
                 }
-            });
+            }));
             listeners.push(l);
         }
         // Where slirp's DNS forwarder sends the guest's queries when QEMU
@@ -127,7 +134,7 @@ impl Egress for TestEgress {
         dns.set_read_timeout(Some(Duration::from_millis(200)))?;
         let dns = Arc::new(dns);
         let (d2, stop2, seen) = (dns.clone(), stop.clone(), self.dns_queries.clone());
-        std::thread::spawn(move || {
+        threads.push(std::thread::spawn(move || {
             let mut buf = [0u8; 512];
             while !stop2.load(Ordering::SeqCst) {
                 let Ok((n, from)) = d2.recv_from(&mut buf) else {
@@ -142,13 +149,14 @@ impl Egress for TestEgress {
                 reply[3] = (reply[3] & 0xf0) | 3; // NXDOMAIN
                 let _ = d2.send_to(&reply, from);
             }
-        });
+        }));
         self.served.lock().unwrap().insert(
             id.clone(),
             Served {
                 listeners,
                 dns: Some(dns),
                 stop,
+                threads,
             },
         );
         Ok(())
