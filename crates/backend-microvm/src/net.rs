@@ -110,6 +110,18 @@ impl Nic {
     }
 }
 
+/// The network namespace of QEMU `pid`, when it has one of its own: a
+/// QEMU of an older backend with a NIC ran in the daemon's, which must never
+/// get port forwards or an egress attachment. (Jailed QEMUs started by this
+/// backend always have their own.)
+pub fn qemu_netns(pid: i32) -> Result<Option<File>> {
+    use std::os::unix::fs::MetadataExt;
+    let ns = stasis_backend::netns::open(pid as u32)
+        .map_err(|e| Error::backend(format!("QEMU's network namespace: {e}")))?;
+    let (theirs, ours) = (ns.metadata()?, std::fs::metadata("/proc/self/ns/net")?);
+    Ok(((theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino())).then_some(ns))
+}
+
 /// Prepare QEMU's namespace for the backend's own use: `lo` up and low
 /// ports bindable by QEMU's uid (slirp's port forward listeners).
 pub fn prepare_netns(ns: &File) -> Result<()> {
@@ -199,6 +211,12 @@ mod tests {
             hostfwd_add(8000),
             "hostfwd_add net0 tcp:127.0.0.2:8000-:8000"
         );
+    }
+
+    #[test]
+    fn a_process_in_our_namespace_has_none_of_its_own() {
+        assert!(qemu_netns(std::process::id() as i32).unwrap().is_none());
+        assert!(qemu_netns(i32::MAX).is_err());
     }
 
     #[test]

@@ -190,10 +190,10 @@ async fn start_vm_inner(
             .unwrap_or_default()
     };
     let netns = match b.config.jail.is_some() {
-        true => match stasis_backend::netns::open(pid as u32) {
-            Ok(ns) => Some(ns),
+        true => match crate::net::qemu_netns(pid) {
+            Ok(ns) => ns,
             Err(e) => {
-                let err = fail(format!("QEMU's network namespace: {e}"), &mut proc);
+                let err = fail(e.message, &mut proc);
                 proc.kill().await;
                 return Err(err);
             }
@@ -580,10 +580,9 @@ pub(crate) async fn reattach(
         } else {
             Nic::Restricted
         });
-    let netns = match b.config.jail.is_some() {
-        true => Some(stasis_backend::netns::open(pid as u32)?),
-        false => None,
-    };
+    // (A QEMU of an older backend with a NIC may run in our namespace: it
+    // gets no attachment and no port forwards.)
+    let netns = crate::net::qemu_netns(pid)?;
     // The guest has been running all along. Its namespace keeps whatever
     // firewall the egress service left there; this daemon's service
     // serves it again from now.
