@@ -57,6 +57,10 @@ pub struct OpTimings {
     pub start_ms: u64,
     /// Incoming migration load (resume/restore), part of `start_ms`.
     pub incoming_ms: u64,
+    /// QEMU's network namespace prepared, the egress service attached and
+    /// port forwards re-added (part of `start_ms`, before the guest runs).
+    #[serde(default)]
+    pub net_ms: u64,
     /// Resume/restore: checks + disk placement before QEMU starts.
     pub prepare_ms: u64,
     /// Resume/restore: SetIdentity/SetTime after the agent answered.

@@ -200,6 +200,7 @@ async fn start_vm_inner(
         },
         false => None,
     };
+    let tn = Instant::now();
     let r = async {
         if let Some(ns) = &netns {
             crate::net::prepare_netns(ns)?;
@@ -220,6 +221,7 @@ async fn start_vm_inner(
         }
     }
     .await;
+    let net_ms = tn.elapsed().as_millis() as u64;
     let gone = match r {
         Ok(gone) => gone,
         Err(e) => {
@@ -330,6 +332,7 @@ async fn start_vm_inner(
         OpTimings {
             start_ms: t0.elapsed().as_millis() as u64,
             incoming_ms,
+            net_ms,
             ..Default::default()
         },
     );

@@ -204,6 +204,7 @@ async fn microvm_egress_attach_and_ports() {
     let t = Instant::now();
     b.create(&s).await.unwrap();
     let cold_ms = t.elapsed().as_millis();
+    let cold_net_ms = b.timings(&s.id).net_ms;
     // One attach, to QEMU's own namespace (not the host's), made while
     // the guest had not yet run (its console was still empty, and is not
     // any more).
@@ -338,6 +339,7 @@ async fn microvm_egress_attach_and_ports() {
     let t = Instant::now();
     b.resume(&s, &out).await.unwrap();
     let resume_ms = t.elapsed().as_millis();
+    let resume_net_ms = b.timings(&s.id).net_ms;
     let pid2 = b.qemu_pid(&s.id).unwrap();
     let ns2 = ns_inode(&format!("/proc/{pid2}/ns/net"));
     // (A new namespace; the kernel may give it the old one's inode.)
@@ -363,7 +365,7 @@ async fn microvm_egress_attach_and_ports() {
         Some(&Event::Detach(s.id.clone()))
     );
     println!(
-        "figures: cold create {cold_ms} ms, resume {resume_ms} ms (with NIC, egress attach); connect_port first {first_ms} ms (check + forward + GET), again {again_ms} ms"
+        "figures: cold create {cold_ms} ms (network setup {cold_net_ms} ms), resume {resume_ms} ms (network setup {resume_net_ms} ms), with NIC and egress attach; connect_port first {first_ms} ms (check + forward + GET), again {again_ms} ms"
     );
 }
 
