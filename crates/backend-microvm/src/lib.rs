@@ -41,8 +41,8 @@
 //! snapshot), `vm` (starting/stopping QEMU: create, resume, restore, the
 //! incoming load, recover's reattach), `guest` (agent requests), `state`
 //! (the VM table and records), `ports` (exposed ports); below them `qemu`,
-//! `qmp`, `agent`, `jail`, `net`, `boundary`, `outputs`, `util`. This file is the `Backend` impl,
-//! delegating to them.
+//! `qmp`, `agent`, `jail`, `net`, `boundary`, `outputs`, `util`. This file
+//! is the `Backend` impl, delegating to them.
 
 mod accel;
 mod agent;
@@ -222,7 +222,7 @@ impl Backend for MicrovmBackend {
             } else {
                 "egress: a virtio-net NIC on QEMU user networking with restrict=on: nothing leaves (no egress service)".into()
             },
-            "ports: slirp forwards added at run time inside QEMU's private network namespace; only the daemon reaches them".into(),
+            "ports: slirp forwards added at run time inside QEMU's private network namespace; only the daemon reaches them; a server must listen on 0.0.0.0 (or 10.0.2.15) in the guest, one bound to the guest's loopback only is port_unreachable".into(),
             "snapshots from before every guest had a NIC restore without network and without ports".into(),
             "read-only mounts: ext4 images of the sources attached as read-only virtio-blk drives (built at create, rebuilt when the source changes)".into(),
             "disk_mb: the writable disk's virtual size beyond the image (ENOSPC in the guest); pids: a cgroup in the guest; cpus: rounded up to whole vCPUs, no fractional quota".into(),
