@@ -114,11 +114,12 @@ pub struct GuestConfig {
     pub grow_root: bool,
 }
 
-/// The guest side of the egress allowlist. QEMU's user networking runs with
-/// `restrict=on` (it drops every guest packet) plus one `guestfwd` per
-/// allowlisted destination, at `relay_addr:<port>`; the agent makes each
-/// destination reachable under its own address by listening on it inside
-/// the guest and relaying to its guestfwd port.
+/// The guest's network: its NIC on QEMU user networking (address, default
+/// route) and the relays the guest needs. What leaves is decided outside
+/// the guest (by the daemon's egress service in QEMU's network namespace);
+/// only a destination that is a loopback address (the host's) cannot be
+/// dialled as written from inside the guest, so the agent listens on it
+/// and relays to `via` (slirp's host alias `10.0.2.2:<port>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GuestNetwork {
     /// Guest address with prefix, e.g. "10.0.2.15/24".
@@ -132,7 +133,7 @@ pub struct GuestNetwork {
 pub struct GuestForward {
     /// Allowlisted destination as written in the manifest ("ip:port").
     pub destination: String,
-    /// The guestfwd endpoint that reaches it ("10.0.2.100:20000").
+    /// Where the relay connects ("10.0.2.2:<port>").
     pub via: String,
 }
 

@@ -112,10 +112,10 @@ pub async fn probe_accelerator(config: &MicrovmConfig) -> AccelReport {
             initrd: image.initrd(),
             append: kernel_append(Accel::Kvm, &image),
             incoming: None,
+            paused: false,
             ram: RamBacking::Anonymous,
             tcg_tb_mb: None,
-            forwards: Vec::new(),
-            relay: Vec::new(),
+            nic: crate::net::Nic::None,
             inputs: Vec::new(),
             seccomp: config.jail.is_some(),
         };

@@ -1,20 +1,15 @@
 //! The manifest's boundaries on the host side of a microVM.
 //!
-//! * **Egress**: an empty allowlist gives the guest no NIC at all. Otherwise
-//!   the guest gets one virtio-net device on QEMU user networking (slirp)
-//!   with `restrict=on`, which drops every packet the guest sends out
-//!   (nothing reaches the host or beyond), plus one `guestfwd` per
-//!   allowlisted destination: a guest connection to `10.0.2.100:<20000+i>`
-//!   is handed by QEMU itself to a relay command it spawns per connection
-//!   (`busybox nc <ip> <port>`), which connects to the destination as
-//!   written. Only these forwards pass, and they live in QEMU, outside the
-//!   untrusted guest. Inside, the agent keeps each destination's address as
-//!   written: it adds a non-loopback destination's address to the guest's
-//!   `lo` and listens on `ip:port` there, relaying to the guestfwd port, so
-//!   code in the guest connects to the address in the manifest. "127.0.0.1:P"
-//!   is the host's loopback port P (the guest's own loopback port P is
-//!   taken by the relay). A guest that tears its relays down only loses its
-//!   own egress.
+//! * **Egress** is the egress service's, in QEMU's network namespace (see
+//!   `net`). The guest gets the NIC's address and route, slirp's DNS
+//!   forwarder as its nameserver, and one relay per allow entry on the
+//!   host's loopback: "127.0.0.1:P" means the host's loopback port P, so
+//!   the agent listens on the guest's own `127.0.0.1:P` and relays to
+//!   `10.0.2.2:P`, slirp's alias for QEMU's loopback, where the egress
+//!   service takes it to the host's port (the guest's own loopback port P
+//!   is taken by the relay). IPv6 loopback entries are not relayed (slirp
+//!   runs IPv4 only). Every other destination is reached directly through
+//!   the NIC.
 //! * **Read-only inputs**: virtio-9p would block migration while mounted,
 //!   so each mount's source is copied at create into an ext4 image
 //!   (`mkfs.ext4 -d`, no journal) cached by content digest in the sandbox
@@ -28,39 +23,30 @@
 //!   root ext4 to it at cold boot: a guest that fills its disk gets ENOSPC,
 //!   and the host file cannot grow beyond the virtual size.
 
-use std::net::SocketAddr;
+use std::net::SocketAddrV4;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use stasis_agent_proto::{GuestConfig, GuestForward, GuestMount, GuestNetwork};
 use stasis_core::{Error, ErrorCode, Manifest, Result};
 
-/// QEMU user networking's defaults (guest 10.0.2.15, host alias 10.0.2.2).
-pub const GUEST_CIDR: &str = "10.0.2.15/24";
-pub const GATEWAY: &str = "10.0.2.2";
-/// The address every guestfwd listens on inside the virtual network.
-pub const RELAY_ADDR: &str = "10.0.2.100";
-pub const RELAY_BASE_PORT: u16 = 20000;
+use crate::net::{self, Nic};
+
 /// `disk_mb: 0` ("no cap beyond the host's"): the disk a VM gets anyway.
 pub const UNCAPPED_DISK_MB: u64 = 16 * 1024;
 const INPUTS_DIR: &str = "inputs";
 
-/// One allowlisted destination as QEMU forwards it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Forward {
-    pub guest_port: u16,
-    pub host: SocketAddr,
-}
-
-/// The egress forwards of a manifest (empty: no NIC).
-pub fn forwards(m: &Manifest) -> Vec<Forward> {
+/// The guest relays of a manifest: each allow entry on the host's IPv4
+/// loopback, from the same address in the guest to slirp's host alias.
+pub fn loopback_forwards(m: &Manifest) -> Vec<GuestForward> {
     m.network
-        .destinations()
-        .into_iter()
-        .enumerate()
-        .map(|(i, host)| Forward {
-            guest_port: RELAY_BASE_PORT + i as u16,
-            host,
+        .allow
+        .iter()
+        .filter_map(|a| a.parse::<SocketAddrV4>().ok())
+        .filter(|a| a.ip().is_loopback())
+        .map(|a| GuestForward {
+            destination: a.to_string(),
+            via: format!("{}:{}", net::GATEWAY, a.port()),
         })
         .collect()
 }
@@ -265,19 +251,13 @@ pub fn guest_config(
     disks: &[InputDisk],
     refresh: &[String],
     grow_root: bool,
+    nic: Nic,
 ) -> GuestConfig {
-    let fw = forwards(m);
     GuestConfig {
-        network: (!fw.is_empty()).then(|| GuestNetwork {
-            address: GUEST_CIDR.into(),
-            gateway: GATEWAY.into(),
-            forwards: fw
-                .iter()
-                .map(|f| GuestForward {
-                    destination: f.host.to_string(),
-                    via: format!("{RELAY_ADDR}:{}", f.guest_port),
-                })
-                .collect(),
+        network: (nic != Nic::None).then(|| GuestNetwork {
+            address: net::GUEST_CIDR.into(),
+            gateway: net::GATEWAY.into(),
+            forwards: loopback_forwards(m),
         }),
         mounts: disks
             .iter()
@@ -355,16 +335,37 @@ mod tests {
     }
 
     #[test]
-    fn forwards_and_disk_size_follow_the_manifest() {
+    fn relays_and_disk_size_follow_the_manifest() {
         let mut m = Manifest::default();
-        assert!(forwards(&m).is_empty());
-        assert!(guest_config(&m, &[], &[], false).network.is_none());
-        m.network.allow = vec!["127.0.0.1:5000".into(), "[::1]:6000".into()];
-        let f = forwards(&m);
-        assert_eq!(f[1].guest_port, RELAY_BASE_PORT + 1);
-        let g = guest_config(&m, &[], &[], true).network.unwrap();
-        assert_eq!(g.forwards[0].via, "10.0.2.100:20000");
-        assert_eq!(g.forwards[1].destination, "[::1]:6000");
+        assert!(loopback_forwards(&m).is_empty());
+        assert!(guest_config(&m, &[], &[], false, Nic::None)
+            .network
+            .is_none());
+        // Every guest with a NIC gets its address, even without an allowlist.
+        let g = guest_config(&m, &[], &[], false, Nic::Restricted)
+            .network
+            .unwrap();
+        assert_eq!(
+            (g.address.as_str(), g.gateway.as_str()),
+            ("10.0.2.15/24", "10.0.2.2")
+        );
+        assert!(g.forwards.is_empty());
+        m.network.allow = vec![
+            "127.0.0.1:5000".into(),
+            "[::1]:6000".into(),
+            "93.184.216.34:443".into(),
+            "pypi.org".into(),
+        ];
+        // Only the host's IPv4 loopback needs a relay; the rest goes
+        // through the NIC to the egress service.
+        let g = guest_config(&m, &[], &[], true, Nic::Open).network.unwrap();
+        assert_eq!(
+            g.forwards,
+            vec![GuestForward {
+                destination: "127.0.0.1:5000".into(),
+                via: "10.0.2.2:5000".into()
+            }]
+        );
         m.resources.disk_mb = 64;
         assert_eq!(disk_bytes(1 << 30, &m), (1 << 30) + (64 << 20));
     }

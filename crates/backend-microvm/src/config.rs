@@ -1,9 +1,10 @@
 //! Backend configuration: which QEMU and images to use, the accelerator
 //! choice, the timeouts of boot, agent requests, migrations and the KVM
-//! probe, RAM sharing, mount roots, the egress relay and the jail.
+//! probe, RAM sharing, mount roots, the egress service and the jail.
 
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use stasis_core::{Error, Result};
@@ -34,7 +35,7 @@ impl std::str::FromStr for AccelChoice {
     }
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct MicrovmConfig {
     /// `qemu-system-x86_64` (looked up in PATH when relative).
     pub qemu: PathBuf,
@@ -68,9 +69,16 @@ pub struct MicrovmConfig {
     pub mount_roots: Vec<PathBuf>,
     /// `mkfs.ext4` (builds the read-only input disks).
     pub mkfs_ext4: PathBuf,
-    /// The relay QEMU spawns per allowlisted connection, followed by the
-    /// destination's ip and port.
-    pub relay: Vec<String>,
+    /// The daemon's egress service. Every QEMU runs in a network namespace
+    /// of its own with a NIC on user networking; the backend attaches that
+    /// namespace here before the guest runs (see `net` for what the
+    /// service must do there). `None`: the NIC is `restrict=on` and nothing
+    /// the guest sends leaves QEMU (fail closed, whatever `network.allow`).
+    pub egress: Option<Arc<dyn stasis_backend::Egress>>,
+    /// Tests only: new guests boot without a NIC, as every guest without an
+    /// allowlist did before snapshot format 3 (to make such snapshots).
+    #[doc(hidden)]
+    pub test_guests_without_nic: bool,
     /// Run every QEMU unprivileged in its own namespaces and minimal root
     /// under its seccomp filter (see `jail`); `None` runs it as the daemon's
     /// user with the host's view (only for a daemon that is not root).
@@ -93,9 +101,33 @@ impl MicrovmConfig {
             tcg_tb_mb: Some(128),
             mount_roots: Vec::new(),
             mkfs_ext4: "mkfs.ext4".into(),
-            relay: vec!["/bin/busybox".into(), "nc".into()],
+            egress: None,
+            test_guests_without_nic: false,
             jail: Some(jail::JailConfig::default()),
         }
+    }
+}
+
+impl std::fmt::Debug for MicrovmConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MicrovmConfig")
+            .field("qemu", &self.qemu)
+            .field("qemu_img", &self.qemu_img)
+            .field("images_dir", &self.images_dir)
+            .field("accel", &self.accel)
+            .field("boot_timeout", &self.boot_timeout)
+            .field("agent_timeout", &self.agent_timeout)
+            .field("migration_timeout", &self.migration_timeout)
+            .field("probe_timeout", &self.probe_timeout)
+            .field("base_dir", &self.base_dir)
+            .field("shared_ram", &self.shared_ram)
+            .field("tcg_tb_mb", &self.tcg_tb_mb)
+            .field("mount_roots", &self.mount_roots)
+            .field("mkfs_ext4", &self.mkfs_ext4)
+            .field("egress", &self.egress.as_ref().map(|_| "attached"))
+            .field("test_guests_without_nic", &self.test_guests_without_nic)
+            .field("jail", &self.jail)
+            .finish()
     }
 }
 

@@ -136,7 +136,7 @@ pub(crate) async fn configure(
             .collect(),
         None => Vec::new(),
     };
-    let config = boundary::guest_config(&vm.manifest, &vm.inputs, &refresh, grow_root);
+    let config = boundary::guest_config(&vm.manifest, &vm.inputs, &refresh, grow_root, vm.nic);
     let r = call(b,
             vm,
             Request::Configure { config },
@@ -155,7 +155,57 @@ pub(crate) async fn configure(
                 e
             }
         })?;
-    expect_ok(r).map_err(|e| e.context("applying the manifest in the guest"))
+    expect_ok(r).map_err(|e| e.context("applying the manifest in the guest"))?;
+    if vm.nic != crate::net::Nic::None {
+        // Names resolve through slirp's forwarder (see `net`).
+        let r = call(
+            b,
+            vm,
+            Request::WriteFile {
+                path: "/etc/resolv.conf".into(),
+                data: format!("nameserver {}\n", crate::net::NAMESERVER).into_bytes(),
+                append: false,
+                mode: Some(0o644),
+            },
+            None,
+            Duration::ZERO,
+        )
+        .await?;
+        expect_ok(r).map_err(|e| e.context("writing the guest's resolv.conf"))?;
+    }
+    Ok(())
+}
+
+/// Remove the addresses the relays of snapshot format 2 put on the guest's
+/// `lo` (every non-loopback IPv4 address there): today such destinations
+/// are reached through the NIC. The guest's agent is the one saved with it.
+pub(crate) async fn drop_relay_addresses(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
+    let script = "B=/run/stasis/busybox; [ -x $B ] || B=/bin/busybox; \
+        for a in $($B ip -4 addr show dev lo | $B awk '$1==\"inet\" && $2 !~ /^127\\./ {print $2}'); do \
+        $B ip addr del \"$a\" dev lo || exit 1; done";
+    let r = call(
+        b,
+        vm,
+        Request::Exec {
+            req: ExecRequest {
+                argv: vec!["sh".into(), "-c".into(), script.into()],
+                env: Default::default(),
+                cwd: Some("/".into()),
+                timeout_ms: 10_000,
+                stdin: None,
+            },
+            stream: false,
+        },
+        None,
+        Duration::from_secs(10),
+    )
+    .await?;
+    match r {
+        Reply::Exec { result } if result.exit_code == Some(0) => Ok(()),
+        other => Err(Error::backend(format!(
+            "removing the old relay addresses from the guest's lo: {other:?}"
+        ))),
+    }
 }
 
 pub(crate) async fn after_cold_boot(b: &MicrovmBackend, vm: &Vm) -> Result<()> {

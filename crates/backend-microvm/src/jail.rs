@@ -10,28 +10,25 @@
 //!   new one). No supplementary groups, except `/dev/kvm`'s group under KVM.
 //!   All capabilities are gone (uid 0 -> non-zero drops them) and
 //!   `no_new_privs` is set.
-//! * in **new mount, pid, ipc, uts and cgroup namespaces**, and a new empty
-//!   **network namespace** when the guest has no NIC. Pid 1 of the pid
-//!   namespace is a minimal init (a fork of the launcher, same uid and
-//!   root, named `stasis-jail`) that only reaps: slirp double-forks every
-//!   egress relay, and the relays would otherwise stay zombies of a QEMU
-//!   that never waits for them. It exits with QEMU, and the namespace with it.
+//! * in **new mount, pid, ipc, uts, cgroup and network namespaces**. The
+//!   network namespace is QEMU's alone: the guest's user networking opens
+//!   its sockets there, and the daemon's egress service polices it (see
+//!   `net`). Pid 1 of the pid namespace is a minimal init (a fork of the
+//!   launcher, same uid and root, named `stasis-jail`) that only reaps, so
+//!   nothing QEMU might leave behind stays a zombie. It exits with QEMU,
+//!   and the namespace with it.
 //! * with a **minimal root**: a read-only tmpfs holding only bind mounts of
 //!   what this QEMU opens, each at its host path (so no argument or qcow2
 //!   backing reference needs rewriting): the QEMU binary and the shared
 //!   libraries `ldd` lists for it, the firmware, the kernel, the initrd, the
 //!   backing chain of the disk (read-only), the sandbox directory (read-write,
-//!   see below), `/dev/{null,zero,random,urandom}` (and `/dev/kvm` under KVM),
-//!   and, for a guest with an egress allowlist, the relay binary. No `/etc`,
+//!   see below), `/dev/{null,zero,random,urandom}` (and `/dev/kvm` under KVM).
+//!   No `/etc` (so slirp's DNS forwarder finds no resolv.conf, see `net`),
 //!   no `/proc`, no home, no other sandbox. Built by `pivot_root`, the host
 //!   root is detached.
 //! * under **QEMU's seccomp sandbox**: `-sandbox on,obsolete=deny,
-//!   elevateprivileges=deny,spawn=deny,resourcecontrol=deny`. The one
-//!   exception: a guest with an egress allowlist gets `spawn=allow`, because
-//!   slirp's `guestfwd ...-cmd:` forks the relay per connection (see
-//!   `boundary`); such a QEMU also stays in the host network namespace, since
-//!   the relay connects to the destination (often the host's loopback). Its
-//!   relay runs with the same uid, namespaces, root and filter.
+//!   elevateprivileges=deny,spawn=deny,resourcecontrol=deny`, for every
+//!   guest.
 //!
 //! Files: the sandbox directory becomes `root:<jail gid>` mode `01770`:
 //! QEMU may create its sockets and console log there, but the sticky bit
@@ -93,7 +90,7 @@ pub struct Bind {
     pub path: PathBuf,
     pub dir: bool,
     pub writable: bool,
-    /// Executable code (QEMU, its libraries, the relay).
+    /// Executable code (QEMU and its libraries).
     pub exec: bool,
     pub device: bool,
 }
@@ -105,7 +102,8 @@ pub struct JailSpec {
     pub gid: u32,
     pub groups: Vec<u32>,
     pub binds: Vec<Bind>,
-    /// A new (empty) network namespace.
+    /// A new network namespace (always, for QEMU; kept explicit for the
+    /// launcher).
     pub new_net: bool,
     /// QEMU's working directory (the sandbox directory).
     pub cwd: PathBuf,
@@ -124,9 +122,7 @@ pub struct Needs<'a> {
     pub disk: &'a Path,
     /// Read-only files (input disks, RAM files).
     pub files: Vec<PathBuf>,
-    pub relay: Option<&'a Path>,
     pub kvm: bool,
-    pub network: bool,
     pub dir: &'a Path,
     /// The image's directory: with `dir`, the only place a backing file may
     /// lie (the disk's header is QEMU-written, see `trust`).
@@ -353,13 +349,6 @@ impl JailSpec {
         for f in &n.files {
             binds.push(file(absolute(&dir, f), false));
         }
-        if let Some(r) = n.relay {
-            let r = resolve_bin(r)?;
-            for l in libraries(&r)? {
-                binds.push(file(l, true));
-            }
-            binds.push(file(r, true));
-        }
         let mut groups = Vec::new();
         let mut devices: Vec<&str> = DEVICES.to_vec();
         if n.kvm {
@@ -413,7 +402,7 @@ impl JailSpec {
             gid: uid,
             groups,
             binds,
-            new_net: !n.network,
+            new_net: true,
             cwd: dir,
             reads,
         })
@@ -551,9 +540,7 @@ mod tests {
             initrd: &initrd,
             disk: Path::new("disk.qcow2"),
             files: vec![sb.join("memory.ram")],
-            relay: None,
             kvm: false,
-            network: false,
             dir: &sb,
             image_dir: &img,
         };
@@ -649,9 +636,7 @@ mod tests {
                 initrd: &initrd,
                 disk: Path::new("disk.qcow2"),
                 files: vec![],
-                relay: None,
                 kvm: false,
-                network: false,
                 dir: &sb,
                 image_dir: &img,
             };

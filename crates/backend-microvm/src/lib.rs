@@ -23,9 +23,14 @@
 //!   and `-name stasis-<id>`; its pid is in `qemu.pid`. It survives a daemon
 //!   SIGKILL; `recover` reattaches through `qmp.sock`/`agent.sock`.
 //! * **Least privilege** (`jail`): each QEMU runs under its own unprivileged
-//!   uid, in its own mount/pid/ipc/uts/cgroup (and, without a NIC, network)
-//!   namespaces, in a minimal read-only root of bind mounts, under QEMU's
-//!   seccomp sandbox, with no capabilities and no_new_privs.
+//!   uid, in its own mount/pid/ipc/uts/cgroup/network namespaces, in a
+//!   minimal read-only root of bind mounts, under QEMU's seccomp sandbox,
+//!   with no capabilities and no_new_privs.
+//! * **Network** (`net`): every new guest has a virtio-net NIC on QEMU user
+//!   networking inside QEMU's own network namespace, which the daemon's
+//!   egress service polices (`MicrovmConfig::egress`; without one the NIC
+//!   is `restrict=on` and nothing leaves). Exposed ports (`ports`): slirp
+//!   forwards added at run time, reached from inside that namespace only.
 //!
 //! The KVM findings on the development hosts (why `auto` usually lands on
 //! TCG there) are in this crate's README.md.
@@ -35,9 +40,9 @@
 //! format), `disk` (the qcow2 chain), `migration` (memory state out: pause,
 //! snapshot), `vm` (starting/stopping QEMU: create, resume, restore, the
 //! incoming load, recover's reattach), `guest` (agent requests), `state`
-//! (the VM table and records); below them `qemu`, `qmp`, `agent`, `jail`,
-//! `boundary`, `outputs`, `util`. This file is the `Backend` impl,
-//! delegating to them.
+//! (the VM table and records), `ports` (exposed ports); below them `qemu`,
+//! `qmp`, `agent`, `jail`, `net`, `boundary`, `outputs`, `util`. This file
+//! is the `Backend` impl, delegating to them.
 
 mod accel;
 mod agent;
@@ -50,7 +55,9 @@ mod guest;
 mod image;
 pub mod jail;
 mod migration;
+pub mod net;
 pub mod outputs;
+mod ports;
 pub mod qemu;
 pub mod qmp;
 mod snapshot;
@@ -78,10 +85,11 @@ pub use accel::{kvm_is_pvm, probe_accelerator, AccelReport};
 pub use agent::AgentConn;
 pub use config::{AccelChoice, MicrovmConfig};
 pub use image::{host_tsc_khz, kernel_append, Image};
+pub use ports::{listening, Listening};
 pub use qemu::{Accel, RamBacking};
 pub use snapshot::{
     check_format, decode as decode_meta, encode as encode_meta, SnapshotMeta, DISK_ARTIFACT,
-    MEMORY_RAM, MEMORY_STATE, META, META_FORMAT,
+    LOADABLE_FORMATS, MEMORY_RAM, MEMORY_STATE, META, META_FORMAT,
 };
 pub use state::{MicrovmBackend, OpTimings};
 pub use vm::vcpus_for;
@@ -106,6 +114,7 @@ impl MicrovmBackend {
             seen_parents: Mutex::default(),
             timings: Mutex::default(),
             verified: Mutex::default(),
+            ports: Mutex::default(),
         }
     }
 
@@ -135,6 +144,11 @@ impl MicrovmBackend {
     /// Host pid of a sandbox's QEMU (for tests and benches).
     pub fn qemu_pid(&self, id: &SandboxId) -> Option<i32> {
         self.vms.lock().unwrap().get(id).map(|v| v.pid)
+    }
+
+    /// The guest ports QEMU forwards now (from QEMU itself, `info usernet`).
+    pub async fn port_forwards(&self, id: &SandboxId) -> Result<Vec<u16>> {
+        ports::forwards(self, id).await
     }
 
     /// Proportional set size of a sandbox's QEMU: shared pages (forks mapping
@@ -203,7 +217,13 @@ impl Backend for MicrovmBackend {
             "pause saves guest RAM + device state (migration to file) and the disk overlay; no QEMU process remains".into(),
             "guest wall clock is set to the host's on every resume/restore".into(),
             "fork children share the snapshot's disk as a qcow2 backing file".into(),
-            "egress: no NIC without an allowlist; with one, QEMU user networking with restrict=on forwards only the allowlisted ip:port (one guestfwd each)".into(),
+            if self.config.egress.is_some() {
+                "egress: a virtio-net NIC on QEMU user networking in QEMU's own network namespace, policed by the daemon's egress service (the guest's nameserver is 10.0.2.2, the namespace's 127.0.0.1:53)".into()
+            } else {
+                "egress: a virtio-net NIC on QEMU user networking with restrict=on: nothing leaves (no egress service)".into()
+            },
+            "ports: slirp forwards added at run time inside QEMU's private network namespace; only the daemon reaches them; a server must listen on 0.0.0.0 (or 10.0.2.15) in the guest, one bound to the guest's loopback only is port_unreachable".into(),
+            "snapshots from before every guest had a NIC restore without network and without ports".into(),
             "read-only mounts: ext4 images of the sources attached as read-only virtio-blk drives (built at create, rebuilt when the source changes)".into(),
             "disk_mb: the writable disk's virtual size beyond the image (ENOSPC in the guest); pids: a cgroup in the guest; cpus: rounded up to whole vCPUs, no fractional quota".into(),
         ];
@@ -428,6 +448,10 @@ impl Backend for MicrovmBackend {
         expect_ok(r)
     }
 
+    async fn connect_port(&self, id: &SandboxId, port: u16) -> Result<tokio::net::TcpStream> {
+        ports::connect_port(self, id, port).await
+    }
+
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
         migration::pause(self, id, out, keep_memory).await
     }
@@ -452,8 +476,10 @@ impl Backend for MicrovmBackend {
         if let Some(mut p) = qemu::QemuProc::adopt(dir, id.as_str()) {
             p.kill().await;
         }
+        vm::detach(self, id);
         cleanup_dir_files(dir);
         self.timings.lock().unwrap().remove(id);
+        self.ports.lock().unwrap().remove(id);
         Ok(())
     }
 
@@ -472,12 +498,18 @@ impl Backend for MicrovmBackend {
             }
         }
         let Some(proc) = qemu::QemuProc::adopt(&spec.dir, spec.id.as_str()) else {
+            vm::detach(self, &spec.id);
             cleanup_dir_files(&spec.dir);
             return Ok(Recovered::NotRunning);
         };
         let r: Result<Arc<Vm>> = vm::reattach(self, spec, proc).await;
         match r {
             Ok(vm) => {
+                let forwarded = vm.ports.lock().unwrap().clone();
+                self.ports
+                    .lock()
+                    .unwrap()
+                    .insert(spec.id.clone(), forwarded);
                 self.vms.lock().unwrap().insert(spec.id.clone(), vm);
                 Ok(Recovered::Running)
             }
@@ -486,6 +518,7 @@ impl Backend for MicrovmBackend {
                 if let Some(mut p) = qemu::QemuProc::adopt(&spec.dir, spec.id.as_str()) {
                     p.kill().await;
                 }
+                vm::detach(self, &spec.id);
                 cleanup_dir_files(&spec.dir);
                 Ok(Recovered::NotRunning)
             }

@@ -15,6 +15,7 @@ use stasis_core::{Error, Result, SandboxId};
 use crate::disk;
 use crate::guest::{self, expect_ok};
 use crate::image::Image;
+use crate::net::Nic;
 use crate::qemu::{self, cleanup_dir_files, RamBacking};
 use crate::qmp::MigrationStatus;
 use crate::snapshot::{
@@ -128,8 +129,10 @@ pub(crate) fn write_meta(
     memory: bool,
     ram_file: bool,
 ) -> Result<()> {
+    // A guest restored from a format 2 snapshot without a NIC still has
+    // none: its artifacts stay format 2 (format 3 always has a NIC).
     let mut meta = SnapshotMeta {
-        format: META_FORMAT,
+        format: if vm.nic == Nic::None { 2 } else { META_FORMAT },
         image: vm.image.name.clone(),
         image_digest: vm.image.digest.clone(),
         memory_mb: vm.memory_mb,
@@ -143,7 +146,7 @@ pub(crate) fn write_meta(
         memory_ram_blake3: None,
         workdir: vm.workdir.clone(),
         created_ms: stasis_core::now_ms(),
-        network: !vm.manifest.network.allow.is_empty(),
+        network: vm.nic != Nic::None,
         inputs: vm.inputs.iter().map(|d| d.digest.clone()).collect(),
         vcpus: vm.vcpus,
     };
@@ -200,7 +203,7 @@ pub(crate) async fn finish_pause(
         return Ok(None);
     }
     let meta = match snapshot::read_meta(out) {
-        Ok(Some(m)) if m.format == META_FORMAT => m,
+        Ok(Some(m)) if snapshot::LOADABLE_FORMATS.contains(&m.format) => m,
         Ok(_) => return Ok(None),
         Err(e) => {
             tracing::warn!(sandbox = %spec.id, "interrupted pause: {e}");
@@ -333,6 +336,7 @@ pub(crate) async fn pause(
     // has been moved out.
     b.vms.lock().unwrap().remove(id);
     vm::quit_vm(&vm).await;
+    vm::detach(b, id);
     failpoint::hit("pause.quit");
     let td = Instant::now();
     let r = async {

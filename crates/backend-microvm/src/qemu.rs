@@ -73,35 +73,27 @@ pub struct Launch {
     pub append: String,
     /// `-incoming` URI; the VM then stays stopped (`-S`) until `cont`.
     pub incoming: Option<String>,
+    /// A cold boot that waits (`-S`) for `cont`: the egress service is
+    /// attached to QEMU's namespace before the guest runs its first
+    /// instruction.
+    pub paused: bool,
     pub ram: RamBacking,
     /// TCG translation buffer size in MiB (`-accel tcg,tb-size=`); bounds
     /// QEMU's per-guest code cache (QEMU 7.2 defaults to 1 GiB, touched as
     /// the guest runs new code).
     pub tcg_tb_mb: Option<u32>,
-    /// Egress allowlist (see `boundary`): empty = no NIC.
-    pub forwards: Vec<crate::boundary::Forward>,
-    /// The per-connection relay QEMU runs for a guestfwd, followed by the
-    /// destination's ip and port (e.g. `/bin/busybox nc`).
-    pub relay: Vec<String>,
+    /// The guest's NIC (see `net`).
+    pub nic: crate::net::Nic,
     /// Read-only input disks: (image path, serial).
     pub inputs: Vec<(PathBuf, String)>,
     /// QEMU's seccomp filter (`-sandbox`, see `jail`).
     pub seccomp: bool,
 }
 
-/// QEMU's seccomp sandbox. Only a guest with egress forwards gets
-/// `spawn=allow,elevateprivileges=allow`: slirp forks the relay per
-/// guestfwd connection, and the forked child calls `setsid`, which
-/// `elevateprivileges` deny (and `children`) filter out (SIGSYS, seen as
-/// audit type 1326 syscall 112). The jail has already dropped every
-/// capability and set no_new_privs, so no set*id call can gain anything.
-pub fn sandbox_arg(spawn: bool) -> String {
-    if spawn {
-        "on,obsolete=deny,elevateprivileges=allow,spawn=allow,resourcecontrol=deny".into()
-    } else {
-        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny".into()
-    }
-}
+/// QEMU's seccomp sandbox: no spawning, no privilege changes, no
+/// resource control, no obsolete calls. (slirp opens sockets, which the
+/// filter allows; nothing of QEMU forks.)
+pub const SANDBOX: &str = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
 
 /// The microvm firmware: qboot, which boots -kernel directly.
 pub const FIRMWARE: &str = "qboot.rom";
@@ -158,8 +150,7 @@ impl Launch {
         }
         push(&["-nodefaults", "-no-user-config", "-nographic", "-no-reboot"]);
         if self.seccomp {
-            let sandbox = sandbox_arg(!self.forwards.is_empty());
-            push(&["-sandbox", &sandbox]);
+            push(&["-sandbox", SANDBOX]);
         }
         let kernel = self.kernel.display().to_string();
         let initrd = self.initrd.display().to_string();
@@ -185,24 +176,11 @@ impl Launch {
             let dev = format!("virtio-blk-device,drive=in{i},serial={serial}");
             push(&["-drive", &drive, "-device", &dev]);
         }
-        if !self.forwards.is_empty() {
-            // restrict=on: no guest packet leaves QEMU except through the
-            // guestfwd rules, each of which runs the relay to one destination.
-            let mut net = format!(
-                "user,id=net0,restrict=on,ipv6=off,net=10.0.2.0/24,host={}",
-                crate::boundary::GATEWAY
-            );
-            let relay = self.relay.join(" ").replace(',', ",,");
-            for f in &self.forwards {
-                net.push_str(&format!(
-                    ",guestfwd=tcp:{}:{}-cmd:{relay} {} {}",
-                    crate::boundary::RELAY_ADDR,
-                    f.guest_port,
-                    f.host.ip(),
-                    f.host.port()
-                ));
-            }
-            push(&["-netdev", &net, "-device", "virtio-net-device,netdev=net0"]);
+        // The NIC sits where it always did (after the disks, before the
+        // agent's port): device order is part of a saved memory state.
+        if let Some(net) = self.nic.netdev() {
+            let dev = format!("virtio-net-device,netdev={}", crate::net::NETDEV);
+            push(&["-netdev", &net, "-device", &dev]);
         }
         push(&["-device", "virtio-serial-device"]);
         let chardev = format!("socket,id=agent,path={AGENT_SOCK},server=on,wait=off");
@@ -216,6 +194,8 @@ impl Launch {
         push(&["-qmp", &qmp]);
         if let Some(uri) = &self.incoming {
             push(&["-S", "-incoming", uri]);
+        } else if self.paused {
+            push(&["-S"]);
         }
         a
     }
@@ -450,8 +430,6 @@ pub fn prepare_jail(
     if let RamBacking::PrivateFile(p) = &launch.ram {
         files.push(p.clone());
     }
-    let network = !launch.forwards.is_empty();
-    let relay = launch.relay.first().map(PathBuf::from);
     let needs = Needs {
         qemu: &launch.qemu,
         firmware: FIRMWARE,
@@ -459,9 +437,7 @@ pub fn prepare_jail(
         initrd: &launch.initrd,
         disk: Path::new(DISK),
         files,
-        relay: relay.as_deref().filter(|_| network),
         kvm: launch.accel == Accel::Kvm,
-        network,
         dir,
         image_dir,
     };
@@ -509,10 +485,10 @@ mod tests {
             initrd: "/img/initrd.img".into(),
             append: DEFAULT_APPEND.into(),
             incoming: None,
+            paused: false,
             ram: RamBacking::Anonymous,
             tcg_tb_mb: None,
-            forwards: Vec::new(),
-            relay: vec!["/bin/busybox".into(), "nc".into()],
+            nic: crate::net::Nic::None,
             inputs: Vec::new(),
             seccomp: true,
         }
@@ -568,43 +544,35 @@ mod tests {
     }
 
     #[test]
-    fn egress_and_inputs_on_the_command_line() {
+    fn nic_and_inputs_on_the_command_line() {
         let mut l = launch();
         assert!(!l.args().join(" ").contains("-netdev"));
-        l.forwards = vec![
-            crate::boundary::Forward {
-                guest_port: 20000,
-                host: "127.0.0.1:5000".parse().unwrap(),
-            },
-            crate::boundary::Forward {
-                guest_port: 20001,
-                host: "[::1]:6000".parse().unwrap(),
-            },
-        ];
+        l.nic = crate::net::Nic::Open;
+        l.paused = true;
         l.inputs = vec![("/sb/inputs/ab.ext4".into(), "stasis-in0".into())];
         let a = l.args();
         let i = a.iter().position(|x| x == "-netdev").unwrap();
         assert_eq!(
             a[i + 1],
-            "user,id=net0,restrict=on,ipv6=off,net=10.0.2.0/24,host=10.0.2.2,\
-             guestfwd=tcp:10.0.2.100:20000-cmd:/bin/busybox nc 127.0.0.1 5000,\
-             guestfwd=tcp:10.0.2.100:20001-cmd:/bin/busybox nc ::1 6000"
+            "user,id=net0,restrict=off,ipv6=off,net=10.0.2.0/24,host=10.0.2.2,dns=10.0.2.3"
         );
         assert_eq!(a[i + 3], "virtio-net-device,netdev=net0");
-        // The relay is forked by slirp: the only case that allows spawn.
-        assert!(
-            a.join(" ")
-                .contains("elevateprivileges=allow,spawn=allow,resourcecontrol=deny"),
-            "{a:?}"
-        );
+        let s = a.join(" ");
+        // No guestfwd, nothing forked: the filter never allows spawning.
+        assert!(!s.contains("guestfwd"), "{s}");
+        assert!(s.contains(&format!("-sandbox {SANDBOX}")), "{s}");
+        assert!(SANDBOX.contains("spawn=deny") && SANDBOX.contains("elevateprivileges=deny"));
+        // A paused cold boot waits for `cont`.
+        assert_eq!(a.last().unwrap(), "-S");
         l.seccomp = false;
         assert!(!l.args().contains(&"-sandbox".to_string()));
-        let s = a.join(" ");
         let root = s.find("drive=root").unwrap();
         let input = s
             .find("-drive id=in0,file=/sb/inputs/ab.ext4,format=raw,if=none,readonly=on -device virtio-blk-device,drive=in0,serial=stasis-in0")
             .unwrap();
-        assert!(root < input, "{s}");
+        let nic = s.find("-netdev").unwrap();
+        let agent = s.find("virtio-serial-device").unwrap();
+        assert!(root < input && input < nic && nic < agent, "{s}");
     }
 
     #[test]

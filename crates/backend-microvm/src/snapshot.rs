@@ -21,6 +21,12 @@
 //! * 1: guest RAM was QEMU's implicit RAM block (no longer loadable: the
 //!   device state names another RAM object).
 //! * 2: guest RAM is the memory backend object `mem`; optional `memory.ram`.
+//!   `network` says whether the guest had a NIC (only with an allowlist).
+//! * 3: every guest has a NIC (`network` is always true; see `net`). Still
+//!   loadable: version 2, whose guest gets a NIC exactly when its meta says
+//!   `network: true` (a memory state loads only into the devices it was
+//!   saved with), so an old guest without one restores without network
+//!   and without ports.
 //!
 //! [`check_format`] refuses any other version (older or newer) with
 //! `unsupported` before anything is started or touched. Fields added within
@@ -44,8 +50,10 @@ pub const MEMORY_STATE: &str = "memory.state";
 pub const MEMORY_RAM: &str = "memory.ram";
 pub const DISK_ARTIFACT: &str = "disk.qcow2";
 pub const META: &str = "meta.json";
-/// meta.json format: 2 = guest RAM is the memory backend object "mem".
-pub const META_FORMAT: u32 = 2;
+/// meta.json format written: 3 = every guest has a NIC.
+pub const META_FORMAT: u32 = 3;
+/// Formats this backend loads (see the version history above).
+pub const LOADABLE_FORMATS: &[u32] = &[2, META_FORMAT];
 
 /// Identity of a file version: device, inode, size, mtime, ctime.
 pub(crate) type FileKey = (u64, u64, u64, i64, i64);
@@ -82,8 +90,9 @@ pub struct SnapshotMeta {
     pub memory_ram_blake3: Option<String>,
     pub workdir: String,
     pub created_ms: i64,
-    /// The guest had a NIC (non-empty allowlist): a memory state only loads
-    /// into a VM with the same devices.
+    /// The guest had a NIC (always, from format 3): a memory state loads
+    /// only into a VM with the same devices, so it decides the NIC of a
+    /// memory restore.
     #[serde(default)]
     pub network: bool,
     /// Content digests of the read-only input disks, in drive order.
@@ -111,9 +120,15 @@ pub fn decode(bytes: &[u8]) -> Result<SnapshotMeta> {
 
 /// Whether this backend loads artifacts of `meta`'s format version.
 pub fn check_format(meta: &SnapshotMeta) -> Result<()> {
-    if meta.format != META_FORMAT {
+    if !LOADABLE_FORMATS.contains(&meta.format) {
         return Err(Error::unsupported(format!(
-            "snapshot format {} is not loadable by this backend (format {META_FORMAT})",
+            "snapshot format {} is not loadable by this backend (format {META_FORMAT}, loads {LOADABLE_FORMATS:?})",
+            meta.format
+        )));
+    }
+    if meta.format >= 3 && !meta.network {
+        return Err(Error::integrity(format!(
+            "meta.json of format {} says the guest had no NIC, which that format never writes",
             meta.format
         )));
     }
@@ -175,19 +190,9 @@ pub(crate) fn artifacts_of(out: &Path) -> Result<Vec<Artifact>> {
 }
 
 /// A memory state loads only into a VM with the devices it was saved with.
+/// (The NIC follows the snapshot, see `net::Nic::choose`; the mounts must
+/// be as many as it had.)
 pub(crate) fn check_devices(meta: &SnapshotMeta, m: &Manifest) -> Result<()> {
-    let net = !m.network.allow.is_empty();
-    if meta.network != net {
-        return Err(Error::new(
-            ErrorCode::InvalidManifest,
-            format!(
-                "network.allow: the snapshot's guest was saved {} a network interface; a memory restore needs an allowlist that is {} as well",
-                if meta.network { "with" } else { "without" },
-                if meta.network { "non-empty" } else { "empty" }
-            ),
-        )
-        .with_field("network.allow"));
-    }
     if meta.inputs.len() != m.mounts.len() {
         return Err(Error::new(
             ErrorCode::InvalidManifest,
@@ -288,7 +293,7 @@ mod tests {
             memory_ram_blake3: Some("r".into()),
             workdir: "/workspace".into(),
             created_ms: 1,
-            network: false,
+            network: true,
             inputs: vec!["i".into()],
             vcpus: 2,
         }
@@ -319,6 +324,7 @@ mod tests {
         ] {
             v.as_object_mut().unwrap().remove(k);
         }
+        v["format"] = 2.into();
         let m = decode(&serde_json::to_vec(&v).unwrap()).unwrap();
         assert!(!m.ram_file && !m.network && m.inputs.is_empty());
         assert_eq!((m.vcpus, m.memory_state_bytes), (1, 0));
@@ -329,6 +335,7 @@ mod tests {
     #[test]
     fn other_format_versions_are_refused_clearly() {
         for f in [0, 1, META_FORMAT + 1, 99] {
+            assert!(!LOADABLE_FORMATS.contains(&f));
             let mut m = meta();
             m.format = f;
             let m = decode(&encode(&m).unwrap()).unwrap();
@@ -340,6 +347,42 @@ mod tests {
                 "{e}"
             );
         }
+    }
+
+    /// Format 2 (the NIC only with an allowlist) still loads, with or
+    /// without a NIC; format 3 always has one, and a format 3 meta that
+    /// says otherwise is refused.
+    #[test]
+    fn format_2_loads_and_format_3_always_has_a_nic() {
+        assert_eq!(META_FORMAT, 3);
+        for network in [false, true] {
+            let mut m = meta();
+            m.format = 2;
+            m.network = network;
+            check_format(&decode(&encode(&m).unwrap()).unwrap()).unwrap();
+        }
+        let mut m = meta();
+        check_format(&m).unwrap();
+        m.network = false;
+        let e = check_format(&m).unwrap_err();
+        assert_eq!(e.code, ErrorCode::IntegrityError, "{e}");
+        assert!(e.message.contains("no NIC"), "{e}");
+    }
+
+    #[test]
+    fn memory_restores_need_as_many_mounts() {
+        let m = meta();
+        let mut man = Manifest::default();
+        let e = check_devices(&m, &man).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("mounts"), "{e}");
+        man.mounts = vec![stasis_core::manifest::Mount {
+            source: "/x".into(),
+            target: "/y".into(),
+        }];
+        check_devices(&m, &man).unwrap();
+        // The allowlist no longer decides devices.
+        man.network.allow = vec!["127.0.0.1:1".into()];
+        check_devices(&m, &man).unwrap();
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! What the backend holds: the table of running VMs ([`Vm`]: handles to a
-//! QEMU, its QMP and agent channels), the per-sandbox `vm.json` record that
+//! QEMU, its QMP and agent channels, its network namespace and port
+//! forwards), the ports to forward again after a pause, the per-sandbox
+//! `vm.json` record that
 //! `recover` rebuilds a handle from, operation timings, the verified-file
 //! cache and the accelerator report (probed once).
 
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -16,6 +18,7 @@ use crate::agent::AgentConn;
 use crate::boundary;
 use crate::config::MicrovmConfig;
 use crate::image::Image;
+use crate::net::Nic;
 use crate::qemu::{self, Accel, RamBacking};
 use crate::qmp::Qmp;
 use crate::snapshot::{one_vcpu, FileKey};
@@ -38,6 +41,13 @@ pub(crate) struct VmRecord {
     pub(crate) inputs: Vec<boundary::InputDisk>,
     #[serde(default = "one_vcpu")]
     pub(crate) vcpus: u32,
+    /// Absent in records of QEMUs started before every guest had a NIC
+    /// (then: a NIC exactly when the allowlist was non-empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) nic: Option<Nic>,
+    /// Guest ports slirp forwards (see `ports`).
+    #[serde(default)]
+    pub(crate) ports: Vec<u16>,
 }
 
 /// Timings of the last lifecycle operations, for benches and logs.
@@ -47,6 +57,10 @@ pub struct OpTimings {
     pub start_ms: u64,
     /// Incoming migration load (resume/restore), part of `start_ms`.
     pub incoming_ms: u64,
+    /// QEMU's network namespace prepared, the egress service attached and
+    /// port forwards re-added (part of `start_ms`, before the guest runs).
+    #[serde(default)]
+    pub net_ms: u64,
     /// Resume/restore: checks + disk placement before QEMU starts.
     pub prepare_ms: u64,
     /// Resume/restore: SetIdentity/SetTime after the agent answered.
@@ -69,6 +83,12 @@ pub(crate) struct Vm {
     pub(crate) vcpus: u32,
     pub(crate) ram: RamBacking,
     pub(crate) boot_id: String,
+    pub(crate) nic: Nic,
+    /// QEMU's network namespace (None when QEMU runs unjailed, in the
+    /// daemon's).
+    pub(crate) netns: Option<std::fs::File>,
+    /// Guest ports forwarded by slirp, each at `net::PORT_ADDR:<port>`.
+    pub(crate) ports: Mutex<BTreeSet<u16>>,
     pub(crate) proc: tokio::sync::Mutex<qemu::QemuProc>,
     pub(crate) pid: i32,
     pub(crate) qmp: tokio::sync::Mutex<Qmp>,
@@ -85,6 +105,9 @@ pub struct MicrovmBackend {
     pub(crate) seen_parents: Mutex<HashSet<PathBuf>>,
     pub(crate) timings: Mutex<HashMap<SandboxId, OpTimings>>,
     pub(crate) verified: Mutex<HashMap<FileKey, String>>,
+    /// Forwarded guest ports of paused sandboxes, added again to the QEMU
+    /// that resumes them.
+    pub(crate) ports: Mutex<HashMap<SandboxId, BTreeSet<u16>>>,
 }
 
 /// The accelerator report, probing on first use.
@@ -135,6 +158,8 @@ pub(crate) fn write_record(vm: &Vm) -> Result<()> {
         shared_ram: vm.ram == RamBacking::SharedMemfd,
         inputs: vm.inputs.clone(),
         vcpus: vm.vcpus,
+        nic: Some(vm.nic),
+        ports: vm.ports.lock().unwrap().iter().copied().collect(),
     };
     // QEMU (perhaps the guest's) runs and may write the directory: a
     // name it planted is replaced, never written through.

@@ -1,11 +1,14 @@
 //! Starting and stopping a sandbox's QEMU: a cold boot or an incoming
 //! migration from artifacts (checked first: format, QEMU version, image,
-//! hashes, devices), the QMP connection, the wait for the incoming load,
+//! hashes, devices), the QMP connection, the guest's network (QEMU's
+//! namespace prepared and handed to the egress service, port forwards
+//! added again, all before the guest runs), the wait for the incoming load,
 //! the agent's `hello`, quitting; on top of that `create`, `resume`,
 //! `restore` and `recover`'s reattach. A QEMU that fails to come up is
-//! killed; every wait has a deadline.
+//! killed and its namespace detached; every wait has a deadline.
 
-use std::path::{Path, PathBuf};
+use std::collections::BTreeSet;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,11 +21,13 @@ use crate::boundary;
 use crate::disk::{self, qemu_img};
 use crate::guest::{self, expect_ok};
 use crate::image::{kernel_append, Image};
+use crate::net::Nic;
+use crate::ports;
 use crate::qemu::{self, cleanup_dir_files, diagnostics, Accel, RamBacking};
 use crate::qmp::{MigrationStatus, Qmp};
 use crate::snapshot::{self, check_devices, same_qemu, SnapshotMeta, MEMORY_RAM, MEMORY_STATE};
 use crate::state::{self, MicrovmBackend, OpTimings, Vm, VmRecord, VM_RECORD};
-use crate::util::{self, which};
+use crate::util;
 
 /// How a VM starts: booting, or loading a saved memory state.
 pub(crate) enum StartKind<'a> {
@@ -34,7 +39,8 @@ pub(crate) enum StartKind<'a> {
 }
 
 /// Start a QEMU in `spec.dir` (disk already in place) and bring it to a
-/// running guest with an answering agent. On error QEMU is killed.
+/// running guest with an answering agent. On error QEMU is killed and its
+/// namespace detached from the egress service.
 pub(crate) async fn start_vm(
     b: &MicrovmBackend,
     spec: &SandboxSpec,
@@ -44,7 +50,60 @@ pub(crate) async fn start_vm(
     kind: StartKind<'_>,
     inputs: Vec<boundary::InputDisk>,
 ) -> Result<Arc<Vm>> {
+    let r = start_vm_inner(b, spec, image, accel, memory_mb, kind, inputs).await;
+    if r.is_err() {
+        detach(b, &spec.id);
+    }
+    r
+}
+
+/// Hand QEMU's namespace to the egress service (blocking work, off the
+/// runtime's threads).
+async fn attach(b: &MicrovmBackend, spec: &SandboxSpec, ns: &std::fs::File) -> Result<()> {
+    let Some(egress) = b.config.egress.clone() else {
+        return Ok(());
+    };
+    let (id, policy, ns) = (
+        spec.id.clone(),
+        spec.manifest.network.clone(),
+        ns.try_clone()?,
+    );
+    tokio::task::spawn_blocking(move || egress.attach(&id, &ns, &policy))
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
+        .map_err(|e| e.context("attaching the egress service to QEMU's network namespace"))
+}
+
+/// The egress service stops serving a sandbox whose QEMU is gone.
+/// Idempotent.
+pub(crate) fn detach(b: &MicrovmBackend, id: &stasis_core::SandboxId) {
+    if let Some(e) = &b.config.egress {
+        e.detach(id);
+    }
+}
+
+/// Kill a VM that failed after it started, detach it, clean its files.
+pub(crate) async fn abandon(b: &MicrovmBackend, vm: &Vm) {
+    vm.proc.lock().await.kill().await;
+    detach(b, &vm.id);
+    cleanup_dir_files(&vm.dir);
+}
+
+async fn start_vm_inner(
+    b: &MicrovmBackend,
+    spec: &SandboxSpec,
+    image: Image,
+    accel: Accel,
+    memory_mb: u64,
+    kind: StartKind<'_>,
+    inputs: Vec<boundary::InputDisk>,
+) -> Result<Arc<Vm>> {
     let t0 = Instant::now();
+    let had_nic = match &kind {
+        StartKind::Cold => !b.config.test_guests_without_nic,
+        StartKind::Incoming { meta, .. } => meta.network,
+    };
+    let nic = Nic::choose(had_nic, b.config.egress.is_some(), b.config.jail.is_some());
     let dir = spec.dir.clone();
     let vcpus = match &kind {
         StartKind::Cold => vcpus_for(&spec.manifest),
@@ -85,10 +144,10 @@ pub(crate) async fn start_vm(
         // Deferred: the capabilities are set and the state's descriptor
         // is passed over QMP first.
         incoming: incoming.as_ref().map(|_| "defer".into()),
+        paused: true,
         ram: ram.clone(),
         tcg_tb_mb: b.config.tcg_tb_mb,
-        forwards: boundary::forwards(&spec.manifest),
-        relay: b.config.relay.clone(),
+        nic,
         inputs: inputs
             .iter()
             .map(|d| (d.image.clone(), d.serial.clone()))
@@ -117,6 +176,71 @@ pub(crate) async fn start_vm(
         }
     };
     let mut qmp = qmp;
+    // The network, while the guest is stopped: QEMU's namespace (the
+    // jail's) gets loopback and the egress service; forwards of a paused
+    // sandbox come back.
+    let forwards = if nic == Nic::None {
+        BTreeSet::new()
+    } else {
+        b.ports
+            .lock()
+            .unwrap()
+            .get(&spec.id)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let netns = match b.config.jail.is_some() {
+        true => match crate::net::qemu_netns(pid) {
+            Ok(ns) => ns,
+            Err(e) => {
+                let err = fail(e.message, &mut proc);
+                proc.kill().await;
+                return Err(err);
+            }
+        },
+        false => None,
+    };
+    let tn = Instant::now();
+    let r = async {
+        if let Some(ns) = &netns {
+            crate::net::prepare_netns(ns)?;
+            if nic == Nic::Open {
+                attach(b, spec, ns).await?;
+            }
+            let mut gone = Vec::new();
+            for p in &forwards {
+                // Not worth failing a start over: connect_port adds it again.
+                if let Err(e) = ports::add_forward(&mut qmp, *p).await {
+                    tracing::warn!(sandbox = %spec.id, port = p, "{e}");
+                    gone.push(*p);
+                }
+            }
+            Ok::<Vec<u16>, Error>(gone)
+        } else {
+            Ok(Vec::new())
+        }
+    }
+    .await;
+    let net_ms = tn.elapsed().as_millis() as u64;
+    let gone = match r {
+        Ok(gone) => gone,
+        Err(e) => {
+            let err = fail(e.message, &mut proc);
+            proc.kill().await;
+            return Err(err);
+        }
+    };
+    let forwards: BTreeSet<u16> = match netns.is_some() {
+        true => forwards.into_iter().filter(|p| !gone.contains(p)).collect(),
+        false => BTreeSet::new(),
+    };
+    if incoming.is_none() {
+        if let Err(e) = qmp.execute("cont", None).await {
+            let err = fail(format!("cont of a cold boot: {}", e.message), &mut proc);
+            proc.kill().await;
+            return Err(err);
+        }
+    }
     let mut incoming_ms = 0;
     if let Some(state) = &incoming {
         let r = async {
@@ -194,6 +318,9 @@ pub(crate) async fn start_vm(
         vcpus,
         ram,
         boot_id,
+        nic,
+        netns,
+        ports: Mutex::new(forwards),
         proc: tokio::sync::Mutex::new(proc),
         pid,
         qmp: tokio::sync::Mutex::new(qmp),
@@ -205,6 +332,7 @@ pub(crate) async fn start_vm(
         OpTimings {
             start_ms: t0.elapsed().as_millis() as u64,
             incoming_ms,
+            net_ms,
             ..Default::default()
         },
     );
@@ -310,21 +438,11 @@ pub(crate) async fn start_from_artifacts(
     }
 }
 
-/// Validate the mount sources and build (or reuse) their input disks;
-/// check that egress can be relayed when the manifest allows any.
+/// Validate the mount sources and build (or reuse) their input disks.
 pub(crate) async fn prepare_inputs(
     b: &MicrovmBackend,
     spec: &SandboxSpec,
 ) -> Result<Vec<boundary::InputDisk>> {
-    if !spec.manifest.network.allow.is_empty() {
-        let relay = b.config.relay.first().map(PathBuf::from);
-        if relay.as_deref().is_none_or(|r| which(r).is_none()) {
-            return Err(Error::unsupported(format!(
-                "network.allow needs the egress relay {:?} on the host (apt: busybox-static)",
-                b.config.relay.join(" ")
-            )));
-        }
-    }
     if spec.manifest.mounts.is_empty() {
         return Ok(Vec::new());
     }
@@ -456,6 +574,24 @@ pub(crate) async fn reattach(
         return Err(Error::backend("guest rebooted while the daemon was away"));
     }
     let pid = proc.pid;
+    // A record from before every guest had a NIC: it had one exactly when
+    // its allowlist was non-empty (restricted, with relays of its own).
+    let nic = rec
+        .nic
+        .unwrap_or(if spec.manifest.network.allow.is_empty() {
+            Nic::None
+        } else {
+            Nic::Restricted
+        });
+    // (A QEMU of an older backend with a NIC may run in our namespace: it
+    // gets no attachment and no port forwards.)
+    let netns = crate::net::qemu_netns(pid)?;
+    // The guest has been running all along. Its namespace keeps whatever
+    // firewall the egress service left there; this daemon's service
+    // serves it again from now.
+    if let (Some(ns), Nic::Open) = (&netns, nic) {
+        attach(b, spec, ns).await?;
+    }
     Ok(Arc::new(Vm {
         id: spec.id.clone(),
         dir: spec.dir.clone(),
@@ -479,6 +615,9 @@ pub(crate) async fn reattach(
             RamBacking::Anonymous
         },
         boot_id: boot,
+        nic,
+        netns,
+        ports: Mutex::new(rec.ports.iter().copied().collect()),
         proc: tokio::sync::Mutex::new(proc),
         pid,
         qmp: tokio::sync::Mutex::new(qmp),
@@ -542,8 +681,7 @@ pub(crate) async fn create(b: &MicrovmBackend, spec: &SandboxSpec) -> Result<()>
         }
     };
     if let Err(e) = guest::after_cold_boot(b, &vm).await {
-        vm.proc.lock().await.kill().await;
-        cleanup_dir_files(&spec.dir);
+        abandon(b, &vm).await;
         return Err(e.context("create"));
     }
     state::insert(b, vm)
@@ -558,21 +696,33 @@ pub(crate) async fn resume(b: &MicrovmBackend, spec: &SandboxSpec, artifacts: &P
         .map_err(|e| e.context("resume"))?;
     let tf = Instant::now();
     let r = if with_memory {
-        let saved = snapshot::read_meta(artifacts)?.map(|m| m.inputs);
-        match guest::set_time(b, &vm).await {
-            Ok(()) => guest::configure(b, &vm, false, saved.as_deref()).await,
-            Err(e) => Err(e),
+        let saved = snapshot::read_meta(artifacts)?;
+        async {
+            guest::set_time(b, &vm).await?;
+            let inputs = saved.as_ref().map(|m| m.inputs.clone());
+            guest::configure(b, &vm, false, inputs.as_deref()).await?;
+            if saved.as_ref().is_some_and(legacy_relays) {
+                guest::drop_relay_addresses(b, &vm).await?;
+            }
+            Ok(())
         }
+        .await
     } else {
         guest::after_cold_boot(b, &vm).await
     };
     state::note_finish(b, &spec.id, tf);
     if let Err(e) = r {
-        vm.proc.lock().await.kill().await;
-        cleanup_dir_files(&spec.dir);
+        abandon(b, &vm).await;
         return Err(e.context("resume"));
     }
     state::insert(b, vm)
+}
+
+/// A format 2 guest with a NIC was saved with the relays of that time: the
+/// agent had put every non-loopback destination's address on the guest's
+/// `lo`, which would now catch the guest's connections to it.
+fn legacy_relays(m: &SnapshotMeta) -> bool {
+    m.format == 2 && m.network
 }
 
 pub(crate) async fn restore(
@@ -615,16 +765,19 @@ pub(crate) async fn restore(
         expect_ok(r)?;
         if with_memory {
             guest::set_time(b, &vm).await?;
-            let saved = snapshot::read_meta(artifacts)?.map(|m| m.inputs);
-            guest::configure(b, &vm, false, saved.as_deref()).await?;
+            let saved = snapshot::read_meta(artifacts)?;
+            let inputs = saved.as_ref().map(|m| m.inputs.clone());
+            guest::configure(b, &vm, false, inputs.as_deref()).await?;
+            if saved.as_ref().is_some_and(legacy_relays) {
+                guest::drop_relay_addresses(b, &vm).await?;
+            }
         }
         Ok::<(), Error>(())
     }
     .await;
     state::note_finish(b, &spec.id, tf);
     if let Err(e) = r {
-        vm.proc.lock().await.kill().await;
-        cleanup_dir_files(&spec.dir);
+        abandon(b, &vm).await;
         return Err(e.context("restore"));
     }
     state::insert(b, vm)

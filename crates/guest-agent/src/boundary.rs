@@ -1,11 +1,13 @@
 //! The sandbox's boundaries as the guest applies them (`Request::Configure`).
 //!
 //! None of this is what keeps the guest in: the host enforces the hard limits
-//! outside the guest (QEMU's `restrict=on` user networking forwards only the
-//! allowlisted destinations; input disks are read-only drives; the writable
-//! disk has a fixed virtual size; RAM is the VM's). The guest side makes the
-//! allowed things usable (an interface, relays, mounts) and caps what a
-//! runaway command can do to its own sandbox (a pids cgroup).
+//! outside the guest (the daemon's egress service polices QEMU's network
+//! namespace, where user networking opens the guest's connections; input
+//! disks are read-only drives; the writable disk has a fixed virtual size;
+//! RAM is the VM's). The guest side makes the allowed things usable (an
+//! interface and its route, relays for allow entries on the host's
+//! loopback, mounts) and caps what a runaway command can do to its own
+//! sandbox (a pids cgroup).
 
 use crate::AgentError;
 use stasis_agent_proto::{GuestConfig, GuestForward, GuestMount, GuestNetwork};

@@ -70,9 +70,8 @@ fn staged(p: &Path) -> PathBuf {
 
 /// A jailed QEMU: its host pid and the jail's init (pid 1 of the jail's pid
 /// namespace, a child of this process: reap it with waitpid). The init only
-/// reaps: slirp double-forks each egress relay, so the relays are re-parented
-/// to pid 1 and would stay zombies under a QEMU that never waits for them.
-/// It exits with QEMU, which takes the whole namespace down.
+/// reaps (anything re-parented to pid 1 would otherwise stay a zombie). It
+/// exits with QEMU, which takes the whole namespace down.
 #[derive(Debug, Clone, Copy)]
 pub struct Jailed {
     pub qemu: i32,
