@@ -1,7 +1,7 @@
 //! The stasis daemon as a library: the sandbox manager (lifecycle, idle and
 //! TTL policies, reconcile after a crash) and the HTTP API over it.
 //!
-//! Domain modules (`manager`, `runs`, `tenancy`, `snapshots`, `cluster`,
+//! Domain modules (`manager`, `runs`, `tenancy`, `snapshots`, `templates`, `cluster`,
 //! `metrics`, `inflight`, `mounts`, `auth`) never import the HTTP edge
 //! (`http`); `daemon` wires both together; `api` keeps the edge's former
 //! paths.
@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod mounts;
 pub mod runs;
 pub mod snapshots;
+pub mod templates;
 pub mod tenancy;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};

@@ -11,6 +11,8 @@ mod harness;
 mod crash;
 #[path = "manager/reaper.rs"]
 mod reaper;
+#[path = "manager/templates.rs"]
+mod templates;
 
 use harness::*;
 use stasis_backend::fake::FakeBackend;
