@@ -69,7 +69,7 @@ impl Meta {
     /// Publish the next version of `t.name`. Two publishers racing for the
     /// same number: one wins, the other retries with the next number.
     pub async fn insert_template(&self, t: NewTemplate<'_>) -> Result<TemplateRecord> {
-        for _ in 0..8 {
+        for _ in 0..32 {
             let r = sqlx::query(
                 "INSERT INTO templates (tenant, name, version, snapshot, backend, manifest_digest,
                  source_sandbox, created_by, created_at_ms)
@@ -266,6 +266,32 @@ mod tests {
             }
             assert!(m.list_templates(&a).await.unwrap().is_empty());
             assert_eq!(m.list_templates(&b).await.unwrap(), vec![other]);
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_publishers_get_distinct_versions() {
+        for db in crate::testdb::all().await {
+            eprintln!("engine {}", db.name);
+            let t = TenantId::parse("t-a").unwrap();
+            let tasks: Vec<_> = (0..8)
+                .map(|_| {
+                    let (m, t) = (db.meta.clone(), t.clone());
+                    tokio::spawn(async move {
+                        let snap = SnapshotId::generate();
+                        m.insert_template(new(&t, "race", &snap))
+                            .await
+                            .unwrap()
+                            .version
+                    })
+                })
+                .collect();
+            let mut got = Vec::new();
+            for task in tasks {
+                got.push(task.await.unwrap());
+            }
+            got.sort();
+            assert_eq!(got, (1..=8).collect::<Vec<i64>>());
         }
     }
 }
