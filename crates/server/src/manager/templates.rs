@@ -5,11 +5,16 @@
 //! A version's snapshot is stored without an expiry (the store's GC only
 //! expires records that carry one and only sweeps chunks no record holds),
 //! refused to `DELETE /v1/snapshots/{id}` while the version exists (see
-//! `catalog`), and deleted with the version.
+//! `catalog`), and deleted with the version. A template snapshot that no
+//! version holds (a daemon killed between storing it and recording the
+//! version, or a version whose snapshot could not be deleted) is removed by
+//! [`Manager::sweep_template_orphans`], which the reaper runs before each GC.
+
+use std::time::Duration;
 
 use tracing::warn;
 
-use stasis_core::{Error, ErrorCode, Manifest, Result, SandboxId, SandboxState};
+use stasis_core::{now_ms, Error, ErrorCode, Manifest, Result, SandboxId, SandboxState};
 use stasis_meta::{NewTemplate, SandboxRecord, TemplateRecord};
 
 use super::stage::{staged, Cleanup, Prep};
@@ -210,5 +215,36 @@ impl Manager {
                 Err(e)
             }
         }
+    }
+
+    /// Delete template snapshots older than `grace` that no live version
+    /// holds; returns how many went. `grace` covers a publication between
+    /// storing its snapshot and recording its version.
+    pub async fn sweep_template_orphans(&self, grace: Duration) -> Result<u64> {
+        let cutoff = now_ms() - i64::try_from(grace.as_millis()).unwrap_or(i64::MAX);
+        let mut swept = 0;
+        for tenant in self.snapshots.store().list_tenants().await? {
+            for snap in self.snapshots.list(&tenant).await? {
+                if snap.kind != SnapshotKind::Template || snap.created_at_ms > cutoff {
+                    continue;
+                }
+                if self
+                    .meta
+                    .template_by_snapshot(&tenant, &snap.id)
+                    .await?
+                    .is_some()
+                {
+                    continue;
+                }
+                match self.snapshots.delete(&tenant, &snap.id).await {
+                    Ok(()) => swept += 1,
+                    Err(e) if e.code == ErrorCode::NotFound => {}
+                    Err(e) => {
+                        warn!(snapshot = %snap.id, error = %e, "orphan template snapshot not deleted")
+                    }
+                }
+            }
+        }
+        Ok(swept)
     }
 }

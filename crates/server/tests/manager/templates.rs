@@ -213,6 +213,32 @@ async fn a_versions_snapshot_outlives_expiry_and_gc_until_the_version_goes() {
 }
 
 #[tokio::test]
+async fn template_snapshots_no_version_holds_are_swept_after_the_grace() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let src = running(&m).await;
+    let kept = m.create_template(&ctx(), "kept", &src.id).await.unwrap();
+    let lost = m.create_template(&ctx(), "lost", &src.id).await.unwrap();
+    let user = m.snapshot(&ctx(), &src.id, None).await.unwrap();
+    // The version goes but its snapshot stays (a delete that failed half-way).
+    m.meta()
+        .delete_template(&ctx().tenant, "lost", None)
+        .await
+        .unwrap();
+    // Within the grace nothing goes (a publication may be in flight).
+    let hour = std::time::Duration::from_secs(3600);
+    assert_eq!(m.sweep_template_orphans(hour).await.unwrap(), 0);
+    assert!(stored(&m, &lost.snapshot).await);
+    // After it, only the orphan goes: not a live version's, not a user snapshot.
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let none = std::time::Duration::ZERO;
+    assert_eq!(m.sweep_template_orphans(none).await.unwrap(), 1);
+    assert!(!stored(&m, &lost.snapshot).await);
+    assert!(stored(&m, &kept.snapshot).await && stored(&m, &user.id).await);
+    assert_eq!(m.sweep_template_orphans(none).await.unwrap(), 0);
+}
+
+#[tokio::test]
 async fn a_secret_in_memory_or_in_a_session_refuses_the_template() {
     let env = Env::process();
     let m = env.manager().await;
