@@ -18,6 +18,8 @@ pub enum BenchCmd {
     Lifecycle(LifecycleArgs),
     /// Dedup, compression and throughput of the snapshot store on real sandbox snapshots.
     Store(StoreArgs),
+    /// Create from a template (Python, dataset loaded) to first answer vs cold create + the same setup.
+    Template(crate::bench_template::TemplateArgs),
     /// Always-running vs pause-on-idle cost from a quick lifecycle measurement (same as `stasis cost`).
     Cost(crate::cost::CostArgs),
 }
@@ -39,6 +41,7 @@ pub async fn run(cmd: BenchCmd, json_out: bool) -> Result<()> {
     let report = match cmd {
         BenchCmd::Lifecycle(a) => lifecycle::lifecycle(a).await?,
         BenchCmd::Store(a) => store(a).await?,
+        BenchCmd::Template(a) => crate::bench_template::template(a).await?,
         BenchCmd::Cost(a) => return crate::cost::run(a, json_out).await,
     };
     if json_out {

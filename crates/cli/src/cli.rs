@@ -12,6 +12,7 @@ use crate::files::FilesCmd;
 use crate::sandbox::CreateArgs;
 use crate::serve::ServeArgs;
 use crate::snapshots::SnapshotsCmd;
+use crate::template::TemplateCmd;
 use crate::{bench, cost, demo, runs};
 
 #[derive(Parser)]
@@ -97,6 +98,9 @@ pub enum Cmd {
         #[arg(long)]
         manifest: Option<String>,
     },
+    /// Templates: named, versioned snapshots to create sandboxes from.
+    #[command(subcommand)]
+    Template(TemplateCmd),
     /// Fork N sandboxes from a fresh snapshot of a sandbox.
     Fork {
         id: String,

@@ -15,6 +15,7 @@ use stasis_server::http::exec::{ExecResponse, ExecStreamLine};
 use stasis_server::http::sandboxes::{ForkResponse, Sandbox};
 use stasis_server::http::sessions::SessionOutputResponse;
 use stasis_server::http::ErrorBody;
+use stasis_server::templates::TemplateInfo;
 use stasis_server::SnapshotInfo;
 
 #[derive(Clone)]
@@ -167,6 +168,43 @@ impl Client {
     pub async fn create(&self, manifest: Value) -> Result<Sandbox> {
         self.post_as("/v1/sandboxes", json!({ "manifest": manifest }))
             .await
+    }
+
+    /// A sandbox started from a template (`name[:version]`); `manifest`
+    /// replaces the template's.
+    pub async fn create_from_template(
+        &self,
+        template: &str,
+        manifest: Option<Value>,
+    ) -> Result<Sandbox> {
+        let mut body = json!({ "template": template });
+        if let Some(m) = manifest {
+            body["manifest"] = m;
+        }
+        self.post_as("/v1/sandboxes", body).await
+    }
+
+    /// Publish sandbox `from` as the next version of template `name`.
+    pub async fn create_template(&self, name: &str, from: &str) -> Result<TemplateInfo> {
+        self.post_as(
+            "/v1/templates",
+            json!({ "name": name, "from_sandbox": from }),
+        )
+        .await
+    }
+
+    /// Every live version of the tenant's templates.
+    pub async fn templates(&self) -> Result<Vec<TemplateInfo>> {
+        self.get_as("/v1/templates").await
+    }
+
+    /// Delete `name` (every version) or `name:version`; the versions deleted.
+    pub async fn delete_template(&self, reference: &str) -> Result<Vec<TemplateInfo>> {
+        let path = match reference.split_once(':') {
+            Some((n, v)) => format!("/v1/templates/{n}/{v}"),
+            None => format!("/v1/templates/{reference}"),
+        };
+        self.json(self.req(reqwest::Method::DELETE, &path)).await
     }
 
     pub async fn sandbox(&self, id: &str) -> Result<Sandbox> {

@@ -6,6 +6,7 @@
 mod admin;
 mod audit;
 mod bench;
+mod bench_template;
 mod cli;
 mod client;
 mod cost;
@@ -22,6 +23,7 @@ mod sandbox;
 mod serve;
 mod snapshots;
 mod temp_daemon;
+mod template;
 mod token;
 mod webhook;
 
@@ -90,6 +92,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Restore { snapshot, manifest } => {
             snapshots::restore(&c, snapshot, manifest, json).await?
         }
+        Cmd::Template(t) => template::template(&c, t, json).await?,
         Cmd::Fork { id, count } => snapshots::fork(&c, id, count, json).await?,
         Cmd::Usage { id } => sandbox::usage(&c, id, json).await?,
         Cmd::Audit(a) => audit::audit(&c, a, json).await?,

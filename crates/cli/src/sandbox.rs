@@ -34,6 +34,10 @@ pub struct CreateArgs {
     /// Seconds a paused sandbox is kept.
     #[arg(long)]
     ttl_secs: Option<u64>,
+    /// Start from a template (NAME or NAME:VERSION, latest by default)
+    /// instead of a cold boot; a manifest given replaces the template's.
+    #[arg(long)]
+    template: Option<String>,
 }
 
 fn fmt_ms(ms: i64) -> String {
@@ -130,7 +134,15 @@ pub async fn create(c: &Client, a: CreateArgs, json: bool) -> Result<()> {
             section(&mut m, "lifecycle")?[key] = v;
         }
     }
-    let v = c.create(m).await?;
+    let v = match &a.template {
+        Some(t) => {
+            stasis_server::templates::TemplateRef::parse(t, "template")?;
+            // Only what was asked for replaces the template's manifest.
+            let given = m.as_object().is_some_and(|o| !o.is_empty());
+            c.create_from_template(t, given.then_some(m)).await?
+        }
+        None => c.create(m).await?,
+    };
     print_value(json, &v, |v| v.id.clone());
     Ok(())
 }

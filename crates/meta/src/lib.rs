@@ -31,12 +31,14 @@ use stasis_core::{
 mod audit;
 pub mod lease;
 pub mod runs;
+pub mod templates;
 pub mod tenants;
 #[cfg(test)]
 pub(crate) mod testdb;
 pub mod testing;
 pub mod webhooks;
 pub use audit::{AuditEntry, AuditVerification, NewAuditEntry};
+pub use templates::{NewTemplate, TemplateRecord};
 pub use tenants::{hash_token, Tenant, TokenRecord};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,7 +1,7 @@
 //! The stasis daemon as a library: the sandbox manager (lifecycle, idle and
 //! TTL policies, reconcile after a crash) and the HTTP API over it.
 //!
-//! Domain modules (`manager`, `runs`, `tenancy`, `snapshots`, `cluster`,
+//! Domain modules (`manager`, `runs`, `tenancy`, `snapshots`, `templates`, `cluster`,
 //! `metrics`, `inflight`, `mounts`, `auth`) never import the HTTP edge
 //! (`http`); `daemon` wires both together; `api` keeps the edge's former
 //! paths.
@@ -18,6 +18,7 @@ pub mod mounts;
 pub mod runs;
 pub mod scope;
 pub mod snapshots;
+pub mod templates;
 pub mod tenancy;
 pub mod tokens;
 pub mod webhooks;

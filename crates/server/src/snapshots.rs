@@ -19,6 +19,8 @@ pub enum SnapshotKind {
     Pause,
     /// Taken on request (snapshot, fork); lives until deleted or expired.
     User,
+    /// Held by a template version: never expires, deleted with the version.
+    Template,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -187,3 +187,23 @@ pub async fn resolve_secrets(
     }
     Ok(out)
 }
+
+/// Every secret value of the tenant, by name: what a template must not hold.
+pub async fn all_secret_values(
+    meta: &Meta,
+    store: &Store,
+    tenant: &TenantId,
+) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for name in meta.secret_names(tenant).await? {
+        let sealed = match meta.secret_sealed(tenant, &name).await {
+            Ok(s) => s,
+            // Deleted since it was listed: nothing to look for.
+            Err(e) if e.code == ErrorCode::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let value = store.open_secret(tenant, &name, &sealed)?;
+        out.insert(name, String::from_utf8_lossy(&value).into_owned());
+    }
+    Ok(out)
+}

@@ -251,6 +251,7 @@ fn json_routes(sb: &str) -> Vec<(&'static str, String)> {
         ("POST", "/v1/runs/run-x/approvals/c1/approve".into()),
         ("POST", "/v1/runs/run-x/approvals/c1/reject".into()),
         ("POST", "/v1/admin/tenants".into()),
+        ("POST", "/v1/templates".into()),
     ]
 }
 
@@ -418,6 +419,9 @@ fn id_routes() -> Vec<(&'static str, &'static str)> {
         ("GET", "/v1/runs/{}"),
         ("GET", "/v1/runs/{}/state"),
         ("POST", "/v1/runs/run-x/approvals/{}/approve"),
+        ("GET", "/v1/templates/{}"),
+        ("DELETE", "/v1/templates/{}"),
+        ("DELETE", "/v1/templates/t/{}"),
     ]
 }
 

@@ -13,6 +13,8 @@ mod crash;
 mod lease;
 #[path = "manager/reaper.rs"]
 mod reaper;
+#[path = "manager/templates.rs"]
+mod templates;
 
 use harness::*;
 use stasis_backend::fake::FakeBackend;

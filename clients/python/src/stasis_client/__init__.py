@@ -6,7 +6,7 @@ OpenAI Agents SDK sandbox provider: :mod:`stasis_client.agents_sdk`
 """
 
 from . import errors
-from .client import Client, ExecStream, Files, Run, Runs, Sandbox, Session
+from .client import Client, ExecStream, Files, Run, Runs, Sandbox, Session, Templates
 from .errors import (
     BackendError,
     Busy,
@@ -37,6 +37,7 @@ from .models import (
     SessionInfo,
     SessionOutput,
     SnapshotInfo,
+    TemplateInfo,
 )
 
 __version__ = "0.1.0"
@@ -73,6 +74,8 @@ __all__ = [
     "SessionOutput",
     "SnapshotInfo",
     "StasisError",
+    "TemplateInfo",
+    "Templates",
     "Timeout",
     "Unauthorized",
     "Unsupported",

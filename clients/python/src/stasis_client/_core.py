@@ -29,6 +29,7 @@ from .models import (
     SessionInfo,
     SessionOutput,
     SnapshotInfo,
+    TemplateInfo,
 )
 
 T = TypeVar("T")
@@ -172,9 +173,13 @@ def exec_extra_timeout(timeout: Optional[float]) -> float:
 # ----- sandboxes ---------------------------------------------------------------
 
 
-def op_create(manifest: Optional[Mapping[str, Any]]) -> Op[SandboxInfo]:
-    body = {"manifest": dict(manifest)} if manifest is not None else {}
-    resp = yield req("sandbox.create", json=body, extra_timeout=120)
+def op_create(
+    manifest: Optional[Mapping[str, Any]], template: Optional[str] = None
+) -> Op[SandboxInfo]:
+    body: dict[str, Any] = {"manifest": dict(manifest)} if manifest is not None else {}
+    if template is not None:
+        body["template"] = template
+    resp = yield req("sandbox.create", json=body, extra_timeout=300)
     return SandboxInfo.from_json(resp.json())
 
 
@@ -250,6 +255,41 @@ def op_snapshot_list() -> Op[list[SnapshotInfo]]:
 def op_snapshot_delete(snapshot_id: str) -> Op[None]:
     yield req("snapshot.delete", ids={"id": snapshot_id})
     return None
+
+
+# ----- templates -------------------------------------------------------------
+
+
+def _template_ref(reference: str) -> tuple[str, Optional[str]]:
+    name, sep, version = reference.partition(":")
+    if not name or (sep and not version.isdigit()):
+        raise InvalidArgument(f"template reference {reference!r}: expected name or name:version")
+    return name, (version if sep else None)
+
+
+def op_template_create(name: str, from_sandbox: str) -> Op[TemplateInfo]:
+    body = {"name": name, "from_sandbox": from_sandbox}
+    resp = yield req("template.create", json=body, extra_timeout=600)
+    return TemplateInfo.from_json(resp.json())
+
+
+def op_template_list() -> Op[list[TemplateInfo]]:
+    resp = yield req("template.list")
+    return [TemplateInfo.from_json(d) for d in resp.json()]
+
+
+def op_template_get(name: str) -> Op[list[TemplateInfo]]:
+    resp = yield req("template.get", ids={"name": name})
+    return [TemplateInfo.from_json(d) for d in resp.json()["versions"]]
+
+
+def op_template_delete(reference: str) -> Op[list[TemplateInfo]]:
+    name, version = _template_ref(reference)
+    if version is None:
+        resp = yield req("template.delete", ids={"name": name})
+    else:
+        resp = yield req("template.delete_version", ids={"name": name, "version": version})
+    return [TemplateInfo.from_json(d) for d in resp.json()]
 
 
 # ----- files -----------------------------------------------------------------

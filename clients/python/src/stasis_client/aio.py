@@ -29,6 +29,7 @@ from .models import (
     SessionInfo,
     SessionOutput,
     SnapshotInfo,
+    TemplateInfo,
 )
 
 T = TypeVar("T")
@@ -55,6 +56,7 @@ class AsyncClient:
             transport=transport,
         )
         self.runs = AsyncRuns(self)
+        self.templates = AsyncTemplates(self)
 
     async def _send(self, r: Req) -> Resp:
         try:
@@ -95,8 +97,10 @@ class AsyncClient:
         await self._run(_health())
         return True
 
-    async def create(self, manifest: Optional[Mapping[str, Any]] = None) -> "AsyncSandbox":
-        return AsyncSandbox(self, await self._run(_core.op_create(manifest)))
+    async def create(
+        self, manifest: Optional[Mapping[str, Any]] = None, *, template: Optional[str] = None
+    ) -> "AsyncSandbox":
+        return AsyncSandbox(self, await self._run(_core.op_create(manifest, template)))
 
     async def get(self, sandbox_id: str) -> "AsyncSandbox":
         return AsyncSandbox(self, await self._run(_core.op_get(sandbox_id)))
@@ -156,10 +160,11 @@ class AsyncSandbox:
         cls,
         manifest: Optional[Mapping[str, Any]] = None,
         *,
+        template: Optional[str] = None,
         client: Optional[AsyncClient] = None,
         **connect: Any,
     ) -> "AsyncSandbox":
-        return await _client_of(client, connect).create(manifest)
+        return await _client_of(client, connect).create(manifest, template=template)
 
     @classmethod
     async def from_snapshot(
@@ -373,6 +378,26 @@ class AsyncSession:
 
     async def kill(self) -> None:
         await self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+
+
+class AsyncTemplates:
+    """Templates (``client.templates``), as :class:`stasis_client.client.Templates`."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(self, name: str, from_sandbox: Union[str, AsyncSandbox]) -> TemplateInfo:
+        sid = from_sandbox.id if isinstance(from_sandbox, AsyncSandbox) else from_sandbox
+        return await self._c._run(_core.op_template_create(name, sid))
+
+    async def list(self) -> list[TemplateInfo]:
+        return await self._c._run(_core.op_template_list())
+
+    async def get(self, name: str) -> list[TemplateInfo]:
+        return await self._c._run(_core.op_template_get(name))
+
+    async def delete(self, reference: str) -> list[TemplateInfo]:
+        return await self._c._run(_core.op_template_delete(reference))
 
 
 class AsyncRuns:

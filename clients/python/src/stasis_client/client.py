@@ -31,6 +31,7 @@ from .models import (
     SessionInfo,
     SessionOutput,
     SnapshotInfo,
+    TemplateInfo,
 )
 
 T = TypeVar("T")
@@ -62,6 +63,7 @@ class Client:
             transport=transport,
         )
         self.runs = Runs(self)
+        self.templates = Templates(self)
 
     # -- plumbing --
 
@@ -106,8 +108,13 @@ class Client:
         self._run(_health())
         return True
 
-    def create(self, manifest: Optional[Mapping[str, Any]] = None) -> "Sandbox":
-        return Sandbox(self, self._run(_core.op_create(manifest)))
+    def create(
+        self, manifest: Optional[Mapping[str, Any]] = None, *, template: Optional[str] = None
+    ) -> "Sandbox":
+        """A new sandbox; with ``template`` (``name`` or ``name:version``) its
+        state is restored from that template instead of a cold boot, and a
+        ``manifest`` given replaces the template's."""
+        return Sandbox(self, self._run(_core.op_create(manifest, template)))
 
     def get(self, sandbox_id: str) -> "Sandbox":
         return Sandbox(self, self._run(_core.op_get(sandbox_id)))
@@ -167,10 +174,12 @@ class Sandbox:
         cls,
         manifest: Optional[Mapping[str, Any]] = None,
         *,
+        template: Optional[str] = None,
         client: Optional[Client] = None,
         **connect: Any,
     ) -> "Sandbox":
-        return _client_of(client, connect).create(manifest)
+        """A new sandbox, cold or (``template="name[:version]"``) from a template."""
+        return _client_of(client, connect).create(manifest, template=template)
 
     @classmethod
     def from_snapshot(
@@ -427,6 +436,31 @@ class Runs:
         """Verify a RunState document; with ``sandbox``, move the run there."""
         sid = sandbox.id if isinstance(sandbox, Sandbox) else sandbox
         return self._c._run(_core.op_run_resume(document, sid))
+
+
+class Templates:
+    """Named, versioned snapshots to start sandboxes from (``client.templates``)."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, name: str, from_sandbox: Union[str, Sandbox]) -> TemplateInfo:
+        """Publish the sandbox's memory and disk as the next version of ``name``.
+        Refused (:class:`InvalidState`) when its state holds a tenant secret."""
+        sid = from_sandbox.id if isinstance(from_sandbox, Sandbox) else from_sandbox
+        return self._c._run(_core.op_template_create(name, sid))
+
+    def list(self) -> list[TemplateInfo]:
+        """Every live version of every template."""
+        return self._c._run(_core.op_template_list())
+
+    def get(self, name: str) -> list[TemplateInfo]:
+        """The live versions of ``name``, oldest first."""
+        return self._c._run(_core.op_template_get(name))
+
+    def delete(self, reference: str) -> list[TemplateInfo]:
+        """Delete ``name`` (every version) or ``name:version``; returns what went."""
+        return self._c._run(_core.op_template_delete(reference))
 
 
 class Run:

@@ -52,6 +52,17 @@ SANDBOX_FIELDS = (
     "source_snapshot",
     "timing",
 )
+TEMPLATE_FIELDS = (
+    "name",
+    "version",
+    "reference",
+    "snapshot",
+    "backend",
+    "manifest_digest",
+    "source_sandbox",
+    "created_by",
+    "created_at_ms",
+)
 EXEC_BODY_FIELDS = ("argv", "env", "cwd", "timeout_ms", "stdin_b64")
 EXEC_RESPONSE_FIELDS = (
     "exit_code",
@@ -68,7 +79,7 @@ ROUTES: dict[str, Route] = {
     "sandbox.create": Route(
         "post",
         "/v1/sandboxes",
-        request=Body("CreateSandbox", ("manifest",)),
+        request=Body("CreateSandbox", ("manifest", "template")),
         response=Body("Sandbox", SANDBOX_FIELDS),
         ok=(201,),
     ),
@@ -145,6 +156,29 @@ ROUTES: dict[str, Route] = {
         request=Body("RestoreBody", ("manifest",)),
         response=Body("Sandbox", SANDBOX_FIELDS),
         ok=(201,),
+    ),
+    "template.create": Route(
+        "post",
+        "/v1/templates",
+        request=Body("CreateTemplate", ("name", "from_sandbox")),
+        response=Body("TemplateInfo", TEMPLATE_FIELDS),
+        ok=(201,),
+    ),
+    "template.list": Route(
+        "get", "/v1/templates", response=Body("TemplateInfo", TEMPLATE_FIELDS, True)
+    ),
+    "template.get": Route(
+        "get",
+        "/v1/templates/{name}",
+        response=Body("TemplateVersions", ("name", "latest", "versions")),
+    ),
+    "template.delete": Route(
+        "delete", "/v1/templates/{name}", response=Body("TemplateInfo", TEMPLATE_FIELDS, True)
+    ),
+    "template.delete_version": Route(
+        "delete",
+        "/v1/templates/{name}/{version}",
+        response=Body("TemplateInfo", TEMPLATE_FIELDS, True),
     ),
     "run.create": Route("post", "/v1/runs", ok=(201,)),
     "run.list": Route("get", "/v1/runs"),

@@ -184,6 +184,35 @@ class SnapshotInfo:
 
 
 @dataclass
+class TemplateInfo:
+    """One version of a template (``reference`` is ``name:version``)."""
+
+    name: str
+    version: int
+    reference: str
+    snapshot: str
+    backend: str
+    manifest_digest: str
+    source_sandbox: Optional[str]
+    created_at_ms: int
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "TemplateInfo":
+        return cls(
+            name=d["name"],
+            version=int(d["version"]),
+            reference=d.get("reference", f"{d['name']}:{d['version']}"),
+            snapshot=d.get("snapshot", ""),
+            backend=str(d.get("backend", "")),
+            manifest_digest=d.get("manifest_digest", ""),
+            source_sandbox=d.get("source_sandbox"),
+            created_at_ms=int(d.get("created_at_ms", 0)),
+            raw=d,
+        )
+
+
+@dataclass
 class CallOutcome:
     """What a tool call request or an approval decision returns."""
 

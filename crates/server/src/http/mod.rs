@@ -24,6 +24,7 @@ pub mod sessions;
 pub mod snapshots;
 pub mod state;
 pub mod system;
+pub mod templates;
 pub mod tenants;
 pub mod tokens;
 pub mod webhooks;
@@ -94,6 +95,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(files::routes())
         .merge(sessions::routes())
         .merge(snapshots::routes())
+        .merge(templates::routes())
         .merge(audit::routes())
         .merge(tenants::routes())
         .merge(tokens::routes())
@@ -214,6 +216,11 @@ mod tests {
             "post /v1/snapshots/import",
             "post /v1/store/gc",
             "get /v1/store/stats",
+            "post /v1/templates",
+            "get /v1/templates",
+            "get /v1/templates/{name}",
+            "delete /v1/templates/{name}",
+            "delete /v1/templates/{name}/{version}",
             "get /v1/audit",
             "get /v1/audit/verify",
             "post /v1/admin/tenants",
@@ -255,7 +262,13 @@ mod tests {
         );
         assert!(doc.security.is_some());
         let schemas = &doc.components.as_ref().unwrap().schemas;
-        for s in ["ErrorBody", "Sandbox", "ExecStreamLine", "NewToken"] {
+        for s in [
+            "ErrorBody",
+            "Sandbox",
+            "ExecStreamLine",
+            "NewToken",
+            "TemplateInfo",
+        ] {
             assert!(schemas.contains_key(s), "{s}");
         }
     }

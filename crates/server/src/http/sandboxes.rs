@@ -27,9 +27,15 @@ pub(crate) fn sandbox_id(s: &str) -> ApiResult<SandboxId> {
 #[serde(deny_unknown_fields)]
 pub struct CreateSandbox {
     /// The sandbox's manifest (see the README); every field is optional.
+    /// With `template`: replaces the template's manifest, checked as a
+    /// restore checks it (same backend).
     #[serde(default)]
     #[schema(value_type = Object)]
     pub manifest: Option<serde_json::Value>,
+    /// Start from a template (`name` or `name:version`, latest by default):
+    /// its memory and disk restored instead of a cold boot.
+    #[serde(default)]
+    pub template: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -152,12 +158,22 @@ async fn create_sandbox(
     ApiJson(body): ApiJson<CreateSandbox>,
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
     let ctx = auth.ctx();
-    let manifest = manifest_from(body.manifest)?;
     // Runs to its end even if the client goes away: dropped half-way, the
     // create would leave its record in Creating and what the backend had
     // built (a VM, or a cgroup and a loop-mounted layer) until a restart.
     let manager = st.manager.clone();
-    let rec = tokio::spawn(async move { manager.create(&ctx, manifest).await })
+    let rec = if let Some(template) = body.template {
+        let manifest = body.manifest.map(Manifest::parse).transpose()?;
+        tokio::spawn(async move {
+            manager
+                .create_from_template(&ctx, &template, manifest)
+                .await
+        })
+    } else {
+        let manifest = manifest_from(body.manifest)?;
+        tokio::spawn(async move { manager.create(&ctx, manifest).await })
+    };
+    let rec = rec
         .await
         .map_err(|e| Error::internal(format!("create task: {e}")))??;
     Ok((StatusCode::CREATED, axum::Json(Sandbox::from_record(rec))))

@@ -43,6 +43,13 @@ impl Manager {
                 )));
             }
         }
+        if let Some(t) = self.meta.template_by_snapshot(&ctx.tenant, id).await? {
+            // Deleting it would leave the template pointing at nothing.
+            return Err(Error::state(format!(
+                "snapshot {id} holds template {}:{}; delete the template instead",
+                t.name, t.version
+            )));
+        }
         self.snapshots.delete(&ctx.tenant, id).await?;
         self.audit(
             ctx,

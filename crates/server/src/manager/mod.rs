@@ -23,6 +23,8 @@
 //! - `snapshot_ops`: snapshot, checkpoint, restore, fork;
 //! - `catalog`: a tenant's snapshots as objects (list, delete, export,
 //!   import) and transfer files;
+//! - `templates`: named, versioned snapshots (publish after the secret
+//!   scan, list, delete) and sandboxes started from them;
 //! - `guest`: work inside a running sandbox (exec, files, sessions, usage);
 //! - `recovery`: reconcile after a crash;
 //! - `reaper`: the idle, TTL, lifetime and checkpoint policies.
@@ -56,6 +58,7 @@ mod reaper;
 mod recovery;
 mod snapshot_ops;
 mod stage;
+mod templates;
 
 pub use guest::MAX_SESSION_WAIT;
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};

@@ -15,6 +15,10 @@ use stasis_meta::SandboxRecord;
 
 use super::{Ctx, Manager};
 
+/// A template snapshot no version holds is swept once this old: longer than
+/// any publication takes between storing the snapshot and recording it.
+const TEMPLATE_ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// What the reaper does to one sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reap {
@@ -151,6 +155,9 @@ impl Manager {
         if now - self.last_gc_ms.load(Ordering::Relaxed) >= self.cfg.gc_interval.as_millis() as i64
         {
             self.last_gc_ms.store(now, Ordering::Relaxed);
+            if let Err(e) = self.sweep_template_orphans(TEMPLATE_ORPHAN_GRACE).await {
+                warn!(error = %e, "template orphan sweep failed");
+            }
             if let Err(e) = self.snapshots.gc().await {
                 warn!(error = %e, "snapshot store GC failed");
             }

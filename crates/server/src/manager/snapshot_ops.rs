@@ -91,7 +91,7 @@ impl Manager {
         r
     }
 
-    async fn do_restore(
+    pub(super) async fn do_restore(
         &self,
         ctx: &Ctx,
         snapshot: &SnapshotId,

@@ -1,4 +1,4 @@
--- PostgreSQL dialect of migrations/0006_webhooks.sql: lifecycle webhook endpoints
+-- PostgreSQL dialect of migrations/0007_webhooks.sql: lifecycle webhook endpoints
 -- fed from the audit log, and their dead letters.
 CREATE TABLE webhooks (
     id              TEXT PRIMARY KEY,
