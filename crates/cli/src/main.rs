@@ -17,6 +17,7 @@ mod files;
 mod lifecycle;
 mod measure;
 mod output;
+mod ports;
 mod runs;
 mod sandbox;
 mod serve;
@@ -89,6 +90,7 @@ async fn run(cli: Cli) -> Result<()> {
             snapshots::restore(&c, snapshot, manifest, json).await?
         }
         Cmd::Fork { id, count } => snapshots::fork(&c, id, count, json).await?,
+        Cmd::Port(p) => ports::port(&c, p, json).await?,
         Cmd::Usage { id } => sandbox::usage(&c, id, json).await?,
         Cmd::Audit(a) => audit::audit(&c, a, json).await?,
         Cmd::Runs(r) => runs::run(&c, r, json).await?,

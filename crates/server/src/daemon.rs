@@ -273,6 +273,9 @@ pub async fn run(
         doctor: Arc::new(daemon.doctor),
         limiter: Arc::new(Limiter::new(cfg.rate_limit)),
         runs: daemon.runs.clone(),
+        ports: Arc::new(crate::ports::Ports::new(
+            daemon.manager.metrics().registry(),
+        )),
     };
     info!(%addr, "stasis daemon listening");
     if let Some(f) = &cfg.ready_file {
@@ -280,7 +283,9 @@ pub async fn run(
         std::fs::write(&tmp, addr.to_string())?;
         std::fs::rename(&tmp, f)?;
     }
-    let r = axum::serve(listener, router(state))
+    // The client's address, for the port proxy's X-Forwarded-For.
+    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let r = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| Error::internal(format!("server: {e}")));

@@ -177,6 +177,9 @@ async fn setup(dir: &Path) -> Env {
             burst: 0,
         })),
         runs: daemon.runs.clone(),
+        ports: std::sync::Arc::new(stasis_server::ports::Ports::new(
+            daemon.manager.metrics().registry(),
+        )),
     });
     let token = std::fs::read_to_string(data.join("token"))
         .unwrap()

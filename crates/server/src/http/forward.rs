@@ -111,6 +111,12 @@ async fn sandbox_of(
     if let Some(id) = sandbox_in_path(method, path) {
         return Ok(Some(id));
     }
+    // A signed port URL names its sandbox inside the token: read (not
+    // verified here) to find the node; that node verifies it.
+    if let Some(rest) = path.strip_prefix(crate::ports::SIGNED_PREFIX) {
+        let token = rest.split('/').next().unwrap_or("");
+        return Ok(crate::ports::token::peek(token).ok().map(|c| c.sandbox));
+    }
     let Some(run) = run_in_path(method, path) else {
         return Ok(None);
     };

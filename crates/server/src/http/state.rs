@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::limit::Limiter;
 use crate::manager::Manager;
+use crate::ports::Ports;
 use crate::runs::Runs;
 
 #[derive(Clone)]
@@ -16,4 +17,6 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     /// Runs, tool calls and approvals of this daemon.
     pub runs: Arc<Runs>,
+    /// The port proxy's signing key and counters.
+    pub ports: Arc<Ports>,
 }
