@@ -9,6 +9,8 @@ mod harness;
 
 #[path = "manager/crash.rs"]
 mod crash;
+#[path = "manager/ports.rs"]
+mod ports;
 #[path = "manager/reaper.rs"]
 mod reaper;
 

@@ -192,6 +192,17 @@ async fn proxy_signed(State(st): State<AppState>, req: Request) -> Response {
         Ok(c) => c,
         Err(e) => return ApiError(e).into_response(),
     };
+    // A signed URL has the request rate of an API token, its own bucket.
+    if let Err(secs) = st.limiter.check(&format!("port-url:{}", claims.url_id)) {
+        let mut r = ApiError(Error::new(
+            ErrorCode::RateLimited,
+            format!("rate limit of this port URL exceeded; retry in {secs} s"),
+        ))
+        .into_response();
+        r.headers_mut()
+            .insert("retry-after", axum::http::HeaderValue::from(secs.max(1)));
+        return r;
+    }
     let rec = match meta.get(&claims.sandbox).await {
         Ok(r) => r,
         Err(e) => return ApiError(e).into_response(),
