@@ -70,7 +70,8 @@ fn count(d: &[(String, u64)], reason: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn ports_through_the_daemon() {
-    let d = Daemon::start(&[]).await;
+    // Request bodies through the proxy are limited like file uploads.
+    let d = Daemon::start(&["--max-file-mb", "4"]).await;
     let h = d.http();
     let id = h.create(json!({})).await;
     let bench_mb: usize = std::env::var("STASIS_PORTS_BENCH_MB")
@@ -135,6 +136,24 @@ async fn ports_through_the_daemon() {
         .raw("POST", &format!("{p8002}/echo"), b"posted body".to_vec())
         .await;
     assert_eq!((r.status, r.body.as_str()), (200, Some("posted body")));
+    let mb: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let r =
+        h.c.post(format!("{}{p8002}/echo", d.url))
+            .body(mb.clone())
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.bytes().await.unwrap() == mb, "a 3 MiB body round trip");
+    let r = h
+        .raw("POST", &format!("{p8002}/echo"), vec![b'x'; 5 << 20])
+        .await;
+    assert_eq!(
+        (r.status, code(&r).as_str()),
+        (413, "payload_too_large"),
+        "{}",
+        r.body
+    );
     let seen = h.ok("GET", &format!("{p8002}/headers?q=1"), None).await;
     println!("headers the sandbox saw: {seen}");
     assert!(seen.get("authorization").is_none(), "token leaked: {seen}");
