@@ -509,6 +509,28 @@ async fn ports_through_the_daemon() {
     let _ = fwd.wait();
 
     figures(&d, &h, &id, &p8000, bench_mb).await;
+    // Requests by authentication and kind, bytes both ways.
+    let text = reqwest::get(format!("{}/metrics", d.url))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str, labels: &[&str]| -> u64 {
+        text.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter(|l| labels.iter().all(|x| l.contains(x)))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+    let requests = "stasis_port_proxy_requests_total";
+    assert!(value(requests, &[r#"via="token""#, r#"kind="http""#]) >= 10);
+    assert!(value(requests, &[r#"via="token""#, r#"kind="websocket""#]) >= 1);
+    assert!(value(requests, &[r#"via="signed_url""#, r#"kind="http""#]) >= 5);
+    assert!(value(requests, &[r#"via="signed_url""#, r#"kind="websocket""#]) >= 2);
+    let bytes = "stasis_port_proxy_bytes_total";
+    assert!(value(bytes, &[r#"direction="from_sandbox""#]) >= (bench_mb as u64) << 20);
+    assert!(value(bytes, &[r#"direction="to_sandbox""#]) >= 3 << 20);
     h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
 }
 
