@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Path, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use serde::Deserialize;
@@ -112,6 +112,17 @@ async fn relay(st: &AppState, ctx: &Ctx, d: Dest, req: Request) -> Response {
         }
         ApiError(e).into_response()
     };
+    let max_body = st.manager.config().max_file_bytes;
+    // Refused before any of the body is read: the client must not reuse
+    // this connection (it may still be sending), so say it closes.
+    if let Err(e) = proxy::check_length(req.headers(), max_body) {
+        let mut r = ApiError(e).into_response();
+        r.headers_mut().insert(
+            header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return r;
+    }
     let stream = match st.manager.connect_port(ctx, &id, port).await {
         Ok(s) => s,
         Err(e) => return unreachable(e),
@@ -122,7 +133,7 @@ async fn relay(st: &AppState, ctx: &Ctx, d: Dest, req: Request) -> Response {
         path_and_query,
         prefix,
         client: client_addr(&req),
-        max_body: st.manager.config().max_file_bytes,
+        max_body,
         add_headers: HeaderMap::new(),
     };
     let manager = st.manager.clone();
@@ -202,6 +213,20 @@ async fn proxy_signed(State(st): State<AppState>, req: Request) -> Response {
         r.headers_mut()
             .insert("retry-after", axum::http::HeaderValue::from(secs.max(1)));
         return r;
+    }
+    // `/p/{token}` -> `/p/{token}/`, so a page's relative links resolve
+    // under the URL (a browser opening the URL without its slash).
+    if req.uri().path() == prefix && matches!(*req.method(), Method::GET | Method::HEAD) {
+        let query = req
+            .uri()
+            .query()
+            .map(|q| format!("?{q}"))
+            .unwrap_or_default();
+        return (
+            StatusCode::PERMANENT_REDIRECT,
+            [(header::LOCATION, format!("{prefix}/{query}"))],
+        )
+            .into_response();
     }
     let rec = match meta.get(&claims.sandbox).await {
         Ok(r) => r,

@@ -162,7 +162,7 @@ pub fn response_headers(incoming: &HeaderMap, switching: bool) -> HeaderMap {
 }
 
 /// The body size the request declares, checked against the limit.
-fn check_length(headers: &HeaderMap, max: u64) -> Result<()> {
+pub fn check_length(headers: &HeaderMap, max: u64) -> Result<()> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
