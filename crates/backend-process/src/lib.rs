@@ -24,7 +24,7 @@
 //! one's run state), `lifecycle` (create, pause, resume, snapshot, restore,
 //! destroy, recover, orphan cleanup), `start` (PID 1 and the supervisor up
 //! and down), `rootfs` (lower layer, writable layer, host-root masks,
-//! `fs.tar`), `exec`, `session`, `files`, `probes` (capabilities and
+//! `fs.tar`), `exec`, `session`, `files`, `ports` (connections to a port the sandbox serves), `probes` (capabilities and
 //! `stasis doctor`), `launch` (the shim's `exec` mode), `config`, `sys`,
 //! `shim_proto` (the configs and outcome the daemon, supervisor and shim
 //! exchange).
@@ -44,6 +44,7 @@ mod lifecycle;
 mod mount_api;
 pub mod net;
 pub mod outputs;
+mod ports;
 mod probes;
 mod rootfs;
 mod sandbox;
@@ -154,6 +155,11 @@ impl Backend for ProcessBackend {
     async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()> {
         let sb = self.get(id)?;
         session::kill(&sb, session).await
+    }
+
+    async fn connect_port(&self, id: &SandboxId, port: u16) -> Result<tokio::net::TcpStream> {
+        let sb = self.get(id)?;
+        ports::connect(&sb, port).await
     }
 
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {

@@ -65,6 +65,9 @@ struct State {
     crashes: Vec<String>,
     unavailable: Option<String>,
     next_session: u64,
+    /// Ports the sandboxes serve: where `connect_port` connects (a
+    /// listener on the host's loopback standing in for the sandbox's).
+    ports: BTreeMap<(SandboxId, u16), std::net::SocketAddr>,
 }
 
 /// The in-memory backend; clones share one state.
@@ -131,6 +134,12 @@ impl FakeBackend {
     /// Ids of every sandbox the fake holds.
     pub fn held(&self) -> Vec<SandboxId> {
         self.lock().sandboxes.keys().cloned().collect()
+    }
+
+    /// Let `connect_port(id, port)` reach `addr` (e.g. a test's loopback
+    /// listener) while the sandbox runs.
+    pub fn serve_port(&self, id: &SandboxId, port: u16, addr: std::net::SocketAddr) {
+        self.lock().ports.insert((id.clone(), port), addr);
     }
 
     /// Every sandbox's compute dies (see the module docs).
@@ -526,6 +535,22 @@ impl Backend for FakeBackend {
         self.step("cleanup_orphans").await?;
         self.lock().sandboxes.retain(|id, _| known.contains(id));
         Ok(())
+    }
+
+    async fn connect_port(&self, id: &SandboxId, port: u16) -> Result<tokio::net::TcpStream> {
+        self.step("connect_port").await?;
+        self.with_running(id, |_| Ok(()))?;
+        let target = self.lock().ports.get(&(id.clone(), port)).copied();
+        let unreachable = || {
+            Error::new(
+                ErrorCode::PortUnreachable,
+                format!("nothing is listening on port {port} in the sandbox"),
+            )
+        };
+        let addr = target.ok_or_else(unreachable)?;
+        tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|_| unreachable())
     }
 
     async fn usage(&self, id: &SandboxId) -> Result<Usage> {

@@ -9,6 +9,7 @@ use crate::admin::{AdminCmd, SecretCmd};
 use crate::audit::AuditCmd;
 use crate::exec::{ExecArgs, SessionCmd};
 use crate::files::FilesCmd;
+use crate::ports::PortCmd;
 use crate::sandbox::CreateArgs;
 use crate::serve::ServeArgs;
 use crate::snapshots::SnapshotsCmd;
@@ -107,6 +108,9 @@ pub enum Cmd {
         #[arg(long, default_value_t = 1)]
         count: u32,
     },
+    /// Reach a server inside a sandbox: signed URLs, their revocation, a local forward.
+    #[command(subcommand)]
+    Port(PortCmd),
     /// Host resource use of a sandbox (CPU, RSS, processes).
     Usage { id: String },
     /// The audit log.

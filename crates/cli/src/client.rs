@@ -51,6 +51,10 @@ impl Client {
         self
     }
 
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     pub fn base(&self) -> &str {
         &self.base
     }

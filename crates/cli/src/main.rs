@@ -18,6 +18,7 @@ mod files;
 mod lifecycle;
 mod measure;
 mod output;
+mod ports;
 mod runs;
 mod sandbox;
 mod serve;
@@ -94,6 +95,7 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Cmd::Template(t) => template::template(&c, t, json).await?,
         Cmd::Fork { id, count } => snapshots::fork(&c, id, count, json).await?,
+        Cmd::Port(p) => ports::port(&c, p, json).await?,
         Cmd::Usage { id } => sandbox::usage(&c, id, json).await?,
         Cmd::Audit(a) => audit::audit(&c, a, json).await?,
         Cmd::Runs(r) => runs::run(&c, r, json).await?,

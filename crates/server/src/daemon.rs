@@ -297,6 +297,9 @@ pub async fn run(
         limiter: Arc::new(Limiter::new(cfg.rate_limit)),
         runs: daemon.runs.clone(),
         webhooks: daemon.webhooks.clone(),
+        ports: Arc::new(crate::ports::Ports::new(
+            daemon.manager.metrics().registry(),
+        )),
     };
     info!(%addr, "stasis daemon listening");
     if let Some(f) = &cfg.ready_file {
@@ -304,7 +307,9 @@ pub async fn run(
         std::fs::write(&tmp, addr.to_string())?;
         std::fs::rename(&tmp, f)?;
     }
-    let r = axum::serve(listener, router(state))
+    // The client's address, for the port proxy's X-Forwarded-For.
+    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    let r = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| Error::internal(format!("server: {e}")));

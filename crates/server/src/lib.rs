@@ -2,7 +2,7 @@
 //! TTL policies, reconcile after a crash) and the HTTP API over it.
 //!
 //! Domain modules (`manager`, `runs`, `tenancy`, `snapshots`, `templates`, `cluster`,
-//! `metrics`, `inflight`, `mounts`, `auth`) never import the HTTP edge
+//! `metrics`, `inflight`, `mounts`, `auth`, `ports`, `tokens`, `webhooks`) never import the HTTP edge
 //! (`http`); `daemon` wires both together; `api` keeps the edge's former
 //! paths.
 
@@ -15,6 +15,7 @@ pub mod inflight;
 pub mod manager;
 pub mod metrics;
 pub mod mounts;
+pub mod ports;
 pub mod runs;
 pub mod scope;
 pub mod snapshots;

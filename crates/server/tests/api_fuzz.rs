@@ -178,6 +178,9 @@ async fn setup(dir: &Path) -> Env {
         })),
         runs: daemon.runs.clone(),
         webhooks: daemon.webhooks.clone(),
+        ports: std::sync::Arc::new(stasis_server::ports::Ports::new(
+            daemon.manager.metrics().registry(),
+        )),
     });
     let token = std::fs::read_to_string(data.join("token"))
         .unwrap()

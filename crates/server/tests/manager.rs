@@ -11,6 +11,8 @@ mod harness;
 mod crash;
 #[path = "manager/lease.rs"]
 mod lease;
+#[path = "manager/ports.rs"]
+mod ports;
 #[path = "manager/reaper.rs"]
 mod reaper;
 #[path = "manager/templates.rs"]

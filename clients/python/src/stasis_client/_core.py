@@ -24,6 +24,7 @@ from .models import (
     CallOutcome,
     ExecResult,
     FileEntry,
+    PortUrl,
     ResumeReport,
     SandboxInfo,
     SessionInfo,
@@ -224,6 +225,29 @@ def op_snapshot(sandbox_id: str, ttl_secs: Optional[int]) -> Op[SnapshotInfo]:
     body = {} if ttl_secs is None else {"ttl_secs": int(ttl_secs)}
     resp = yield req("sandbox.snapshot", ids={"id": sandbox_id}, json=body, extra_timeout=300)
     return SnapshotInfo.from_json(resp.json())
+
+
+def _check_port(port: int) -> int:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidArgument(f"port must be an integer 1-65535 (got {port!r})")
+    return port
+
+
+def op_port_url(base_url: str, sandbox_id: str, port: int, ttl_secs: Optional[int]) -> Op[PortUrl]:
+    port = _check_port(port)
+    body = {} if ttl_secs is None else {"ttl_secs": int(ttl_secs)}
+    resp = yield req("port.url", ids={"id": sandbox_id, "port": str(port)}, json=body)
+    return PortUrl.from_json(resp.json(), base_url)
+
+
+def op_port_revoke(sandbox_id: str, port: int, url_id: Optional[str]) -> Op[None]:
+    port = _check_port(port)
+    ids = {"id": sandbox_id, "port": str(port)}
+    if url_id is None:
+        yield req("port.revoke_all", ids=ids)
+    else:
+        yield req("port.revoke", ids={**ids, "url_id": url_id})
+    return None
 
 
 def op_fork(sandbox_id: str, count: int) -> Op[tuple[str, list[SandboxInfo]]]:

@@ -56,9 +56,16 @@ How the SDK's sandbox interface maps onto stasis:
   command as a stasis run tool call with an idempotency key (e.g. the SDK's
   tool ``call_id``): a retry after a crash or a restore returns the recorded
   result instead of running it again.
+* Exposed ports (``StasisSandboxClientOptions(exposed_ports=(8000,))``):
+  ``resolve_exposed_port(port)`` issues a stasis signed URL for the port
+  (``port_url_ttl_secs``, default a day) and returns a local endpoint
+  (``127.0.0.1:<ephemeral>``) that relays HTTP and WebSocket connections
+  through it, because the SDK's endpoints are ``host:port`` with the server
+  at ``/``, while stasis serves ports under ``/p/<token>/`` on the daemon.
+  A request through it resumes a paused sandbox. The relays stop when the
+  session is deleted.
 * Not implemented: PTY sessions (``supports_pty()`` is False, so the SDK's
-  ``write_stdin`` tool is not offered) and exposed ports (stasis sandboxes
-  have no inbound network).
+  ``write_stdin`` tool is not offered).
 """
 
 from __future__ import annotations
@@ -95,10 +102,12 @@ from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
-from agents.sandbox.types import ExecResult, User
+from agents.sandbox.errors import ExposedPortUnavailableError
+from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from pydantic import Field
 
 from ._core import Argv
+from ._port_forward import PortForwarder
 from .aio import AsyncClient, AsyncRun, AsyncSandbox
 from .errors import InvalidState, NotFound, StasisError
 from .models import CallOutcome
@@ -133,6 +142,8 @@ class StasisSandboxClientOptions(BaseSandboxClientOptions):
     snapshot_ttl_secs: Optional[int] = None
     record_run: bool = True
     native_snapshots: bool = True
+    exposed_ports: tuple[int, ...] = ()
+    port_url_ttl_secs: int = 24 * 3600
 
 
 class StasisSnapshot(SnapshotBase):
@@ -177,6 +188,7 @@ class StasisSandboxSessionState(SandboxSessionState):
     snapshot_ttl_secs: Optional[int] = None
     record_run: bool = True
     run_id: Optional[str] = None
+    port_url_ttl_secs: int = 24 * 3600
 
 
 def _exit_code(exit_code: Optional[int], signal: Optional[int]) -> int:
@@ -193,6 +205,8 @@ class StasisSandboxSession(BaseSandboxSession):
     def __init__(self, *, state: StasisSandboxSessionState, api: AsyncClient) -> None:
         self.state = state
         self._api = api
+        # Local relays of exposed ports, by port.
+        self._forwarders: dict[int, tuple[PortForwarder, ExposedPortEndpoint]] = {}
         # How the backend was obtained at start: created, reattached or restored.
         self.origin: Optional[str] = None
 
@@ -276,6 +290,34 @@ class StasisSandboxSession(BaseSandboxSession):
 
     def supports_pty(self) -> bool:
         return False
+
+    # -- exposed ports --
+
+    async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
+        if port in self._forwarders:
+            return self._forwarders[port][1]
+        try:
+            sbx = await self._sandbox()
+            url = await sbx.port_url(port, ttl=self.state.port_url_ttl_secs)
+            fwd = PortForwarder(url.url)
+            host, local = await fwd.start()
+        except (StasisError, ValueError, OSError) as e:
+            raise ExposedPortUnavailableError(
+                port=port,
+                exposed_ports=self.state.exposed_ports,
+                reason="backend_unavailable",
+                context={"backend": BACKEND_ID, "detail": str(e)},
+                cause=e,
+            ) from e
+        endpoint = ExposedPortEndpoint(host=host, port=local, tls=False)
+        self._forwarders[port] = (fwd, endpoint)
+        return endpoint
+
+    async def close_port_relays(self) -> None:
+        """Stop the local relays of exposed ports (their signed URLs expire on their own)."""
+        relays, self._forwarders = self._forwarders, {}
+        for fwd, _ in relays.values():
+            await fwd.close()
 
     # -- exec and files --
 
@@ -454,6 +496,8 @@ class StasisSandboxClient(BaseSandboxClient[Optional[StasisSandboxClientOptions]
             snapshot_on_stop=opts.snapshot_on_stop,
             snapshot_ttl_secs=opts.snapshot_ttl_secs,
             record_run=opts.record_run,
+            exposed_ports=opts.exposed_ports,
+            port_url_ttl_secs=opts.port_url_ttl_secs,
         )
         inner = StasisSandboxSession(state=state, api=self.api)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
@@ -462,6 +506,7 @@ class StasisSandboxClient(BaseSandboxClient[Optional[StasisSandboxClientOptions]
         inner = session._inner
         if not isinstance(inner, StasisSandboxSession):
             raise TypeError("StasisSandboxClient.delete expects a stasis session")
+        await inner.close_port_relays()
         sid = inner.state.sandbox_id
         if sid is None or inner.state.on_delete == "keep":
             return session

@@ -28,6 +28,7 @@ from .models import (
     SandboxInfo,
     SessionInfo,
     SessionOutput,
+    PortUrl,
     SnapshotInfo,
     TemplateInfo,
 )
@@ -279,6 +280,16 @@ class AsyncSandbox:
 
     async def usage(self) -> dict[str, Any]:
         return await self.client._run(_usage(self.id))
+
+    async def port_url(self, port: int, *, ttl: Optional[int] = None) -> PortUrl:
+        """See :meth:`stasis_client.Sandbox.port_url`."""
+        return await self.client._run(
+            _core.op_port_url(self.client.config.base_url, self.id, port, ttl)
+        )
+
+    async def revoke_port_urls(self, port: int, url_id: Optional[str] = None) -> None:
+        """See :meth:`stasis_client.Sandbox.revoke_port_urls`."""
+        await self.client._run(_core.op_port_revoke(self.id, port, url_id))
 
 
 def _usage(sandbox_id: str) -> Op[dict[str, Any]]:

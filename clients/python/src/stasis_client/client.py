@@ -30,6 +30,7 @@ from .models import (
     SandboxInfo,
     SessionInfo,
     SessionOutput,
+    PortUrl,
     SnapshotInfo,
     TemplateInfo,
 )
@@ -306,6 +307,16 @@ class Sandbox:
 
     def usage(self) -> dict[str, Any]:
         return self.client._run(_usage(self.id))
+
+    def port_url(self, port: int, *, ttl: Optional[int] = None) -> PortUrl:
+        """A signed URL to ``port`` inside the sandbox (``/p/<token>/``) that
+        needs no API token, for ``ttl`` seconds (default 3600, 5 to 604800).
+        A request through it resumes a paused sandbox."""
+        return self.client._run(_core.op_port_url(self.client.config.base_url, self.id, port, ttl))
+
+    def revoke_port_urls(self, port: int, url_id: Optional[str] = None) -> None:
+        """Revoke one signed URL of ``port`` (``url_id``), or all of them."""
+        self.client._run(_core.op_port_revoke(self.id, port, url_id))
 
 
 def _usage(sandbox_id: str) -> Op[dict[str, Any]]:

@@ -147,6 +147,17 @@ ROUTES: dict[str, Route] = {
         response=Body("ForkResponse", ("snapshot", "sandboxes", "total_ms")),
         ok=(201,),
     ),
+    "port.url": Route(
+        "post",
+        "/v1/sandboxes/{id}/ports/{port}/urls",
+        request=Body("NewPortUrl", ("ttl_secs",)),
+        response=Body("PortUrl", ("id", "path", "port", "expires_at_ms")),
+        ok=(201,),
+    ),
+    "port.revoke_all": Route("delete", "/v1/sandboxes/{id}/ports/{port}/urls", ok=(204,)),
+    "port.revoke": Route(
+        "delete", "/v1/sandboxes/{id}/ports/{port}/urls/{url_id}", ok=(204,)
+    ),
     "snapshot.list": Route("get", "/v1/snapshots"),
     "snapshot.get": Route("get", "/v1/snapshots/{id}"),
     "snapshot.delete": Route("delete", "/v1/snapshots/{id}", ok=(204,)),

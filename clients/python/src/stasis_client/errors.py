@@ -103,6 +103,18 @@ class InternalError(StasisError):
     code = "internal"
 
 
+class Forbidden(StasisError):
+    """Refused: e.g. a signed port URL that expired, was revoked or altered."""
+
+    code = "forbidden"
+
+
+class PortUnreachable(StasisError):
+    """Nothing listens on the sandbox port asked for (the sandbox is unharmed)."""
+
+    code = "port_unreachable"
+
+
 class ConnectionFailed(StasisError):
     """The daemon could not be reached at all (not an answer from it)."""
 
@@ -137,18 +149,22 @@ BY_CODE: dict[str, type[StasisError]] = {
         Unsupported,
         BackendError,
         InternalError,
+        Forbidden,
+        PortUnreachable,
     )
 }
 
 BY_STATUS: dict[int, type[StasisError]] = {
     400: InvalidArgument,
     401: Unauthorized,
+    403: Forbidden,
     404: NotFound,
     409: InvalidState,
     413: PayloadTooLarge,
     422: IntegrityError,
     429: RateLimited,
     501: Unsupported,
+    502: PortUnreachable,
     504: Timeout,
 }
 

@@ -155,6 +155,29 @@ class SessionOutput:
 
 
 @dataclass
+class PortUrl:
+    """A signed URL opening one port of one sandbox, without a token, until it
+    expires or is revoked."""
+
+    id: str
+    url: str
+    path: str
+    port: int
+    expires_at_ms: int
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], base_url: str) -> "PortUrl":
+        path = str(d["path"])
+        return cls(
+            id=str(d["id"]),
+            url=base_url.rstrip("/") + path,
+            path=path,
+            port=int(d["port"]),
+            expires_at_ms=int(d["expires_at_ms"]),
+        )
+
+
+@dataclass
 class SnapshotInfo:
     id: str
     kind: str

@@ -26,6 +26,10 @@ use crate::scope::Scopes;
 /// Paths answered without a token.
 pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/openapi.json", "/metrics"];
 
+/// Paths under this prefix are signed port URLs: the URL is the credential
+/// (checked by [`super::ports`]), no token.
+pub use crate::ports::SIGNED_PREFIX;
+
 /// The bearer token of a request, checked for shape only.
 fn bearer(headers: &HeaderMap) -> Result<&str> {
     let v = headers
@@ -99,7 +103,8 @@ fn check_scope(id: &Identity, req: &Request) -> Result<()> {
 
 /// Middleware: authenticate and rate-limit every non-public request.
 pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
-    if PUBLIC_PATHS.contains(&req.uri().path()) {
+    let path = req.uri().path();
+    if PUBLIC_PATHS.contains(&path) || path.starts_with(SIGNED_PREFIX) {
         return next.run(req).await;
     }
     let id = match identify(st.manager.meta(), req.headers()).await {

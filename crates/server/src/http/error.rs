@@ -179,6 +179,10 @@ pub(crate) async fn json_errors(resp: Response) -> Response {
     if !(status.is_client_error() || status.is_server_error()) {
         return resp;
     }
+    // A sandbox server's own answer, relayed by the port proxy.
+    if resp.extensions().get::<super::ports::Relayed>().is_some() {
+        return resp;
+    }
     let is_json = resp
         .headers()
         .get(axum::http::header::CONTENT_TYPE)

@@ -16,6 +16,9 @@ use crate::cluster::{Cluster, Route, HOP_HEADER};
 
 /// Proxy `req` to `url` (another node), adding the hop header.
 pub async fn forward(cluster: &Cluster, url: &str, req: Request) -> Response {
+    if crate::ports::proxy::is_upgrade(req.headers()) {
+        return forward_upgrade(cluster, url, req).await;
+    }
     let (parts, body) = req.into_parts();
     let path = parts
         .uri
@@ -68,6 +71,47 @@ pub async fn forward(cluster: &Cluster, url: &str, req: Request) -> Response {
         .unwrap_or_else(|e| bad_gateway(&e.to_string()))
 }
 
+/// A WebSocket to a sandbox port held by another node: relayed over a
+/// plain HTTP/1.1 connection to that node (the same relay as into a
+/// sandbox), its credentials and the hop header put back.
+async fn forward_upgrade(cluster: &Cluster, url: &str, req: Request) -> Response {
+    use crate::ports::proxy::{relay, Activity, Target};
+    use axum::http::{HeaderMap, HeaderName, HeaderValue};
+    let Some(host) = url.strip_prefix("http://").map(|h| h.trim_end_matches('/')) else {
+        return bad_gateway(&format!("cannot relay a WebSocket to {url} (not http://)"));
+    };
+    let stream = match tokio::net::TcpStream::connect(host).await {
+        Ok(s) => s,
+        Err(e) => return bad_gateway(&format!("the node running this sandbox ({url}): {e}")),
+    };
+    let mut add = HeaderMap::new();
+    for (k, v) in req.headers() {
+        let keep = k == axum::http::header::AUTHORIZATION || k == axum::http::header::HOST;
+        if keep || k.as_str().starts_with("x-stasis-") {
+            add.insert(k.clone(), v.clone());
+        }
+    }
+    if let Ok(v) = HeaderValue::from_str(cluster.node_id()) {
+        add.insert(HeaderName::from_static(HOP_HEADER), v);
+    }
+    let target = Target {
+        port: 0,
+        path_and_query: req
+            .uri()
+            .path_and_query()
+            .map_or("/".to_string(), |p| p.as_str().to_string()),
+        prefix: String::new(),
+        client: None,
+        max_body: 0,
+        add_headers: add,
+    };
+    let activity: Activity = std::sync::Arc::new(|_, _| {});
+    match relay(stream, req, target, activity).await {
+        Ok(r) => r,
+        Err(e) => ApiError(e).into_response(),
+    }
+}
+
 fn bad_gateway(msg: &str) -> Response {
     ApiError(Error::new(ErrorCode::BackendError, msg.to_string())).into_response()
 }
@@ -110,6 +154,12 @@ async fn sandbox_of(
 ) -> Result<Option<SandboxId>> {
     if let Some(id) = sandbox_in_path(method, path) {
         return Ok(Some(id));
+    }
+    // A signed port URL names its sandbox inside the token: read (not
+    // verified here) to find the node; that node verifies it.
+    if let Some(rest) = path.strip_prefix(crate::ports::SIGNED_PREFIX) {
+        let token = rest.split('/').next().unwrap_or("");
+        return Ok(crate::ports::token::peek(token).ok().map(|c| c.sandbox));
     }
     let Some(run) = run_in_path(method, path) else {
         return Ok(None);

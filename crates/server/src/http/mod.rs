@@ -18,6 +18,7 @@ pub mod files;
 pub mod forward;
 pub mod limit;
 pub mod metrics;
+pub mod ports;
 pub mod runs;
 pub mod sandboxes;
 pub mod sessions;
@@ -69,8 +70,18 @@ impl utoipa::Modify for BearerAuth {
         )]);
         // The public routes need no token.
         for (path, item) in doc.paths.paths.iter_mut() {
-            if auth::PUBLIC_PATHS.contains(&path.as_str()) {
-                for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+            if auth::PUBLIC_PATHS.contains(&path.as_str()) || path.starts_with(auth::SIGNED_PREFIX)
+            {
+                for op in [
+                    &mut item.get,
+                    &mut item.post,
+                    &mut item.put,
+                    &mut item.delete,
+                    &mut item.patch,
+                ]
+                .into_iter()
+                .flatten()
+                {
                     op.security = Some(vec![SecurityRequirement::default()]);
                 }
             }
@@ -101,6 +112,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(tokens::routes())
         .merge(webhooks::routes())
         .merge(runs::routes())
+        .merge(ports::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -249,6 +261,19 @@ mod tests {
             "post /v1/runs/{id}/approvals/{call}/reject",
             "get /v1/runs/{id}/state",
             "post /v1/runs/resume",
+            "post /v1/sandboxes/{id}/ports/{port}/urls",
+            "delete /v1/sandboxes/{id}/ports/{port}/urls",
+            "delete /v1/sandboxes/{id}/ports/{port}/urls/{url_id}",
+            "get /v1/sandboxes/{id}/ports/{port}/{path}",
+            "post /v1/sandboxes/{id}/ports/{port}/{path}",
+            "put /v1/sandboxes/{id}/ports/{port}/{path}",
+            "delete /v1/sandboxes/{id}/ports/{port}/{path}",
+            "patch /v1/sandboxes/{id}/ports/{port}/{path}",
+            "get /p/{token}/{path}",
+            "post /p/{token}/{path}",
+            "put /p/{token}/{path}",
+            "delete /p/{token}/{path}",
+            "patch /p/{token}/{path}",
         ];
         want.sort();
         assert_eq!(ops, want);
@@ -261,6 +286,13 @@ mod tests {
                 ])
         );
         assert!(doc.security.is_some());
+        let signed = doc.paths.paths["/p/{token}/{path}"].get.as_ref().unwrap();
+        assert!(
+            signed.security
+                == Some(vec![
+                    utoipa::openapi::security::SecurityRequirement::default()
+                ])
+        );
         let schemas = &doc.components.as_ref().unwrap().schemas;
         for s in [
             "ErrorBody",
@@ -268,6 +300,7 @@ mod tests {
             "ExecStreamLine",
             "NewToken",
             "TemplateInfo",
+            "PortUrl",
         ] {
             assert!(schemas.contains_key(s), "{s}");
         }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use super::limit::Limiter;
 use crate::manager::Manager;
+use crate::ports::Ports;
 use crate::runs::Runs;
 
 #[derive(Clone)]
@@ -18,4 +19,6 @@ pub struct AppState {
     pub runs: Arc<Runs>,
     /// Lifecycle webhook endpoints (delivery runs beside the daemon).
     pub webhooks: Arc<crate::webhooks::Webhooks>,
+    /// The port proxy's signing key and counters.
+    pub ports: Arc<Ports>,
 }

@@ -1,4 +1,5 @@
-//! Work inside a running sandbox: exec, files, sessions, outputs, usage.
+//! Work inside a running sandbox: exec, files, sessions, outputs, usage,
+//! connections to the ports it serves.
 //! Every call takes one path, [`Manager::with_running`]: a slot of the
 //! sandbox's in-flight limit, the sandbox held running (resumed first when
 //! paused), the backend call, then [`Manager::done`], which notes the
@@ -367,6 +368,31 @@ impl Manager {
             |b| async move { b.session_kill(id, session).await },
         )
         .await
+    }
+
+    /// A TCP connection to `port` on the sandbox's own loopback, for the
+    /// port proxy. A paused sandbox is resumed first (resume on traffic),
+    /// and the connect counts as activity. Nothing listening:
+    /// `port_unreachable`, the sandbox left as it was. The connection does
+    /// not hold the sandbox: the proxy reports traffic on it with
+    /// [`Manager::port_activity`].
+    pub async fn connect_port(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        port: u16,
+    ) -> Result<tokio::net::TcpStream> {
+        if port == 0 {
+            return Err(Error::invalid("port: must be 1-65535").with_field("port"));
+        }
+        self.with_running(ctx, id, |b| async move { b.connect_port(id, port).await })
+            .await
+    }
+
+    /// Traffic on a port connection: the sandbox is active (its idle
+    /// window starts again).
+    pub fn port_activity(&self, id: &SandboxId) {
+        self.touch(id);
     }
 
     /// After a backend call on a running sandbox: note the activity, and if
