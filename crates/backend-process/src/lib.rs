@@ -45,6 +45,7 @@ mod mount_api;
 pub mod net;
 pub mod outputs;
 mod probes;
+mod pty;
 mod rootfs;
 mod sandbox;
 mod session;
@@ -66,8 +67,8 @@ use stasis_backend::{
     Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    BackendKind, ExecRequest, ExecResult, FileEntry, Result, SandboxId, SessionInfo, SessionOutput,
-    SessionSpec,
+    BackendKind, ExecRequest, ExecResult, FileEntry, PtySize, Result, SandboxId, SessionInfo,
+    SessionOutput, SessionSpec,
 };
 
 pub use config::ProcessConfig;
@@ -154,6 +155,11 @@ impl Backend for ProcessBackend {
     async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()> {
         let sb = self.get(id)?;
         session::kill(&sb, session).await
+    }
+
+    async fn session_resize(&self, id: &SandboxId, session: &str, size: PtySize) -> Result<()> {
+        let sb = self.get(id)?;
+        session::resize(&sb, session, size).await
     }
 
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {

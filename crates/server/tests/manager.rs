@@ -378,6 +378,7 @@ async fn sessions_files_and_usage_go_through_to_the_backend() {
         argv: vec!["cat".into()],
         env: Default::default(),
         cwd: None,
+        pty: None,
     };
     let s = m.session_start(&ctx(), &rec.id, spec).await.unwrap();
     m.session_write(&ctx(), &rec.id, &s.id, b"hello")
