@@ -54,13 +54,26 @@ pub fn open(size: PtySize) -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// In the child, after the `setsid` that [`crate::exec::command`] does:
-/// take stdin (the slave) as the controlling terminal.
+/// take stdin (the slave) as the controlling terminal, and let the
+/// terminal's signals act: the agent may have been started with SIGINT and
+/// SIGQUIT ignored (as a background job of a script), which a shell would
+/// pass on to every job, so Ctrl-C would do nothing.
 pub fn make_controlling(cmd: &mut Command) {
-    // SAFETY: only an async-signal-safe ioctl runs in the forked child.
+    // SAFETY: only async-signal-safe calls (ioctl, signal) run in the
+    // forked child.
     unsafe {
         cmd.pre_exec(|| {
             if libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
                 return Err(io::Error::last_os_error());
+            }
+            for sig in [
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGTSTP,
+                libc::SIGTTIN,
+                libc::SIGTTOU,
+            ] {
+                libc::signal(sig, libc::SIG_DFL);
             }
             Ok(())
         });

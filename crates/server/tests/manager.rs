@@ -7,6 +7,8 @@
 #[path = "manager/harness.rs"]
 mod harness;
 
+#[path = "manager/attach.rs"]
+mod attach;
 #[path = "manager/crash.rs"]
 mod crash;
 #[path = "manager/reaper.rs"]

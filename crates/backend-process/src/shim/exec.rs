@@ -133,6 +133,20 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
                     format!("make the terminal the controlling one: {e}"),
                 );
             }
+            if pty {
+                // The terminal's signals must act even when the daemon was
+                // started with them ignored (a background job of a script).
+                for sig in [
+                    libc::SIGINT,
+                    libc::SIGQUIT,
+                    libc::SIGTSTP,
+                    libc::SIGTTIN,
+                    libc::SIGTTOU,
+                ] {
+                    // SAFETY: resetting a disposition in the forked child.
+                    unsafe { libc::signal(sig, libc::SIG_DFL) };
+                }
+            }
             // Rust ignores SIGPIPE at startup; commands expect the default.
             unsafe {
                 libc::signal(libc::SIGPIPE, libc::SIG_DFL);

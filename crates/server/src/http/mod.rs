@@ -10,6 +10,7 @@
 //! the body limit, metrics, authentication, then forwarding to the node that
 //! owns the sandbox.
 
+pub mod attach;
 pub mod audit;
 pub mod auth;
 pub mod error;
@@ -88,6 +89,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(exec::routes())
         .merge(files::routes())
         .merge(sessions::routes())
+        .merge(attach::routes())
         .merge(snapshots::routes())
         .merge(audit::routes())
         .merge(tenants::routes())
@@ -193,6 +195,8 @@ mod tests {
             "post /v1/sandboxes/{id}/sessions/{session}/input",
             "get /v1/sandboxes/{id}/sessions/{session}/output",
             "delete /v1/sandboxes/{id}/sessions/{session}",
+            "post /v1/sandboxes/{id}/sessions/{session}/resize",
+            "get /v1/sandboxes/{id}/sessions/{session}/attach",
             "post /v1/sandboxes/{id}/pause",
             "post /v1/sandboxes/{id}/resume",
             "get /v1/sandboxes/{id}/usage",
