@@ -54,6 +54,11 @@ impl Client {
         &self.base
     }
 
+    /// The bearer token sent with every request, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let mut r = self.http.request(method, format!("{}{}", self.base, path));
         if let Some(a) = &self.actor {
