@@ -16,7 +16,6 @@ use stasis_core::{ErrorCode, Manifest, PtySize, SandboxId, SessionSpec};
 mod watchdog;
 
 #[path = "support/vm_util.rs"]
-#[allow(dead_code)]
 mod vm_util;
 use vm_util::{Reaper, Root};
 
