@@ -283,4 +283,25 @@ async fn shell_without_a_terminal_and_refusals() {
             other => panic!("{other:?}"),
         }
     }
+    // Keystroke round trip through the daemon (WebSocket in, echo out),
+    // printed for the notes, not asserted.
+    let mut times = Vec::new();
+    for i in 0..50u8 {
+        let key = b'a' + i % 26;
+        let t = Instant::now();
+        s.send(Message::Binary(vec![key].into())).await.unwrap();
+        loop {
+            match s.next().await {
+                Some(Ok(Message::Binary(b))) if b.contains(&key) => break,
+                Some(Ok(_)) => continue,
+                other => panic!("{other:?}"),
+            }
+        }
+        times.push(t.elapsed());
+    }
+    times.sort();
+    eprintln!(
+        "FIGURE keystroke round trip over the attach WebSocket (process backend): p50 {:?}, p90 {:?}",
+        times[25], times[45]
+    );
 }
