@@ -304,4 +304,20 @@ async fn shell_without_a_terminal_and_refusals() {
         "FIGURE keystroke round trip over the attach WebSocket (process backend): p50 {:?}, p90 {:?}",
         times[25], times[45]
     );
+    // Killing the session ends the attachment: an exit message, then close.
+    let r = h.call("DELETE", &format!("{base}/{sid}"), None).await;
+    assert_eq!(r.status, 204, "{:?}", r.body);
+    let mut saw_exit = false;
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), s.next()).await {
+            Ok(Some(Ok(Message::Text(t)))) => {
+                let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                saw_exit |= v["type"] == "exit";
+            }
+            Ok(Some(Ok(Message::Close(_)))) | Ok(None) => break,
+            Ok(Some(Ok(_))) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(saw_exit, "no exit message before the close");
 }

@@ -74,7 +74,8 @@ async fn serve(
     let (mut sink, mut stream) = socket.split();
     let (in_tx, in_rx) = mpsc::channel::<ClientMsg>(64);
     let (out_tx, mut out_rx) = mpsc::channel::<ServerMsg>(64);
-    let pump = tokio::spawn(attach::pump(
+    let mut pump_done = false;
+    let mut pump = tokio::spawn(attach::pump(
         mgr,
         ctx,
         id,
@@ -108,8 +109,30 @@ async fn serve(
             }
         }
     });
-    // Pump -> socket, until its last message.
-    while let Some(msg) = out_rx.recv().await {
+    // Pump -> socket, until its last message (or, should the loop end
+    // otherwise, e.g. the session was killed, close 1011 once drained).
+    loop {
+        let msg = if pump_done {
+            out_rx.try_recv().ok()
+        } else {
+            tokio::select! {
+                biased;
+                m = out_rx.recv() => m,
+                _ = &mut pump => {
+                    pump_done = true;
+                    continue;
+                }
+            }
+        };
+        let Some(msg) = msg else {
+            let _ = sink
+                .send(Message::Close(Some(CloseFrame {
+                    code: 1011,
+                    reason: "the attachment ended".into(),
+                })))
+                .await;
+            break;
+        };
         let (frame, close) = match &msg {
             ServerMsg::Output(data) => (Message::Binary(data.clone().into()), None),
             other => {
@@ -132,9 +155,6 @@ async fn serve(
                     reason: reason.into(),
                 })))
                 .await;
-            break;
-        }
-        if recv.is_finished() && pump.is_finished() {
             break;
         }
     }
