@@ -1,7 +1,8 @@
 //! `GET /v1/sandboxes/{id}/sessions/{session}/attach?offset=N`: a
 //! WebSocket onto a session (a terminal). Client -> server: binary frames
 //! are input bytes, text frames JSON control messages
-//! (`{"type":"resize","cols":..,"rows":..}`). Server -> client: a text
+//! (`{"type":"resize","cols":..,"rows":..}`, or `{"type":"input","data":".."}`
+//! for text input). Server -> client: a text
 //! `{"type":"attached","offset":..}` first, output as binary frames, and at
 //! the end `{"type":"exit","code":..}` (close 1000) or, when the sandbox
 //! pauses, `{"type":"detached","reason":..,"offset":..}` (close 4000 with
