@@ -63,6 +63,14 @@ async fn microvm_terminal_detaches_on_pause_and_replays_on_reattach() {
         .to_string_lossy()
         .into_owned();
     let d = Daemon::start(&[]).await;
+    // QEMU survives its daemon: kill this test's whatever way it ends.
+    struct KillQemus(std::path::PathBuf);
+    impl Drop for KillQemus {
+        fn drop(&mut self) {
+            common::kill_qemus_under(&self.0);
+        }
+    }
+    let _qemus = KillQemus(d.dir.clone());
     let h = d.http();
     let id = h
         .create(json!({"backend": "microvm", "image": image, "lifecycle": {"on_idle": "nothing"}}))
