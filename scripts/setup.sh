@@ -39,6 +39,8 @@ if ((TESTS)); then
     # PostgreSQL server binaries for the metadata and multi-node tests
     # (scripts/pg-test-server.sh starts a throwaway cluster on loopback).
     APT_PACKAGES+=(postgresql)
+    # tmux drives `stasis shell` on a real terminal in the CLI tests.
+    APT_PACKAGES+=(tmux)
 fi
 not_installed() {
     local p out=()

@@ -9,12 +9,19 @@
 //! each on its own thread). A request gets zero or more `Event`s and then
 //! exactly one final `Reply`.
 //!
+//! Versions: [`PROTOCOL_VERSION`] changes only when an existing message
+//! changes meaning. New requests and new optional fields are additive: an
+//! older agent answers an unknown request with a decode error naming the
+//! variant (the host reports it as unsupported), and ignores an unknown
+//! field, so the host checks the answer for it (a session asked for with a
+//! `pty` must come back with `pty` in its info).
+//!
 //! The host side reconnects after every resume; the agent must tolerate the
 //! channel going away (read error / EOF / hangup) and reopen its port.
 
 use serde::{Deserialize, Serialize};
 use stasis_core::{
-    ExecRequest, ExecResult, FileEntry, SessionInfo, SessionOutput, SessionSpec, Stream,
+    ExecRequest, ExecResult, FileEntry, PtySize, SessionInfo, SessionOutput, SessionSpec, Stream,
 };
 
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -81,6 +88,12 @@ pub enum Request {
         wait_ms: u64,
     },
     SessionList,
+    /// Change the terminal size of a session started with a PTY (the
+    /// session's foreground process group gets SIGWINCH).
+    SessionResize {
+        session: String,
+        size: PtySize,
+    },
     SessionKill {
         session: String,
     },
@@ -332,6 +345,16 @@ mod tests {
                 body: Body::Event(Event::Output {
                     stream: Stream::Stdout,
                     data: b"hi\n".to_vec(),
+                }),
+            },
+            Frame {
+                id: 4,
+                body: Body::Request(Request::SessionResize {
+                    session: "s1".into(),
+                    size: PtySize {
+                        cols: 120,
+                        rows: 40,
+                    },
                 }),
             },
             Frame {

@@ -242,6 +242,7 @@ fn request_name(r: &Request) -> &'static str {
         Request::SessionWrite { .. } => "session_write",
         Request::SessionRead { .. } => "session_read",
         Request::SessionList => "session_list",
+        Request::SessionResize { .. } => "session_resize",
         Request::SessionKill { .. } => "session_kill",
         Request::Sync => "sync",
         Request::Configure { .. } => "configure",

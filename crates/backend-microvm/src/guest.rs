@@ -1,7 +1,8 @@
 //! Requests to a running guest's agent: one request with its timeout and
 //! the liveness probe that tells a slow guest from a dead one, reconnecting
 //! a dropped channel, failing a sandbox, and the requests the lifecycle
-//! sends (time, identity, the manifest's boundaries, the workdir).
+//! sends (time, identity, the manifest's boundaries, the workdir), and the
+//! session requests that check what an older agent may not know (terminals).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use tokio::sync::mpsc;
 
 use stasis_agent_proto::{Reply, Request};
 use stasis_backend::ExecChunk;
-use stasis_core::{Error, ErrorCode, ExecRequest, Result};
+use stasis_core::{Error, ErrorCode, ExecRequest, PtySize, Result, SessionInfo, SessionSpec};
 
 use crate::agent::AgentConn;
 use crate::boundary;
@@ -241,5 +242,55 @@ pub(crate) fn expect_ok(r: Reply) -> Result<()> {
     match r {
         Reply::Ok => Ok(()),
         other => Err(Error::backend(format!("unexpected agent reply {other:?}"))),
+    }
+}
+
+fn too_old(vm: &Vm) -> Error {
+    Error::unsupported(format!(
+        "the guest image {:?} has an agent too old for terminal sessions; rebuild it (scripts/build-guest-image.sh)",
+        vm.image.name
+    ))
+}
+
+/// Start a session. An agent that does not know terminals ignores `pty`
+/// and starts it on pipes: such a session is killed and the request refused.
+pub(crate) async fn session_start(
+    b: &MicrovmBackend,
+    vm: &Vm,
+    spec: SessionSpec,
+) -> Result<SessionInfo> {
+    if let Some(size) = spec.pty {
+        stasis_core::exec::check_pty_size(size)?;
+    }
+    let want_pty = spec.pty.is_some();
+    let info = match call(b, vm, Request::SessionStart { spec }, None, Duration::ZERO).await? {
+        Reply::Session { info } => info,
+        other => return Err(Error::backend(format!("unexpected reply: {other:?}"))),
+    };
+    if want_pty && info.pty.is_none() {
+        let kill = Request::SessionKill {
+            session: info.id.clone(),
+        };
+        let _ = call(b, vm, kill, None, Duration::ZERO).await;
+        return Err(too_old(vm));
+    }
+    Ok(info)
+}
+
+pub(crate) async fn session_resize(
+    b: &MicrovmBackend,
+    vm: &Vm,
+    session: &str,
+    size: PtySize,
+) -> Result<()> {
+    stasis_core::exec::check_pty_size(size)?;
+    let req = Request::SessionResize {
+        session: session.to_string(),
+        size,
+    };
+    match call(b, vm, req, None, Duration::ZERO).await {
+        Ok(r) => expect_ok(r),
+        Err(e) if e.message.contains("unknown variant `session_resize`") => Err(too_old(vm)),
+        Err(e) => Err(e),
     }
 }

@@ -77,7 +77,7 @@ use stasis_backend::{
     Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Result, SandboxId,
+    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, PtySize, Result, SandboxId,
     SessionInfo, SessionOutput, SessionSpec,
 };
 
@@ -366,18 +366,12 @@ impl Backend for MicrovmBackend {
             spec.cwd = Some(vm.workdir.clone());
         }
         spec.env = stasis_core::exec::merge_env([&vm.env, &spec.env]);
-        match guest::call(
-            self,
-            &vm,
-            Request::SessionStart { spec },
-            None,
-            Duration::ZERO,
-        )
-        .await?
-        {
-            Reply::Session { info } => Ok(info),
-            other => Err(Error::backend(format!("unexpected reply: {other:?}"))),
-        }
+        guest::session_start(self, &vm, spec).await
+    }
+
+    async fn session_resize(&self, id: &SandboxId, session: &str, size: PtySize) -> Result<()> {
+        let vm = state::vm(self, id)?;
+        guest::session_resize(self, &vm, session, size).await
     }
 
     async fn session_write(&self, id: &SandboxId, session: &str, data: &[u8]) -> Result<()> {

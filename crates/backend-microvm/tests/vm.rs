@@ -184,6 +184,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
                 ],
                 env: Default::default(),
                 cwd: None,
+                pty: None,
             },
         )
         .await
@@ -195,6 +196,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
                 argv: vec!["python3".into(), "-u".into(), "-i".into(), "-q".into()],
                 env: Default::default(),
                 cwd: None,
+                pty: None,
             },
         )
         .await
@@ -206,6 +208,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
                 argv: vec!["sh".into()],
                 env: Default::default(),
                 cwd: None,
+                pty: None,
             },
         )
         .await
@@ -618,6 +621,7 @@ async fn microvm_resume_correctness_cycles() {
                 argv: vec!["sh".into(), "-c".into(), "while :; do sleep 1; done".into()],
                 env: Default::default(),
                 cwd: None,
+                pty: None,
             },
         )
         .await

@@ -132,6 +132,7 @@ async fn prepare_exec(
         cwd,
         status_path: status_path.clone(),
         merge_stderr,
+        pty: false,
         init_cgroup: sb.init_cgroup_marker(),
     };
     let cfg_fd = config_memfd(&serde_json::to_vec(&cfg)?)?;

@@ -46,6 +46,7 @@ pub mod net;
 pub mod outputs;
 mod ports;
 mod probes;
+mod pty;
 mod rootfs;
 mod sandbox;
 mod session;
@@ -67,8 +68,8 @@ use stasis_backend::{
     Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    BackendKind, ExecRequest, ExecResult, FileEntry, Result, SandboxId, SessionInfo, SessionOutput,
-    SessionSpec,
+    BackendKind, ExecRequest, ExecResult, FileEntry, PtySize, Result, SandboxId, SessionInfo,
+    SessionOutput, SessionSpec,
 };
 
 pub use config::ProcessConfig;
@@ -160,6 +161,11 @@ impl Backend for ProcessBackend {
     async fn connect_port(&self, id: &SandboxId, port: u16) -> Result<tokio::net::TcpStream> {
         let sb = self.get(id)?;
         ports::connect(&sb, port).await
+    }
+
+    async fn session_resize(&self, id: &SandboxId, session: &str, size: PtySize) -> Result<()> {
+        let sb = self.get(id)?;
+        session::resize(&sb, session, size).await
     }
 
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {

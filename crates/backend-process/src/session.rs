@@ -6,14 +6,23 @@
 use std::time::Duration;
 
 use stasis_agent_proto::{Reply, Request};
-use stasis_core::{Error, ErrorCode, Result, SessionInfo, SessionOutput, SessionSpec};
+use stasis_core::{Error, ErrorCode, PtySize, Result, SessionInfo, SessionOutput, SessionSpec};
 
 use crate::exec::command_env_cwd;
 use crate::fsops;
 use crate::sandbox::Sandbox;
 
+/// `TERM` of a session with a PTY unless its environment sets one.
+pub(crate) const TERM: &str = "xterm-256color";
+
 pub(crate) async fn start(sb: &Sandbox, spec: SessionSpec) -> Result<SessionInfo> {
-    let (env, cwd) = command_env_cwd(sb, &spec.argv, &spec.env, spec.cwd.as_deref())?;
+    if let Some(size) = spec.pty {
+        stasis_core::exec::check_pty_size(size)?;
+    }
+    let (mut env, cwd) = command_env_cwd(sb, &spec.argv, &spec.env, spec.cwd.as_deref())?;
+    if spec.pty.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
+        env.push(("TERM".into(), TERM.into()));
+    }
     let init_pid = sb.pid().await?;
     {
         let c = cwd.clone();
@@ -34,6 +43,7 @@ pub(crate) async fn start(sb: &Sandbox, spec: SessionSpec) -> Result<SessionInfo
         argv: spec.argv,
         env: env.into_iter().collect(),
         cwd: Some(cwd),
+        pty: spec.pty,
     };
     match sb
         .supervisor_call(Request::SessionStart { spec }, Duration::ZERO)
@@ -85,6 +95,19 @@ pub(crate) async fn list(sb: &Sandbox) -> Result<Vec<SessionInfo>> {
         // Processes gone (filesystem pause): no sessions.
         Err(e) if e.code == ErrorCode::InvalidState => Ok(Vec::new()),
         Err(e) => Err(e),
+    }
+}
+
+pub(crate) async fn resize(sb: &Sandbox, session: &str, size: PtySize) -> Result<()> {
+    stasis_core::exec::check_pty_size(size)?;
+    sb.pid().await?;
+    let req = Request::SessionResize {
+        session: session.to_string(),
+        size,
+    };
+    match sb.supervisor_call(req, Duration::ZERO).await? {
+        Reply::Ok => Ok(()),
+        other => Err(unexpected(other)),
     }
 }
 

@@ -44,6 +44,10 @@ pub(crate) struct ExecConfig {
     pub status_path: PathBuf,
     /// Send the command's stderr to its stdout (persistent sessions).
     pub merge_stderr: bool,
+    /// stdin is a terminal's slave: the command makes it its controlling
+    /// terminal (after `setsid`).
+    #[serde(default)]
+    pub pty: bool,
     /// `<parent>/<id>/init`: must appear in `/proc/<init_pid>/cgroup`.
     pub init_cgroup: String,
 }

@@ -16,8 +16,10 @@
 //! directory (mode 0600), reports `ok <init pid> <supervisor pid>` on stdout,
 //! detaches its stdio and serves persistent sessions over that socket with
 //! the guest agent's protocol ([`stasis_agent_proto`]: `Hello`,
-//! `SessionStart/Write/Read/List/Kill`): the same semantics as sessions in a
-//! microVM. Each session runs through the `exec` shim in its own cgroup
+//! `SessionStart/Write/Read/List/Resize/Kill`): the same semantics as
+//! sessions in a microVM. A session started with a PTY gets a terminal
+//! ([`crate::pty`]): the supervisor keeps its master, the session's
+//! shim gets the slave as its controlling terminal. Each session runs through the `exec` shim in its own cgroup
 //! leaf; its output (stderr merged into stdout) is buffered here, the last
 //! `session_buffer` bytes kept (older output dropped, offsets keep growing),
 //! so output produced while no daemon is attached is read later. A session's
@@ -42,7 +44,7 @@ use tokio::process::{ChildStdin, Command};
 use tokio::sync::Notify;
 
 use stasis_agent_proto::{asynch, Body, Frame, Reply, Request, PROTOCOL_VERSION};
-use stasis_core::{Error, Result, SessionInfo, SessionOutput, SessionSpec};
+use stasis_core::{Error, PtySize, Result, SessionInfo, SessionOutput, SessionSpec};
 
 use crate::cgroup::{Cgroups, SandboxCgroup};
 use crate::shim_proto::{ExecConfig, ExecStatus, InitConfig};
@@ -262,9 +264,29 @@ struct Session {
     argv: Vec<String>,
     started_at_ms: i64,
     leaf: String,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    stdin: tokio::sync::Mutex<Option<Input>>,
+    /// The terminal's current size (sessions with a PTY only).
+    pty: Mutex<Option<PtySize>>,
     buf: Mutex<SessBuf>,
     notify: Notify,
+}
+
+/// Where a session's input goes: its stdin pipe, or its terminal's master.
+enum Input {
+    Pipe(ChildStdin),
+    Pty(Arc<crate::pty::Master>),
+}
+
+impl Input {
+    async fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
+        match self {
+            Input::Pipe(w) => {
+                w.write_all(data).await?;
+                w.flush().await
+            }
+            Input::Pty(m) => m.write_all(data).await,
+        }
+    }
 }
 
 impl Session {
@@ -277,6 +299,7 @@ impl Session {
             exit_code: b.exit_code,
             started_at_ms: self.started_at_ms,
             output_end: b.start + b.data.len() as u64,
+            pty: *self.pty.lock().unwrap(),
         }
     }
 
@@ -382,12 +405,9 @@ impl Sup {
                 let w = stdin
                     .as_mut()
                     .ok_or_else(|| Error::state(format!("session {session} has no input")))?;
-                let r = async {
-                    w.write_all(&data).await?;
-                    w.flush().await
-                }
-                .await;
-                r.map_err(|e| Error::state(format!("session {session}: write: {e}")))?;
+                w.write_all(&data)
+                    .await
+                    .map_err(|e| Error::state(format!("session {session}: write: {e}")))?;
                 Reply::Ok
             }
             Request::SessionRead {
@@ -421,6 +441,23 @@ impl Sup {
                     .map(|s| s.info())
                     .collect(),
             },
+            Request::SessionResize { session, size } => {
+                stasis_core::exec::check_pty_size(size)?;
+                let s = self.session(&session)?;
+                let stdin = s.stdin.lock().await;
+                let Some(Input::Pty(m)) = stdin.as_ref() else {
+                    return Err(match stdin.as_ref() {
+                        None if s.pty.lock().unwrap().is_some() => {
+                            Error::state(format!("session {session} has ended"))
+                        }
+                        _ => Error::state(format!("session {session} has no terminal")),
+                    });
+                };
+                m.resize(size)
+                    .map_err(|e| Error::state(format!("session {session}: resize: {e}")))?;
+                *s.pty.lock().unwrap() = Some(size);
+                Reply::Ok
+            }
             Request::SessionKill { session } => {
                 let s = self.session(&session)?;
                 let (cg, leaf) = (self.cg.clone(), s.leaf.clone());
@@ -450,6 +487,16 @@ impl Sup {
             .map_err(|e| Error::internal(e.to_string()))?
             .map_err(|e| Error::backend(e.to_string()))?;
         let status_path = self.cfg.run_dir.join(format!("{leaf}.status"));
+        let term = match spec.pty {
+            Some(size) => match crate::pty::open(size) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    self.cg.remove_leaf(&leaf);
+                    return Err(Error::backend(format!("open a terminal: {e}")));
+                }
+            },
+            None => None,
+        };
         let exec = ExecConfig {
             cgroup_procs: procs,
             init_pid: self.init_pid,
@@ -458,15 +505,35 @@ impl Sup {
             cwd: spec.cwd.unwrap_or_else(|| "/".into()),
             status_path: status_path.clone(),
             merge_stderr: true,
+            pty: term.is_some(),
             init_cgroup: crate::launch::init_cgroup_marker(&self.cg),
         };
         let cfg_fd = crate::launch::config_memfd(&serde_json::to_vec(&exec)?)?;
-        let spawned =
-            crate::launch::shim_exec_command(&self.cfg.shim_program, &self.cfg.shim_args, &cfg_fd)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .spawn();
+        let mut cmd =
+            crate::launch::shim_exec_command(&self.cfg.shim_program, &self.cfg.shim_args, &cfg_fd);
+        let mut master = None;
+        match term {
+            Some((m, slave)) => {
+                let stdio = || slave.try_clone().map(Stdio::from);
+                match (stdio(), stdio(), stdio()) {
+                    (Ok(i), Ok(o), Ok(e)) => cmd.stdin(i).stdout(o).stderr(e),
+                    _ => {
+                        self.cg.remove_leaf(&leaf);
+                        return Err(Error::backend("dup the terminal".to_string()));
+                    }
+                };
+                master = Some(m);
+            }
+            None => {
+                cmd.stdin(Stdio::piped())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::null());
+            }
+        }
+        let spawned = cmd.spawn();
+        // Our copies of the slave go with `cmd`: the master then reads EOF
+        // once the session's processes closed theirs.
+        drop(cmd);
         drop(cfg_fd);
         let mut child = match spawned {
             Ok(c) => c,
@@ -475,6 +542,22 @@ impl Sup {
                 return Err(Error::backend(format!("spawn shim: {e}")));
             }
         };
+        let (input, master) = match master {
+            Some(m) => {
+                let m = crate::pty::Master::new(m)
+                    .map(Arc::new)
+                    .map_err(|e| Error::backend(format!("terminal master: {e}")));
+                let m = match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        let _ = child.start_kill();
+                        return Err(e);
+                    }
+                };
+                (Some(Input::Pty(m.clone())), Some(m))
+            }
+            None => (child.stdin.take().map(Input::Pipe), None),
+        };
         let now = stasis_core::now_ms();
         let session = Arc::new(Session {
             // Unique across supervisors and daemon restarts.
@@ -482,7 +565,8 @@ impl Sup {
             argv: spec.argv,
             started_at_ms: now,
             leaf,
-            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+            stdin: tokio::sync::Mutex::new(input),
+            pty: Mutex::new(spec.pty),
             buf: Mutex::new(SessBuf {
                 data: VecDeque::new(),
                 start: 0,
@@ -492,17 +576,30 @@ impl Sup {
             notify: Notify::new(),
         });
         let cap = self.cfg.session_buffer;
-        let mut stdout = child.stdout.take().expect("piped stdout");
         let s2 = session.clone();
-        let reader = tokio::spawn(async move {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match stdout.read(&mut buf).await {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => s2.push(&buf[..n], cap),
+        let reader = match master {
+            Some(m) => tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match m.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => s2.push(&buf[..n], cap),
+                    }
                 }
+            }),
+            None => {
+                let mut stdout = child.stdout.take().expect("piped stdout");
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        match stdout.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => s2.push(&buf[..n], cap),
+                        }
+                    }
+                })
             }
-        });
+        };
         let s3 = session.clone();
         let cg = self.cg.clone();
         tokio::spawn(async move {

@@ -90,6 +90,7 @@ async fn works_on_a_current_thread_runtime() {
                 argv: vec!["sh".into()],
                 env: Default::default(),
                 cwd: None,
+                pty: None,
             },
         )
         .await

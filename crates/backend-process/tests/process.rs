@@ -272,6 +272,7 @@ async fn python_session_keeps_state() {
                 argv: vec!["python3".into(), "-i".into(), "-u".into(), "-q".into()],
                 env: BTreeMap::new(),
                 cwd: None,
+                pty: None,
             },
         )
         .await
@@ -336,6 +337,7 @@ async fn python_session_keeps_state() {
                 argv: vec!["sh".into()],
                 env: BTreeMap::new(),
                 cwd: None,
+                pty: None,
             },
         )
         .await
@@ -710,6 +712,7 @@ async fn session_buffer_drops_oldest() {
                 ],
                 env: BTreeMap::new(),
                 cwd: None,
+                pty: None,
             },
         )
         .await

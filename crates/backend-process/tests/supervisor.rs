@@ -16,6 +16,7 @@ fn session(argv: &[&str]) -> SessionSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         env: BTreeMap::new(),
         cwd: None,
+        pty: None,
     }
 }
 

@@ -36,8 +36,8 @@ use crate::{
     Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    now_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, FileKind, Result,
-    SandboxId, SessionInfo, SessionOutput, SessionSpec, Stream,
+    now_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, FileKind, PtySize,
+    Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, Stream,
 };
 
 mod artifacts;
@@ -371,9 +371,11 @@ impl Backend for FakeBackend {
                 argv: spec.argv.clone(),
                 running: true,
                 started_at_ms: now_ms(),
+                pty: spec.pty,
                 ..Default::default()
             };
-            // `cat` echoes what is written to it; anything else runs at once.
+            // `cat` echoes what is written to it (on a terminal, Ctrl-D ends
+            // it with status 0); anything else runs at once.
             if spec.argv != ["cat"] {
                 let req = ExecRequest {
                     argv: spec.argv.clone(),
@@ -403,7 +405,18 @@ impl Backend for FakeBackend {
             if !s.running {
                 return Err(Error::state(format!("session {session} has ended")));
             }
-            s.output.extend_from_slice(data);
+            match data
+                .iter()
+                .position(|b| *b == 0x04)
+                .filter(|_| s.pty.is_some())
+            {
+                Some(eot) => {
+                    s.output.extend_from_slice(&data[..eot]);
+                    s.running = false;
+                    s.exit_code = Some(0);
+                }
+                None => s.output.extend_from_slice(data),
+            }
             Ok(())
         })
     }
@@ -458,6 +471,21 @@ impl Backend for FakeBackend {
                 .get_mut(session)
                 .ok_or_else(|| Error::not_found(format!("session {session}")))?;
             s.running = false;
+            Ok(())
+        })
+    }
+
+    async fn session_resize(&self, id: &SandboxId, session: &str, size: PtySize) -> Result<()> {
+        self.step("session_resize").await?;
+        self.with_running(id, |sb| {
+            let s = sb
+                .sessions
+                .get_mut(session)
+                .ok_or_else(|| Error::not_found(format!("session {session}")))?;
+            match s.pty.as_mut() {
+                Some(p) => *p = size,
+                None => return Err(Error::state(format!("session {session} has no terminal"))),
+            }
             Ok(())
         })
     }

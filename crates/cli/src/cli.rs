@@ -12,6 +12,7 @@ use crate::files::FilesCmd;
 use crate::ports::PortCmd;
 use crate::sandbox::CreateArgs;
 use crate::serve::ServeArgs;
+use crate::shell::ShellArgs;
 use crate::snapshots::SnapshotsCmd;
 use crate::template::TemplateCmd;
 use crate::{bench, cost, demo, runs};
@@ -69,6 +70,9 @@ pub enum Cmd {
         #[arg(long)]
         tar: Option<PathBuf>,
     },
+    /// An interactive terminal in a sandbox (like `docker exec -it`); exits
+    /// with the shell's status.
+    Shell(ShellArgs),
     /// Persistent processes (interpreters, shells) in a sandbox.
     #[command(subcommand)]
     Session(SessionCmd),

@@ -51,12 +51,13 @@ impl Client {
         self
     }
 
-    pub fn token(&self) -> Option<&str> {
-        self.token.as_deref()
-    }
-
     pub fn base(&self) -> &str {
         &self.base
+    }
+
+    /// The bearer token sent with every request, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {

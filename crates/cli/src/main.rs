@@ -22,6 +22,7 @@ mod ports;
 mod runs;
 mod sandbox;
 mod serve;
+mod shell;
 mod snapshots;
 mod temp_daemon;
 mod template;
@@ -82,6 +83,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Outputs { id, to, tar } => files::outputs(&c, id, to, tar, json).await?,
         Cmd::Files(f) => files::files(&c, f, json).await?,
         Cmd::Session(s) => exec::session(&c, s, json).await?,
+        Cmd::Shell(a) => shell::shell(&c, a).await?,
         Cmd::Pause {
             id,
             filesystem_only,

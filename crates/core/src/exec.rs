@@ -74,6 +74,10 @@ pub struct SessionSpec {
     pub env: BTreeMap<String, String>,
     #[serde(default)]
     pub cwd: Option<String>,
+    /// Run the session on a pseudo-terminal of this size (its controlling
+    /// terminal; stdin and output go through the terminal). None: pipes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
 }
 
 /// The size of a session's terminal, in character cells.
@@ -81,6 +85,22 @@ pub struct SessionSpec {
 pub struct PtySize {
     pub cols: u16,
     pub rows: u16,
+}
+
+/// The largest terminal side accepted (columns or rows).
+pub const MAX_PTY_SIDE: u16 = 1000;
+
+/// The one check of a terminal size: both sides between 1 and [`MAX_PTY_SIDE`].
+pub fn check_pty_size(size: PtySize) -> crate::Result<()> {
+    let ok = |n: u16| (1..=MAX_PTY_SIDE).contains(&n);
+    if !ok(size.cols) || !ok(size.rows) {
+        return Err(crate::Error::invalid(format!(
+            "terminal size {}x{} out of range: cols and rows must be between 1 and {MAX_PTY_SIDE}",
+            size.cols, size.rows
+        ))
+        .with_field("pty"));
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,6 +115,9 @@ pub struct SessionInfo {
     pub started_at_ms: i64,
     /// Total bytes of output produced so far (the next read offset at the tail).
     pub output_end: u64,
+    /// The terminal size of a session started with a PTY (after any resize).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtySize>,
 }
 
 /// A window of a session's combined stdout+stderr, addressed by byte offsets
@@ -220,6 +243,40 @@ mod tests {
                 "{k:?}"
             );
         }
+    }
+
+    #[test]
+    fn pty_sizes_are_bounded() {
+        let sz = |cols, rows| PtySize { cols, rows };
+        assert!(check_pty_size(sz(80, 24)).is_ok());
+        assert!(check_pty_size(sz(1, 1)).is_ok());
+        assert!(check_pty_size(sz(MAX_PTY_SIDE, MAX_PTY_SIDE)).is_ok());
+        for bad in [
+            sz(0, 0),
+            sz(0, 24),
+            sz(80, 0),
+            sz(MAX_PTY_SIDE + 1, 24),
+            sz(80, u16::MAX),
+        ] {
+            let e = check_pty_size(bad).unwrap_err();
+            assert_eq!(e.code, crate::ErrorCode::InvalidArgument);
+            assert_eq!(e.field.as_deref(), Some("pty"));
+        }
+    }
+
+    #[test]
+    fn session_spec_pty_defaults_to_none() {
+        let s: SessionSpec = serde_json::from_str(r#"{"argv":["sh"]}"#).unwrap();
+        assert_eq!(s.pty, None);
+        let s: SessionSpec =
+            serde_json::from_str(r#"{"argv":["sh"],"pty":{"cols":100,"rows":30}}"#).unwrap();
+        assert_eq!(
+            s.pty,
+            Some(PtySize {
+                cols: 100,
+                rows: 30
+            })
+        );
     }
 
     #[test]

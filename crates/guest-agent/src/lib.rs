@@ -11,6 +11,7 @@ pub mod boundary;
 pub mod exec;
 pub mod files;
 pub mod port;
+pub mod pty;
 pub mod reaper;
 pub mod session;
 pub mod system;
@@ -176,6 +177,10 @@ impl Agent {
             Request::SessionList => Reply::Sessions {
                 sessions: self.sessions.list(),
             },
+            Request::SessionResize { session, size } => {
+                self.sessions.resize(&session, size)?;
+                Reply::Ok
+            }
             Request::SessionKill { session } => Reply::Session {
                 info: self.sessions.kill(&session)?,
             },

@@ -1,17 +1,19 @@
 //! Persistent processes (`python3 -i -u`, `sh`, servers): the agent keeps
 //! their stdin pipe and a capped buffer of their combined stdout+stderr,
 //! addressed by byte offsets that only grow. All of it lives in guest memory,
-//! so it survives a pause/resume of the VM unchanged.
+//! so it survives a pause/resume of the VM unchanged. A session started with
+//! a PTY runs on a pseudo-terminal ([`crate::pty`]) as its controlling
+//! terminal: input goes to the master, output is the master's.
 
 use crate::exec::{command, scrub_env};
 use crate::reaper::{self, lock, Exit, ExitSlot};
 use crate::AgentError;
-use stasis_core::{SessionInfo, SessionOutput, SessionSpec};
+use stasis_core::{PtySize, SessionInfo, SessionOutput, SessionSpec};
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::process::{ChildStdin, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -42,7 +44,9 @@ pub struct Session {
     argv: Vec<String>,
     started_at_ms: i64,
     pid: i32,
-    stdin: Mutex<Option<ChildStdin>>,
+    stdin: Mutex<Option<Box<dyn Write + Send>>>,
+    /// The terminal's master and current size (sessions with a PTY only).
+    pty: Mutex<Option<(OwnedFd, PtySize)>>,
     out: Mutex<Output>,
     cv: Condvar,
     slot: Arc<ExitSlot>,
@@ -58,6 +62,7 @@ impl Session {
             exit_code: o.exit.and_then(exit_code),
             started_at_ms: self.started_at_ms,
             output_end: o.end(),
+            pty: lock(&self.pty).as_ref().map(|(_, size)| *size),
         }
     }
 }
@@ -78,31 +83,69 @@ pub struct Sessions {
 
 impl Sessions {
     pub fn start(&self, spec: SessionSpec) -> Result<SessionInfo, AgentError> {
-        let SessionSpec { argv, env, cwd } = spec;
+        let SessionSpec {
+            argv,
+            mut env,
+            cwd,
+            pty,
+        } = spec;
+        if let Some(size) = pty {
+            if let Err(e) = stasis_core::exec::check_pty_size(size) {
+                scrub_env(env);
+                return Err(AgentError::invalid(e.message));
+            }
+            env.entry("TERM".into())
+                .or_insert_with(|| crate::pty::TERM.into());
+        }
         let built = command(&argv, &env, cwd.as_deref());
         scrub_env(env);
         let mut cmd = built?;
-        // One pipe for stdout and stderr keeps their relative order.
-        let mut fds = [0i32; 2];
-        // SAFETY: valid 2-int array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-            return Err(AgentError::internal(format!(
-                "pipe: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: fresh descriptors owned here.
-        let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-        let wr2 = wr
-            .try_clone()
-            .map_err(|e| AgentError::internal(format!("dup: {e}")))?;
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::from(wr))
-            .stderr(Stdio::from(wr2));
+        let dup = |fd: &OwnedFd| {
+            fd.try_clone()
+                .map_err(|e| AgentError::internal(format!("dup: {e}")))
+        };
+        let (rd, master) = match pty {
+            Some(size) => {
+                let (master, slave) = crate::pty::open(size)
+                    .map_err(|e| AgentError::internal(format!("open a terminal: {e}")))?;
+                cmd.stdin(Stdio::from(dup(&slave)?))
+                    .stdout(Stdio::from(dup(&slave)?))
+                    .stderr(Stdio::from(slave));
+                crate::pty::make_controlling(&mut cmd);
+                (dup(&master)?, Some((master, size)))
+            }
+            None => {
+                // One pipe for stdout and stderr keeps their relative order.
+                let mut fds = [0i32; 2];
+                // SAFETY: valid 2-int array.
+                if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+                    return Err(AgentError::internal(format!(
+                        "pipe: {}",
+                        std::io::Error::last_os_error()
+                    )));
+                }
+                // SAFETY: fresh descriptors owned here.
+                let (rd, wr) =
+                    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+                let wr2 = dup(&wr)?;
+                cmd.stdin(Stdio::piped())
+                    .stdout(Stdio::from(wr))
+                    .stderr(Stdio::from(wr2));
+                (rd, None)
+            }
+        };
         let (mut child, slot) = reaper::spawn(&mut cmd)
             .map_err(|e| AgentError::internal(format!("spawn {}: {e}", argv[0])))?;
-        // Drop our copies of the write end (held by `cmd`) so EOF can happen.
+        // Drop our copies of the write end or slave (held by `cmd`) so EOF
+        // can happen.
         drop(cmd);
+        let stdin: Option<Box<dyn Write + Send>> = match &master {
+            Some((m, _)) => Some(Box::new(File::from(dup(m)?))),
+            None => child
+                .stdin
+                .take()
+                .map(|w| Box::new(w) as Box<dyn Write + Send>),
+        };
         let n = self.counter.fetch_add(1, Ordering::Relaxed) + 1;
         let id = format!("s{n}-{}", crate::random_hex(3));
         let sess = Arc::new(Session {
@@ -110,7 +153,8 @@ impl Sessions {
             argv,
             started_at_ms: stasis_core::now_ms(),
             pid: child.id() as i32,
-            stdin: Mutex::new(child.stdin.take()),
+            stdin: Mutex::new(stdin),
+            pty: Mutex::new(master),
             out: Mutex::new(Output {
                 data: VecDeque::new(),
                 start: 0,
@@ -162,6 +206,24 @@ impl Sessions {
                 format!("session {id} stdin: {e}"),
             ));
         }
+        Ok(())
+    }
+
+    /// Set the terminal size of a session with a PTY (its foreground
+    /// process group gets SIGWINCH).
+    pub fn resize(&self, id: &str, size: PtySize) -> Result<(), AgentError> {
+        stasis_core::exec::check_pty_size(size).map_err(|e| AgentError::invalid(e.message))?;
+        let s = self.get(id)?;
+        let mut g = lock(&s.pty);
+        let Some((master, cur)) = g.as_mut() else {
+            return Err(AgentError::new(
+                "invalid_state",
+                format!("session {id} has no terminal"),
+            ));
+        };
+        crate::pty::resize(master, size)
+            .map_err(|e| AgentError::new("invalid_state", format!("session {id}: resize: {e}")))?;
+        *cur = size;
         Ok(())
     }
 

@@ -7,6 +7,7 @@
 //! paths.
 
 pub mod api;
+pub mod attach;
 pub mod auth;
 pub mod cluster;
 pub mod daemon;

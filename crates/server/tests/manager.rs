@@ -7,6 +7,8 @@
 #[path = "manager/harness.rs"]
 mod harness;
 
+#[path = "manager/attach.rs"]
+mod attach;
 #[path = "manager/crash.rs"]
 mod crash;
 #[path = "manager/lease.rs"]
@@ -384,6 +386,7 @@ async fn sessions_files_and_usage_go_through_to_the_backend() {
         argv: vec!["cat".into()],
         env: Default::default(),
         cwd: None,
+        pty: None,
     };
     let s = m.session_start(&ctx(), &rec.id, spec).await.unwrap();
     m.session_write(&ctx(), &rec.id, &s.id, b"hello")

@@ -6,7 +6,7 @@ OpenAI Agents SDK sandbox provider: :mod:`stasis_client.agents_sdk`
 """
 
 from . import errors
-from .client import Client, ExecStream, Files, Run, Runs, Sandbox, Session, Templates
+from .client import Client, ExecStream, Files, Pty, Run, Runs, Sandbox, Session, Templates
 from .errors import (
     BackendError,
     Busy,
@@ -75,6 +75,7 @@ __all__ = [
     "Runs",
     "Sandbox",
     "SandboxInfo",
+    "Pty",
     "Session",
     "SessionInfo",
     "SessionOutput",

@@ -363,13 +363,19 @@ _PY_SETUP = (
 
 
 def op_session_start(
-    sandbox_id: str, argv: Sequence[str], env: Optional[Mapping[str, str]], cwd: Optional[str]
+    sandbox_id: str,
+    argv: Sequence[str],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    pty: Optional[tuple[int, int]] = None,
 ) -> Op[SessionInfo]:
     body: dict[str, Any] = {"argv": list(argv)}
     if env:
         body["env"] = dict(env)
     if cwd is not None:
         body["cwd"] = cwd
+    if pty is not None:
+        body["pty"] = {"cols": int(pty[0]), "rows": int(pty[1])}
     resp = yield req("session.start", ids={"id": sandbox_id}, json=body, extra_timeout=60)
     return SessionInfo.from_json(resp.json())
 
@@ -399,6 +405,44 @@ def op_session_read(sandbox_id: str, session: str, offset: int, wait_ms: int) ->
         extra_timeout=wait_ms / 1000 + 60,
     )
     return SessionOutput.from_json(resp.json())
+
+
+#: An output offset past any session's end: a read there only waits for the exit.
+PAST_END = 2**63
+
+
+def op_session_resize(sandbox_id: str, session: str, cols: int, rows: int) -> Op[None]:
+    yield req(
+        "session.resize",
+        ids={"id": sandbox_id, "session": session},
+        json={"cols": int(cols), "rows": int(rows)},
+    )
+    return None
+
+
+def op_default_shell(sandbox_id: str) -> Op[list[str]]:
+    """The terminal's default command: ``/bin/bash`` when the sandbox has it,
+    else ``/bin/sh`` (one exec, which also resumes a paused sandbox)."""
+    resp = yield req(
+        "sandbox.exec",
+        ids={"id": sandbox_id},
+        json={"argv": ["/bin/sh", "-c", "test -x /bin/bash"], "timeout_ms": 30_000},
+        extra_timeout=30,
+    )
+    return ["/bin/bash"] if resp.json().get("exit_code") == 0 else ["/bin/sh"]
+
+
+def pty_argv(cmd: Union[str, Sequence[str], None]) -> Optional[list[str]]:
+    """A terminal's command: a string runs through ``sh -c``, a sequence is
+    the argv, ``None`` means the default shell."""
+    if cmd is None:
+        return None
+    if isinstance(cmd, str):
+        return ["/bin/sh", "-c", cmd]
+    argv = [str(a) for a in cmd]
+    if not argv:
+        raise InvalidArgument("cmd must name a command")
+    return argv
 
 
 def op_session_kill(sandbox_id: str, session: str) -> Op[None]:

@@ -64,12 +64,17 @@ How the SDK's sandbox interface maps onto stasis:
   at ``/``, while stasis serves ports under ``/p/<token>/`` on the daemon.
   A request through it resumes a paused sandbox. The relays stop when the
   session is deleted.
-* Not implemented: PTY sessions (``supports_pty()`` is False, so the SDK's
-  ``write_stdin`` tool is not offered).
+* PTY sessions: ``supports_pty()`` is True (both backends run commands on a
+  terminal), so the SDK offers its ``exec_command``/``write_stdin`` tools:
+  :meth:`StasisSandboxSession.pty_exec_start` starts a stasis session (on a
+  terminal when ``tty``), :meth:`~StasisSandboxSession.pty_write_stdin`
+  types into it; output is collected for the yield time. Such sessions
+  survive a pause/resume of the sandbox.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import shlex
 import uuid
@@ -96,6 +101,12 @@ from agents.sandbox.errors import (
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.dependencies import Dependencies
+from agents.sandbox.session.pty_types import (
+    PtyExecUpdate,
+    allocate_pty_process_id,
+    clamp_pty_yield_time_ms,
+    resolve_pty_write_yield_time_ms,
+)
 from agents.sandbox.session.manager import Instrumentation
 from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
 from agents.sandbox.session.sandbox_session import SandboxSession
@@ -104,11 +115,12 @@ from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.errors import ExposedPortUnavailableError
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
+from agents.sandbox.util.token_truncation import formatted_truncate_text_with_token_count
 from pydantic import Field
 
 from ._core import Argv
 from ._port_forward import PortForwarder
-from .aio import AsyncClient, AsyncRun, AsyncSandbox
+from .aio import AsyncClient, AsyncPty, AsyncRun, AsyncSandbox
 from .errors import InvalidState, NotFound, StasisError
 from .models import CallOutcome
 
@@ -209,6 +221,8 @@ class StasisSandboxSession(BaseSandboxSession):
         self._forwarders: dict[int, tuple[PortForwarder, ExposedPortEndpoint]] = {}
         # How the backend was obtained at start: created, reattached or restored.
         self.origin: Optional[str] = None
+        # Live PTY processes by the SDK's process id.
+        self._ptys: dict[int, AsyncPty] = {}
 
     # -- backend lifecycle --
 
@@ -289,7 +303,96 @@ class StasisSandboxSession(BaseSandboxSession):
             return False
 
     def supports_pty(self) -> bool:
-        return False
+        return True
+
+    # -- PTY processes (the SDK's exec_command / write_stdin tools) --
+
+    async def pty_exec_start(
+        self,
+        *command: Union[str, Path],
+        timeout: Optional[float] = None,
+        shell: Union[bool, list[str]] = True,
+        user: Union[str, User, None] = None,
+        tty: bool = False,
+        yield_time_s: Optional[float] = None,
+        max_output_tokens: Optional[int] = None,
+    ) -> PtyExecUpdate:
+        _ = timeout
+        if shell is True:
+            shell = ["sh", "-c"]
+        argv = self._prepare_exec_command(*command, shell=shell, user=user)
+        try:
+            env = await self.state.manifest.environment.resolve()
+            sbx = await self._sandbox()
+            if tty:
+                p = await sbx.pty(argv, env=env or None)
+            else:
+                s = await sbx.session(argv, env=env or None)
+                p = AsyncPty(sbx, s.info)
+        except StasisError as e:
+            raise ExecTransportError(command=argv, cause=e) from e
+        pid = allocate_pty_process_id(set(self._ptys))
+        self._ptys[pid] = p
+        yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
+        return await self._pty_update(pid, clamp_pty_yield_time_ms(yield_ms), max_output_tokens)
+
+    async def pty_write_stdin(
+        self,
+        *,
+        session_id: int,
+        chars: str,
+        yield_time_s: Optional[float] = None,
+        max_output_tokens: Optional[int] = None,
+    ) -> PtyExecUpdate:
+        from agents.sandbox.errors import PtySessionNotFoundError
+
+        p = self._ptys.get(session_id)
+        if p is None:
+            raise PtySessionNotFoundError(session_id=session_id)
+        if chars:
+            try:
+                await p.write(chars)
+            except InvalidState:
+                pass  # it has exited; the update below reports that
+        yield_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
+        wait = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=chars == "")
+        return await self._pty_update(session_id, wait, max_output_tokens)
+
+    async def pty_terminate_all(self) -> None:
+        ptys, self._ptys = list(self._ptys.values()), {}
+        for p in ptys:
+            try:
+                await p.close()
+            except StasisError:
+                pass
+
+    async def _pty_update(
+        self, pid: int, yield_ms: int, max_output_tokens: Optional[int]
+    ) -> PtyExecUpdate:
+        """Output of process ``pid`` for up to ``yield_ms`` (less if it exits)."""
+        p = self._ptys[pid]
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + yield_ms / 1000
+        chunks: list[bytes] = []
+        while not p.ended:
+            left = deadline - loop.time()
+            if left <= 0:
+                break
+            chunks.append(await p.read(timeout=left))
+        text, original = formatted_truncate_text_with_token_count(
+            b"".join(chunks).decode("utf-8", "replace"), max_output_tokens
+        )
+        if p.ended:
+            del self._ptys[pid]
+            return PtyExecUpdate(
+                process_id=None,
+                output=text.encode(),
+                exit_code=p.exit_code,
+                original_token_count=original,
+            )
+        return PtyExecUpdate(
+            process_id=pid, output=text.encode(), exit_code=None, original_token_count=original
+        )
 
     # -- exposed ports --
 

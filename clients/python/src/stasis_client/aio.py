@@ -10,6 +10,7 @@ driven by ``httpx.AsyncClient``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Optional, TypeVar, Union
@@ -278,6 +279,24 @@ class AsyncSandbox:
                 return s
         raise NotFound(f"session {session_id} not found in sandbox {self.id}")
 
+    async def pty(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        cols: int = 80,
+        rows: int = 24,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+    ) -> "AsyncPty":
+        """Start ``cmd`` on a terminal (see :meth:`stasis_client.Sandbox.pty`)."""
+        argv = _core.pty_argv(cmd)
+        if argv is None:
+            argv = await self.client._run(_core.op_default_shell(self.id))
+        info = await self.client._run(
+            _core.op_session_start(self.id, argv, env, cwd, (cols, rows))
+        )
+        return AsyncPty(self, info)
+
     async def usage(self) -> dict[str, Any]:
         return await self.client._run(_usage(self.id))
 
@@ -409,6 +428,85 @@ class AsyncTemplates:
 
     async def delete(self, reference: str) -> list[TemplateInfo]:
         return await self._c._run(_core.op_template_delete(reference))
+
+
+class AsyncPty:
+    """A command on a terminal in a sandbox (see :class:`stasis_client.Pty`)."""
+
+    def __init__(self, sbx: AsyncSandbox, info: SessionInfo) -> None:
+        self.sandbox = sbx
+        self.info = info
+        self._offset = 0
+        self._ended = False
+        self.exit_code: Optional[int] = None
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    async def write(self, data: Union[str, bytes]) -> None:
+        await self.sandbox.client._run(_core.op_session_send(self.sandbox.id, self.id, data))
+
+    async def read(self, timeout: float = 1.0) -> bytes:
+        out = await self.sandbox.client._run(
+            _core.op_session_read(self.sandbox.id, self.id, self._offset, int(timeout * 1000))
+        )
+        self._offset = out.next_offset
+        if not out.running and not out.data:
+            self._ended = True
+            self.exit_code = out.exit_code
+        return out.data
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while not self._ended:
+            data = await self.read(timeout=10.0)
+            if data:
+                yield data
+
+    async def resize(self, cols: int, rows: int) -> None:
+        await self.sandbox.client._run(
+            _core.op_session_resize(self.sandbox.id, self.id, cols, rows)
+        )
+        self.info.pty = (cols, rows)
+
+    async def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        from .errors import Timeout
+
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while True:
+            left = 10.0 if deadline is None else min(10.0, deadline - loop.time())
+            if left <= 0:
+                raise Timeout(f"terminal session {self.id} still running", code="timeout")
+            out = await self.sandbox.client._run(
+                _core.op_session_read(self.sandbox.id, self.id, _core.PAST_END, int(left * 1000))
+            )
+            if not out.running:
+                self.exit_code = out.exit_code
+                return out.exit_code
+
+    async def close(self) -> None:
+        from .errors import InvalidState
+
+        if not self._ended:
+            try:
+                await self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+            except (InvalidState, NotFound):
+                pass
+
+    async def __aenter__(self) -> "AsyncPty":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 class AsyncRuns:

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar, Union
@@ -305,6 +306,25 @@ class Sandbox:
 
         raise NotFound(f"session {session_id} not found in sandbox {self.id}")
 
+    def pty(
+        self,
+        cmd: Union[str, Sequence[str], None] = None,
+        *,
+        cols: int = 80,
+        rows: int = 24,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+    ) -> "Pty":
+        """Start ``cmd`` on a terminal of ``cols`` x ``rows`` (default: the
+        sandbox's ``/bin/bash``, else ``/bin/sh``; a string runs through
+        ``sh -c``). The command sees a TTY; input goes through the terminal
+        (``"\\x03"`` is Ctrl-C)."""
+        argv = _core.pty_argv(cmd)
+        if argv is None:
+            argv = self.client._run(_core.op_default_shell(self.id))
+        info = self.client._run(_core.op_session_start(self.id, argv, env, cwd, (cols, rows)))
+        return Pty(self, info)
+
     def usage(self) -> dict[str, Any]:
         return self.client._run(_usage(self.id))
 
@@ -423,6 +443,93 @@ class Session:
 
     def kill(self) -> None:
         self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+
+
+class Pty:
+    """A command on a terminal in a sandbox (a session with a PTY). Output is
+    the terminal's (``\\r\\n`` line ends, echoed input); it survives
+    pause/resume like any session. Use as a context manager to kill it."""
+
+    def __init__(self, sbx: Sandbox, info: SessionInfo) -> None:
+        self.sandbox = sbx
+        self.info = info
+        self._offset = 0
+        self._ended = False
+        self.exit_code: Optional[int] = None
+
+    @property
+    def id(self) -> str:
+        return self.info.id
+
+    @property
+    def offset(self) -> int:
+        """Where the next :meth:`read` starts."""
+        return self._offset
+
+    def write(self, data: Union[str, bytes]) -> None:
+        self.sandbox.client._run(_core.op_session_send(self.sandbox.id, self.id, data))
+
+    def read(self, timeout: float = 1.0) -> bytes:
+        """Output since the last read, waiting up to ``timeout`` seconds for
+        some; ``b""`` when none came (see :attr:`ended`)."""
+        out = self.sandbox.client._run(
+            _core.op_session_read(self.sandbox.id, self.id, self._offset, int(timeout * 1000))
+        )
+        self._offset = out.next_offset
+        if not out.running and not out.data:
+            self._ended = True
+            self.exit_code = out.exit_code
+        return out.data
+
+    @property
+    def ended(self) -> bool:
+        """The command has exited and all its output was read."""
+        return self._ended
+
+    def __iter__(self) -> Iterator[bytes]:
+        """Output chunks until the command exits."""
+        while not self._ended:
+            data = self.read(timeout=10.0)
+            if data:
+                yield data
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Change the terminal size (the command gets SIGWINCH)."""
+        self.sandbox.client._run(_core.op_session_resize(self.sandbox.id, self.id, cols, rows))
+        self.info.pty = (cols, rows)
+
+    def wait(self, timeout: Optional[float] = None) -> Optional[int]:
+        """Wait for the command to exit and return its exit status (output
+        not read yet stays readable)."""
+        from .errors import Timeout
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = 10.0 if deadline is None else min(10.0, deadline - time.monotonic())
+            if left <= 0:
+                raise Timeout(f"terminal session {self.id} still running", code="timeout")
+            out = self.sandbox.client._run(
+                _core.op_session_read(self.sandbox.id, self.id, _core.PAST_END, int(left * 1000))
+            )
+            if not out.running:
+                self.exit_code = out.exit_code
+                return out.exit_code
+
+    def close(self) -> None:
+        """Kill the command (a no-op once it has exited)."""
+        from .errors import InvalidState, NotFound
+
+        if not self._ended:
+            try:
+                self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+            except (InvalidState, NotFound):
+                pass
+
+    def __enter__(self) -> "Pty":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Runs:

@@ -124,6 +124,9 @@ ROUTES: dict[str, Route] = {
         ),
     ),
     "session.kill": Route("delete", "/v1/sandboxes/{id}/sessions/{session}", ok=(204,)),
+    "session.resize": Route(
+        "post", "/v1/sandboxes/{id}/sessions/{session}/resize", ok=(204,)
+    ),
     "sandbox.usage": Route("get", "/v1/sandboxes/{id}/usage"),
     "sandbox.pause": Route(
         "post",

@@ -122,9 +122,12 @@ class SessionInfo:
     started_at_ms: int
     output_end: int
     exit_code: Optional[int] = None
+    #: ``(cols, rows)`` of a session started on a terminal.
+    pty: Optional[tuple[int, int]] = None
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "SessionInfo":
+        p = d.get("pty")
         return cls(
             id=d["id"],
             argv=list(d.get("argv") or []),
@@ -132,6 +135,7 @@ class SessionInfo:
             started_at_ms=int(d.get("started_at_ms", 0)),
             output_end=int(d.get("output_end", 0)),
             exit_code=d.get("exit_code"),
+            pty=(int(p["cols"]), int(p["rows"])) if p else None,
         )
 
 

@@ -102,6 +102,7 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
         .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
     let cwd = cfg.cwd.clone();
     let merge = cfg.merge_stderr;
+    let pty = cfg.pty;
     let (mut r, mut w) = pipe()?;
     let forked =
         match unsafe { fork() } {
@@ -123,6 +124,29 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
                 unsafe { libc::_exit(code) }
             };
             let _ = nix::unistd::setsid();
+            // SAFETY: ioctl on our stdin; the new session has no terminal yet.
+            if pty && unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) } < 0 {
+                let e = std::io::Error::last_os_error();
+                fail(
+                    "setup",
+                    125,
+                    format!("make the terminal the controlling one: {e}"),
+                );
+            }
+            if pty {
+                // The terminal's signals must act even when the daemon was
+                // started with them ignored (a background job of a script).
+                for sig in [
+                    libc::SIGINT,
+                    libc::SIGQUIT,
+                    libc::SIGTSTP,
+                    libc::SIGTTIN,
+                    libc::SIGTTOU,
+                ] {
+                    // SAFETY: resetting a disposition in the forked child.
+                    unsafe { libc::signal(sig, libc::SIG_DFL) };
+                }
+            }
             // Rust ignores SIGPIPE at startup; commands expect the default.
             unsafe {
                 libc::signal(libc::SIGPIPE, libc::SIG_DFL);

@@ -20,6 +20,8 @@ pub struct FakeSession {
     pub running: bool,
     pub exit_code: Option<i32>,
     pub started_at_ms: i64,
+    /// The terminal size of a session started with a PTY.
+    pub pty: Option<stasis_core::PtySize>,
 }
 
 /// One sandbox as the fake holds it.
@@ -169,5 +171,6 @@ pub(crate) fn session_info(id: &str, s: &FakeSession) -> SessionInfo {
         exit_code: s.exit_code,
         started_at_ms: s.started_at_ms,
         output_end: s.output.len() as u64,
+        pty: s.pty,
     }
 }

@@ -103,6 +103,7 @@ async fn sessions_echo_and_end() {
         argv: vec!["cat".into()],
         env: Default::default(),
         cwd: None,
+        pty: None,
     };
     let info = b.session_start(&s.id, cat.clone()).await.unwrap();
     assert!(info.running);

@@ -74,6 +74,7 @@ impl<S: Read + Write> Client<S> {
                 argv: argv.iter().map(|s| s.to_string()).collect(),
                 env: Default::default(),
                 cwd: None,
+                pty: None,
             },
         }) {
             Reply::Session { info } => info.id,

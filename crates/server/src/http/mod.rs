@@ -10,6 +10,7 @@
 //! the body limit, metrics, authentication, then forwarding to the node that
 //! owns the sandbox.
 
+pub mod attach;
 pub mod audit;
 pub mod auth;
 pub mod error;
@@ -105,6 +106,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(exec::routes())
         .merge(files::routes())
         .merge(sessions::routes())
+        .merge(attach::routes())
         .merge(snapshots::routes())
         .merge(templates::routes())
         .merge(audit::routes())
@@ -214,6 +216,8 @@ mod tests {
             "post /v1/sandboxes/{id}/sessions/{session}/input",
             "get /v1/sandboxes/{id}/sessions/{session}/output",
             "delete /v1/sandboxes/{id}/sessions/{session}",
+            "post /v1/sandboxes/{id}/sessions/{session}/resize",
+            "get /v1/sandboxes/{id}/sessions/{session}/attach",
             "post /v1/sandboxes/{id}/pause",
             "post /v1/sandboxes/{id}/resume",
             "get /v1/sandboxes/{id}/usage",

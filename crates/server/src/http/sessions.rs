@@ -1,5 +1,7 @@
-//! Long-running sessions in a sandbox: start and list them, write to their
-//! input, read their output from an offset (waiting for more), kill them.
+//! Long-running sessions in a sandbox: start and list them (on a terminal
+//! with `pty: {cols, rows}`), write to their input, read their output from
+//! an offset (waiting for more), resize their terminal, kill them. Attaching
+//! over a WebSocket is `http::attach`.
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use stasis_core::{b64, Error, SessionSpec};
+use stasis_core::{b64, Error, PtySize, SessionSpec};
 
 use super::auth::Authed;
 use super::error::{ApiJson, ApiQuery, ApiResult};
@@ -47,7 +49,7 @@ pub struct SessionOutputResponse {
     pub exit_code: Option<i32>,
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions", request_body(content = Object, description = "{argv, env?, cwd?}"),
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions", request_body(content = Object, description = "{argv, env?, cwd?, pty?: {cols, rows}}"),
     responses((status = 201, description = "session started")))]
 async fn start_session(
     State(st): State<AppState>,
@@ -127,6 +129,23 @@ async fn session_output(
     }))
 }
 
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{session}/resize", request_body(content = Object, description = "{cols, rows}: each 1..=1000"),
+    responses((status = 204, description = "resized; the session's foreground job gets SIGWINCH"),
+              (status = 400, description = "size out of range"),
+              (status = 409, description = "the session has no terminal or has ended")))]
+async fn resize_session(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path((id, session)): Path<(String, String)>,
+    ApiJson(size): ApiJson<PtySize>,
+) -> ApiResult<StatusCode> {
+    let ctx = auth.ctx();
+    st.manager
+        .session_resize(&ctx, &sandbox_id(&id)?, session_name(&session)?, size)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}/sessions/{session}", responses((status = 204)))]
 async fn kill_session(
     State(st): State<AppState>,
@@ -147,4 +166,5 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(kill_session))
         .routes(routes!(session_input))
         .routes(routes!(session_output))
+        .routes(routes!(resize_session))
 }

@@ -16,7 +16,7 @@ use tracing::warn;
 
 use stasis_backend::{Backend, ExecChunk, Recovered, Usage};
 use stasis_core::{
-    Error, ErrorCode, ExecRequest, ExecResult, FileEntry, Result, SandboxId, SandboxState,
+    Error, ErrorCode, ExecRequest, ExecResult, FileEntry, PtySize, Result, SandboxId, SandboxState,
     SessionInfo, SessionOutput, SessionSpec,
 };
 use stasis_meta::SandboxRecord;
@@ -26,6 +26,9 @@ use crate::inflight::Permit;
 
 /// Longest wait of one session output read (`wait_ms`).
 pub const MAX_SESSION_WAIT: Duration = Duration::from_secs(60);
+
+/// Longest one read of an attached terminal holds the sandbox.
+pub const MAX_ATTACHED_WAIT: Duration = Duration::from_secs(1);
 
 /// The environment of one exec or session.
 type Env = BTreeMap<String, String>;
@@ -299,6 +302,9 @@ impl Manager {
     ) -> Result<SessionInfo> {
         stasis_core::exec::check_argv(&spec.argv)?;
         stasis_core::exec::check_env(&spec.env)?;
+        if let Some(size) = spec.pty {
+            stasis_core::exec::check_pty_size(size)?;
+        }
         let how = Call {
             permit: None,
             env: Some(std::mem::take(&mut spec.env)),
@@ -352,6 +358,48 @@ impl Manager {
         }
         self.with_running(ctx, id, |b| async move {
             b.session_read(id, session, offset, wait).await
+        })
+        .await
+    }
+
+    /// A read for an attached terminal: unlike [`Manager::session_read`] it
+    /// neither resumes the sandbox nor counts as activity (an idle attached
+    /// terminal must not keep it awake), and it holds the sandbox shared for
+    /// at most `wait` (at most [`MAX_ATTACHED_WAIT`]), so a pause is not held up.
+    /// `None`: the sandbox is no longer running (paused, stopped): the
+    /// attached client should detach and may reattach later.
+    pub async fn session_read_attached(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        session: &str,
+        offset: u64,
+        wait: Duration,
+    ) -> Result<Option<SessionOutput>> {
+        self.meta.get_for(&ctx.tenant, id).await?;
+        let _guard = self.slot(id).lock.clone().read_owned().await;
+        let rec = match self.meta.get_for(&ctx.tenant, id).await {
+            Ok(r) if r.state == SandboxState::Running => r,
+            Ok(_) => return Ok(None),
+            Err(e) if e.code == ErrorCode::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let b = self.backend(rec.backend)?;
+        let wait = wait.min(MAX_ATTACHED_WAIT);
+        b.session_read(id, session, offset, wait).await.map(Some)
+    }
+
+    /// Change a terminal session's size (counts as activity).
+    pub async fn session_resize(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        session: &str,
+        size: PtySize,
+    ) -> Result<()> {
+        stasis_core::exec::check_pty_size(size)?;
+        self.with_running(ctx, id, |b| async move {
+            b.session_resize(id, session, size).await
         })
         .await
     }

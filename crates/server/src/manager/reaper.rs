@@ -7,6 +7,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tracing::warn;
 
@@ -123,8 +124,12 @@ impl Manager {
             let Some(reap) = decide(now, &rec, last_active_ms) else {
                 continue;
             };
-            // Never under a request in flight.
-            let Ok(guard) = slot.lock.clone().try_write_owned() else {
+            // Never under a request in flight. Wait as long as one read of
+            // an attached terminal may hold the sandbox (such reads are not
+            // activity, and the lock queues the next one behind this).
+            let wait = super::guest::MAX_ATTACHED_WAIT + Duration::from_millis(500);
+            let Ok(guard) = tokio::time::timeout(wait, slot.lock.clone().write_owned()).await
+            else {
                 continue;
             };
             let rec = self.meta.get(&rec.id).await?;

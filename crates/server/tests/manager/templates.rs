@@ -299,6 +299,7 @@ async fn a_secret_in_memory_or_in_a_session_refuses_the_template() {
             argv: vec!["echo".into(), value.into()],
             env: Default::default(),
             cwd: None,
+            pty: None,
         },
     )
     .await
