@@ -1,0 +1,1 @@
+//! oci (in progress)
