@@ -293,10 +293,7 @@ fn write_layer_turns_overlay_whiteouts_into_oci_ones_and_round_trips() {
     if is_root {
         let c = CString::new(upper.join("etc/removed").as_os_str().as_bytes()).unwrap();
         // SAFETY: valid path; a 0/0 char device is overlayfs's whiteout.
-        assert_eq!(
-            unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, 0) },
-            0
-        );
+        assert_eq!(unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR, 0) }, 0);
         assert!(fs::symlink_metadata(upper.join("etc/removed"))
             .unwrap()
             .file_type()
