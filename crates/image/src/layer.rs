@@ -593,4 +593,4 @@ pub fn diff_id(layer: &Path) -> Result<Digest> {
 
 #[cfg(test)]
 #[path = "layer_tests.rs"]
-mod tests;
+pub(crate) mod tests;
