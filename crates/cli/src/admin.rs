@@ -19,6 +19,19 @@ pub enum AdminCmd {
     /// API tokens of a tenant.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Public images.
+    #[command(subcommand)]
+    Image(AdminImageCmd),
+}
+
+#[derive(Subcommand)]
+pub enum AdminImageCmd {
+    /// Register a host directory as a public image (used in place, read-only).
+    Register {
+        /// name[:tag].
+        name: String,
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -80,6 +93,9 @@ pub enum SecretCmd {
 /// `stasis admin`.
 pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
     match cmd {
+        AdminCmd::Image(AdminImageCmd::Register { name, dir }) => {
+            crate::image::register(c, name, dir, json).await?
+        }
         AdminCmd::Tenant(TenantCmd::Create { name, id }) => {
             let v = c
                 .post("/v1/admin/tenants", json!({"id": id, "name": name}))

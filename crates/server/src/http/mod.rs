@@ -16,6 +16,7 @@ pub mod error;
 pub mod exec;
 pub mod files;
 pub mod forward;
+pub mod images;
 pub mod limit;
 pub mod metrics;
 pub mod runs;
@@ -92,6 +93,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(audit::routes())
         .merge(tenants::routes())
         .merge(runs::routes())
+        .merge(images::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -198,6 +200,11 @@ mod tests {
             "get /v1/sandboxes/{id}/usage",
             "post /v1/sandboxes/{id}/snapshots",
             "post /v1/sandboxes/{id}/fork",
+            "get /v1/images",
+            "get /v1/images/{name}",
+            "delete /v1/images/{name}",
+            "post /v1/images/import",
+            "post /v1/admin/images",
             "get /v1/sandboxes/{id}/outputs",
             "get /v1/snapshots",
             "get /v1/snapshots/{id}",

@@ -33,6 +33,12 @@ impl Manager {
 
     async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
+        // Pin an image name to the id of the image this tenant may use.
+        if let (Some(image), Some(images)) = (manifest.image.clone(), self.images.get()) {
+            if let Some(id) = images.pin(&ctx.tenant, &image).await? {
+                manifest.image = Some(id);
+            }
+        }
         crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
