@@ -1,4 +1,5 @@
-//! Images: `image import FILE.tar [-t NAME]` (an OCI layout or `docker
+//! Images: `image build -f Dockerfile -t NAME[:TAG] [CONTEXT]` (the context
+//! uploaded as a tar, progress shown with indicatif), `image import FILE.tar [-t NAME]` (an OCI layout or `docker
 //! save` archive, uploaded with a progress bar), `image ls`, `image inspect
 //! NAME`, `image rm NAME`; and the operator's `admin image register NAME DIR`.
 
@@ -7,13 +8,30 @@ use std::path::PathBuf;
 use clap::Subcommand;
 use serde_json::{json, Value};
 
-use stasis_core::Result;
+use std::path::Path;
+
+use stasis_core::{Error, ErrorCode, Result};
 
 use crate::client::Client;
 use crate::output::print_value;
 
 #[derive(Subcommand)]
 pub enum ImageCmd {
+    /// Build an image from a Dockerfile and a local context directory.
+    Build {
+        /// The Dockerfile (default: CONTEXT/Dockerfile).
+        #[arg(short = 'f', long = "file")]
+        file: Option<PathBuf>,
+        /// name[:tag] of the image.
+        #[arg(short = 't', long = "tag")]
+        tag: String,
+        /// KEY=value for an ARG (repeatable).
+        #[arg(long = "build-arg")]
+        build_arg: Vec<String>,
+        /// The build context (default: the current directory).
+        #[arg(default_value = ".")]
+        context: PathBuf,
+    },
     /// Import an OCI image layout tar or a `docker save` tar.
     Import {
         file: PathBuf,
@@ -57,6 +75,12 @@ fn summary(v: &Value) -> String {
 
 pub async fn image(c: &Client, cmd: ImageCmd, json: bool) -> Result<()> {
     match cmd {
+        ImageCmd::Build {
+            file,
+            tag,
+            build_arg,
+            context,
+        } => build(c, file, tag, build_arg, context, json).await?,
         ImageCmd::Import { file, tag } => {
             let path = match &tag {
                 Some(t) => format!("/v1/images/import?name={}", enc(t)),
@@ -117,4 +141,128 @@ pub async fn register(c: &Client, name: String, dir: PathBuf, json: bool) -> Res
         )
     });
     Ok(())
+}
+
+/// The context directory as a tar, with the Dockerfile added at the name
+/// the daemon looks for. Symlinks are kept as symlinks.
+fn context_tar(context: &Path, dockerfile: &Path, out: &Path) -> Result<()> {
+    let io =
+        |e: std::io::Error| Error::invalid(format!("build context {}: {e}", context.display()));
+    if !context.is_dir() {
+        return Err(Error::invalid(format!(
+            "build context {} is not a directory",
+            context.display()
+        )));
+    }
+    let df = std::fs::read(dockerfile)
+        .map_err(|e| Error::invalid(format!("Dockerfile {}: {e}", dockerfile.display())))?;
+    let f = std::fs::File::create(out).map_err(io)?;
+    let mut b = tar::Builder::new(f);
+    b.follow_symlinks(false);
+    b.append_dir_all(".", context).map_err(io)?;
+    let mut h = tar::Header::new_gnu();
+    h.set_size(df.len() as u64);
+    h.set_mode(0o644);
+    h.set_cksum();
+    b.append_data(&mut h, ".stasis-dockerfile", &df[..])
+        .map_err(io)?;
+    b.into_inner().map_err(io)?;
+    Ok(())
+}
+
+async fn build(
+    c: &Client,
+    file: Option<PathBuf>,
+    tag: String,
+    build_arg: Vec<String>,
+    context: PathBuf,
+    json: bool,
+) -> Result<()> {
+    let dockerfile = file.unwrap_or_else(|| context.join("Dockerfile"));
+    let mut args = serde_json::Map::new();
+    for a in &build_arg {
+        let (k, v) = a
+            .split_once('=')
+            .ok_or_else(|| Error::invalid(format!("--build-arg {a:?}: expected KEY=value")))?;
+        args.insert(k.to_string(), Value::String(v.to_string()));
+    }
+    let tmp = tempfile_path();
+    context_tar(&context, &dockerfile, &tmp)?;
+    let mut path = format!("/v1/images/build?tag={}", enc(&tag));
+    if !args.is_empty() {
+        path += &format!("&build_args={}", enc(&Value::Object(args).to_string()));
+    }
+    let bar = if json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        let b = indicatif::ProgressBar::new_spinner();
+        b.set_draw_target(indicatif::ProgressDrawTarget::stderr());
+        b.enable_steady_tick(std::time::Duration::from_millis(120));
+        b
+    };
+    let mut last: Option<Value> = None;
+    let r = c
+        .post_file_lines(&path, &tmp, |v| {
+            match v["event"].as_str() {
+                Some("step") => bar.set_message(format!(
+                    "[{}/{}] {}",
+                    v["index"],
+                    v["total"],
+                    v["text"].as_str().unwrap_or("")
+                )),
+                Some("cached") => bar.println(format!("[{}] cached", v["index"])),
+                Some("output") => bar.println(v["text"].as_str().unwrap_or("").trim_end()),
+                Some("step_done") => bar.println(format!(
+                    "[{}] done in {:.2} s",
+                    v["index"],
+                    v["seconds"].as_f64().unwrap_or(0.0)
+                )),
+                _ => {}
+            }
+            if json {
+                println!("{v}");
+            }
+            last = Some(v);
+        })
+        .await;
+    let _ = std::fs::remove_file(&tmp);
+    bar.finish_and_clear();
+    r?;
+    match last {
+        Some(v) if v["event"] == "done" => {
+            if !json {
+                println!(
+                    "built {}:{}  {}  {} steps ({} cached), {} layers, rootfs {} bytes, {:.2} s",
+                    v["name"].as_str().unwrap_or("?"),
+                    v["tag"].as_str().unwrap_or("?"),
+                    v["image"].as_str().unwrap_or("?"),
+                    v["steps"],
+                    v["cache_hits"],
+                    v["layers"],
+                    v["rootfs_bytes"],
+                    v["seconds"].as_f64().unwrap_or(0.0)
+                );
+            }
+            Ok(())
+        }
+        Some(v) if v["event"] == "error" => {
+            let code = serde_json::from_value(v["code"].clone()).unwrap_or(ErrorCode::Internal);
+            Err(Error::new(
+                code,
+                v["message"].as_str().unwrap_or("build failed").to_string(),
+            ))
+        }
+        _ => Err(Error::internal("the build stream ended without a result")),
+    }
+}
+
+fn tempfile_path() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "stasis-context-{}-{}.tar",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+    ))
 }

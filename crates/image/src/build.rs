@@ -503,18 +503,23 @@ fn execute(
                 Command::Shell(s) => vec!["/bin/sh".into(), "-c".into(), s.clone()],
                 Command::Exec(v) => v.clone(),
             };
-            let out = runner.run(&RunStep {
-                root: &root,
-                upper: &upper,
-                argv,
-                env,
-                workdir: if state.config.working_dir.is_empty() {
-                    "/".into()
-                } else {
-                    state.config.working_dir.clone()
-                },
-                user: state.config.user.clone(),
-            })?;
+            let out = runner
+                .run(&RunStep {
+                    root: &root,
+                    upper: &upper,
+                    argv,
+                    env,
+                    workdir: if state.config.working_dir.is_empty() {
+                        "/".into()
+                    } else {
+                        state.config.working_dir.clone()
+                    },
+                    user: state.config.user.clone(),
+                })
+                .map_err(|e| Error {
+                    code: e.code,
+                    ..step_err(step, e.message)
+                })?;
             if !out.output.is_empty() {
                 progress(BuildEvent::Output {
                     index,

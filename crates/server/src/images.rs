@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use stasis_core::{Error, ErrorCode, Result, TenantId};
+use stasis_image::build::{BuildEvent, BuildRequest, RunOutcome, RunStep, StepRunner};
 use stasis_image::layer::ApplyOptions;
 use stasis_image::store::{ImageName, ImageRecord, ImageStore, Owner, Reference};
 use utoipa::ToSchema;
@@ -163,14 +164,19 @@ impl Images {
         })
     }
 
-    /// The image id a manifest's `image` means for this tenant: `Some(id)`
-    /// for an image in the store; `None` for a bare name the store does not
-    /// hold (an operator directory under the images dir, looked up by the
-    /// backend as before). A tag or digest the tenant cannot see is not found.
-    pub async fn pin(&self, tenant: &TenantId, image: &str) -> Result<Option<String>> {
+    /// The image a manifest's `image` means for this tenant: `Some((id,
+    /// config))` for an image in the store; `None` for a bare name the store
+    /// does not hold (an operator directory under the images dir, looked up
+    /// by the backend as before). A tag or digest the tenant cannot see is
+    /// not found.
+    pub async fn pin(
+        &self,
+        tenant: &TenantId,
+        image: &str,
+    ) -> Result<Option<(String, stasis_image::store::ImageConfig)>> {
         let (s, o, r) = (self.store.clone(), owner(tenant), image.to_string());
         match blocking(move || s.resolve(&o, &r)).await {
-            Ok(img) => Ok(Some(img.record.id.to_string())),
+            Ok(img) => Ok(Some((img.record.id.to_string(), img.record.config))),
             Err(e) if e.code == ErrorCode::NotFound && !image.contains(':') => Ok(None),
             Err(e) if e.code == ErrorCode::NotFound => Err(Error::new(
                 ErrorCode::InvalidManifest,
@@ -179,6 +185,73 @@ impl Images {
             .with_field("image")),
             Err(e) => Err(e),
         }
+    }
+}
+
+/// RUN needs a build sandbox, which this daemon does not provide yet: the
+/// step is refused with a clear error (and the steps before it stay cached).
+struct NoBuildSandbox;
+
+impl StepRunner for NoBuildSandbox {
+    fn run(&self, _: &RunStep<'_>) -> Result<RunOutcome> {
+        Err(Error::unsupported(
+            "RUN steps need a build sandbox, which this daemon does not provide yet; use \
+             COPY/ADD/ENV/WORKDIR/USER/ARG/ENTRYPOINT/CMD, or import an image built elsewhere",
+        ))
+    }
+}
+
+/// The Dockerfile's name inside an uploaded build context.
+pub const CONTEXT_DOCKERFILE: &str = ".stasis-dockerfile";
+
+impl Images {
+    /// Build `reference` for the tenant from an uploaded context tar (with
+    /// the Dockerfile at [`CONTEXT_DOCKERFILE`], else `Dockerfile`), sending
+    /// progress to `tx`. The context is unpacked with the layer rules (no
+    /// escapes, devices or setuid files).
+    pub async fn build(
+        &self,
+        tenant: &TenantId,
+        context_tar: PathBuf,
+        reference: String,
+        build_args: std::collections::HashMap<String, String>,
+        tx: tokio::sync::mpsc::Sender<BuildEvent>,
+    ) -> Result<ImageInfo> {
+        let (s, o) = (self.store.clone(), owner(tenant));
+        let id = blocking(move || {
+            let dir = s.temp_dir("context")?;
+            let r = (|| {
+                let opts = ApplyOptions {
+                    max_bytes: 4 << 30,
+                    allow_setid: false,
+                };
+                stasis_image::layer::apply_file(&context_tar, &dir, &opts)
+                    .map_err(|e| e.context("build context"))?;
+                let df = [CONTEXT_DOCKERFILE, "Dockerfile"]
+                    .iter()
+                    .find_map(|n| std::fs::read_to_string(dir.join(n)).ok())
+                    .ok_or_else(|| {
+                        Error::invalid("the build context holds no Dockerfile")
+                            .with_field("dockerfile")
+                    })?;
+                let _ = std::fs::remove_file(dir.join(CONTEXT_DOCKERFILE));
+                let req = BuildRequest {
+                    owner: o,
+                    reference: &reference,
+                    dockerfile: &df,
+                    context: &dir,
+                    build_args,
+                    opts: ApplyOptions::default(),
+                };
+                stasis_image::build::build(&s, &req, &NoBuildSandbox, &mut |ev| {
+                    let _ = tx.blocking_send(ev);
+                })
+            })();
+            let _ = std::fs::remove_dir_all(&dir);
+            Ok(r?.image.record.id)
+        })
+        .await?;
+        self.inspect(tenant, id.as_str()).await
     }
 }
 
@@ -200,13 +273,10 @@ mod tests {
         assert_eq!(e.owner, "public");
         let a = tenant("t-a");
         let pinned = images.pin(&a, "base:1").await.unwrap().unwrap();
-        assert_eq!(pinned, e.id);
-        assert_eq!(
-            images.pin(&a, &e.id).await.unwrap().as_deref(),
-            Some(e.id.as_str())
-        );
+        assert_eq!(pinned.0, e.id);
+        assert_eq!(images.pin(&a, &e.id).await.unwrap().unwrap().0, e.id);
         // A bare unknown name is left to the operator's images directory.
-        assert_eq!(images.pin(&a, "default").await.unwrap(), None);
+        assert!(images.pin(&a, "default").await.unwrap().is_none());
         let err = images.pin(&a, "nosuch:1").await.unwrap_err();
         assert_eq!(err.code, ErrorCode::InvalidManifest);
         assert_eq!(images.list(&a).await.unwrap().len(), 1);

@@ -1,6 +1,7 @@
 //! The image resource: list, inspect, delete and import (an OCI layout or
 //! `docker save` tar as the request body) a tenant's images; the operator
-//! registers a host directory as a public image.
+//! registers a host directory as a public image. `build` takes a context
+//! tar and streams the build's progress as JSON lines.
 
 use std::path::PathBuf;
 
@@ -117,6 +118,88 @@ async fn save_body(body: Body, path: &std::path::Path) -> stasis_core::Result<()
     Ok(())
 }
 
+#[derive(Deserialize, IntoParams)]
+pub struct BuildQuery {
+    /// name[:tag] of the image to build.
+    pub tag: String,
+    /// Build arguments as a JSON object of strings (`{"VERSION":"2"}`).
+    #[serde(default)]
+    pub build_args: Option<String>,
+}
+
+/// Build an image from a Dockerfile. The body is the build context as a tar
+/// (the Dockerfile at `.stasis-dockerfile`, else `Dockerfile`); the answer
+/// streams progress as JSON lines (`step`, `cached`, `output`, `step_done`),
+/// ending with `done` (with the image id) or `error` (code and message).
+#[utoipa::path(post, path = "/v1/images/build", params(BuildQuery), request_body(content = Vec<u8>, content_type = "application/x-tar"),
+    responses((status = 200, content_type = "application/x-ndjson", description = "progress events, then done or error"), (status = 400, body = ErrorBody)))]
+async fn build_image(
+    State(st): State<AppState>,
+    auth: Authed,
+    Query(q): Query<BuildQuery>,
+    body: Body,
+) -> ApiResult<axum::response::Response> {
+    let ctx = auth.ctx();
+    stasis_image::store::Reference::parse(&q.tag).map_err(|e| e.with_field("tag"))?;
+    let args: std::collections::HashMap<String, String> = match &q.build_args {
+        Some(s) => serde_json::from_str(s).map_err(|e| {
+            Error::invalid(format!("build_args: a JSON object of strings: {e}"))
+                .with_field("build_args")
+        })?,
+        None => Default::default(),
+    };
+    let images = st.manager.images()?.clone();
+    let path = images.upload_path("context")?;
+    if let Err(e) = save_body(body, &path).await {
+        if let Some(dir) = path.parent() {
+            let _ = tokio::fs::remove_dir_all(dir).await;
+        }
+        return Err(e.into());
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let (line_tx, line_rx) =
+        tokio::sync::mpsc::channel::<std::result::Result<String, std::io::Error>>(64);
+    let tag = q.tag.clone();
+    tokio::spawn(async move {
+        let fwd = line_tx.clone();
+        let forward = tokio::spawn(async move {
+            while let Some(ev) = rx.recv().await {
+                let line = serde_json::to_string(&ev).unwrap_or_default() + "\n";
+                if fwd.send(Ok(line)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let r = images
+            .build(&ctx.tenant, path.clone(), tag.clone(), args, tx)
+            .await;
+        let _ = forward.await;
+        if let Some(dir) = path.parent() {
+            let _ = tokio::fs::remove_dir_all(dir).await;
+        }
+        let (detail, last) = match &r {
+            Ok(i) => (json!({"id": i.id}), None),
+            Err(e) => (
+                json!({"refused": e.message, "code": e.code}),
+                Some(
+                    json!({"event": "error", "code": e.code, "message": e.message, "field": e.field}),
+                ),
+            ),
+        };
+        st.manager
+            .audit_image(&ctx, "image.build", &tag, detail)
+            .await;
+        if let Some(l) = last {
+            let _ = line_tx.send(Ok(l.to_string() + "\n")).await;
+        }
+    });
+    let stream = tokio_stream::wrappers::ReceiverStream::new(line_rx);
+    Ok(axum::response::Response::builder()
+        .header("content-type", "application/x-ndjson")
+        .body(Body::from_stream(stream))
+        .map_err(|e| Error::internal(format!("response: {e}")))?)
+}
+
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterBody {
@@ -146,6 +229,7 @@ async fn register_image(
 pub fn routes() -> OpenApiRouter<AppState> {
     let import = OpenApiRouter::new()
         .routes(routes!(import_image))
+        .routes(routes!(build_image))
         .layer(DefaultBodyLimit::disable());
     OpenApiRouter::new()
         .routes(routes!(list_images))

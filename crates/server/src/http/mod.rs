@@ -204,6 +204,7 @@ mod tests {
             "get /v1/images/{name}",
             "delete /v1/images/{name}",
             "post /v1/images/import",
+            "post /v1/images/build",
             "post /v1/admin/images",
             "get /v1/sandboxes/{id}/outputs",
             "get /v1/snapshots",

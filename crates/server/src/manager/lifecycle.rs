@@ -35,8 +35,22 @@ impl Manager {
         manifest.validate()?;
         // Pin an image name to the id of the image this tenant may use.
         if let (Some(image), Some(images)) = (manifest.image.clone(), self.images.get()) {
-            if let Some(id) = images.pin(&ctx.tenant, &image).await? {
+            if let Some((id, config)) = images.pin(&ctx.tenant, &image).await? {
                 manifest.image = Some(id);
+                // The image's ENV and WORKDIR are defaults the manifest overrides.
+                for kv in &config.env {
+                    if let Some((k, v)) = kv.split_once('=') {
+                        manifest
+                            .env
+                            .entry(k.to_string())
+                            .or_insert_with(|| v.to_string());
+                    }
+                }
+                if !config.working_dir.is_empty() && manifest.workdir == Manifest::default().workdir
+                {
+                    manifest.workdir = config.working_dir.clone();
+                }
+                manifest.validate()?;
             }
         }
         crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
