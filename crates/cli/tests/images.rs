@@ -45,7 +45,7 @@ fn l<'a>(name: &'a str, target: &'a str) -> E<'a> {
 fn layers() -> Vec<Vec<u8>> {
     let bb = std::fs::read("/usr/bin/busybox").expect("busybox (static) on the host");
     let mut l1 = vec![f("bin/busybox", &bb, 0o755)];
-    for a in ["sh", "cat", "ls", "echo", "test", "id", "pwd"] {
+    for a in ["sh", "cat", "ls", "echo", "test", "id", "pwd", "rm"] {
         l1.push(l(Box::leak(format!("bin/{a}").into_boxed_str()), "busybox"));
     }
     l1.push(f("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644));
@@ -302,10 +302,12 @@ async fn the_operator_registers_a_directory_as_a_public_image() {
     }
 }
 
-/// `stasis image build` (COPY, ENV, WORKDIR, USER, ARG, CMD) from a local
-/// context on top of an imported image, run on the process backend; an
-/// unchanged rebuild is all cache hits, a changed file rebuilds from its
-/// COPY; bad Dockerfiles and RUN (no build sandbox yet) fail with the line.
+/// `stasis image build` (COPY, ENV, WORKDIR, RUN, USER, ARG, CMD) from a
+/// local context on top of an imported image, run on the process backend.
+/// RUN runs in a build sandbox and its file changes (a deletion included)
+/// become a layer. An unchanged rebuild is all cache hits, a changed file
+/// rebuilds from its COPY; bad Dockerfiles and a failing RUN fail with the
+/// line (and the RUN's exit code).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn build_from_a_dockerfile_and_run_it() {
     let d = Daemon::start(&[]).await;
@@ -326,7 +328,9 @@ async fn build_from_a_dockerfile_and_run_it() {
     std::fs::write(
         &df,
         "# the test image\nFROM mini:1\nARG FLAVOUR=plain\nENV GREETING=hello \\\n    FLAVOUR=$FLAVOUR\n\
-         WORKDIR /app\nCOPY src/ ./\nCOPY notes.txt /docs/\nUSER 1000\nCMD [\"/bin/sh\"]\n",
+         WORKDIR /app\nCOPY src/ ./\nCOPY notes.txt /docs/\n\
+         RUN echo \"built by $GREETING in $(pwd)\" > run.txt && rm /etc/motd\n\
+         USER 1000\nCMD [\"/bin/sh\"]\n",
     )
     .unwrap();
     let c = ctx.path().display().to_string();
@@ -356,10 +360,14 @@ async fn build_from_a_dockerfile_and_run_it() {
     let out = http
         .sh(
             &sb,
-            "cat /app/app.txt /docs/notes.txt; echo $GREETING $FLAVOUR; pwd",
+            "cat /app/app.txt /docs/notes.txt /app/run.txt; echo $GREETING $FLAVOUR; pwd; \
+             test -e /etc/motd || echo motd-removed-by-run",
         )
         .await;
-    assert_eq!(out, "app v1\nnotes\nhello mint\n/app\n");
+    assert_eq!(
+        out,
+        "app v1\nnotes\nbuilt by hello in /app\nhello mint\n/app\nmotd-removed-by-run\n"
+    );
     let info = http.ok("GET", "/v1/images/app:1", None).await;
     assert_eq!(info["record"]["config"]["user"], "1000");
     assert_eq!(info["record"]["config"]["cmd"], json!(["/bin/sh"]));
@@ -368,7 +376,7 @@ async fn build_from_a_dockerfile_and_run_it() {
     // Unchanged: every step after FROM is a hit.
     let (o, ev) = build(&["--build-arg", "FLAVOUR=mint"]);
     assert!(o.status.success(), "{o:?}");
-    assert_eq!(ev.last().unwrap()["cache_hits"], 7, "{:?}", ev.last());
+    assert_eq!(ev.last().unwrap()["cache_hits"], 8, "{:?}", ev.last());
     // One changed file: hits up to its COPY, then rebuilt.
     std::fs::write(ctx.path().join("src/app.txt"), "app v2\n").unwrap();
     let (o, ev) = build(&["--build-arg", "FLAVOUR=mint"]);
@@ -385,7 +393,10 @@ async fn build_from_a_dockerfile_and_run_it() {
             "leaves the build context",
         ),
         ("FROM nosuch:1\n", "not found"),
-        ("FROM mini:1\nENV A=1\nRUN echo hi\n", "line 3: RUN"),
+        (
+            "FROM mini:1\nENV A=1\nRUN echo failing-step; exit 7\n",
+            "line 3: RUN: exited with code 7",
+        ),
     ] {
         std::fs::write(&df, text).unwrap();
         let o = d.cli(&["image", "build", "-t", "bad:1", &c]);

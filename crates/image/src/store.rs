@@ -330,6 +330,16 @@ impl ImageStore {
         self.image(&id)
     }
 
+    /// Remove an image's directory at once (a build step's temporary image,
+    /// which no name points at any more).
+    pub fn discard(&self, id: &Digest) -> Result<()> {
+        let dir = self.root.join("images").join(id.hex());
+        if dir.is_dir() {
+            fs::remove_dir_all(dir)?;
+        }
+        Ok(())
+    }
+
     /// An image by id, without a visibility check: for a backend given an
     /// id the daemon already checked the tenant may use.
     pub fn by_id(&self, id: &Digest) -> Result<Image> {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use stasis_core::{Error, ErrorCode, Result, TenantId};
-use stasis_image::build::{BuildEvent, BuildRequest, RunOutcome, RunStep, StepRunner};
+use stasis_image::build::{BuildEvent, BuildRequest, StepRunner};
 use stasis_image::layer::ApplyOptions;
 use stasis_image::store::{ImageName, ImageRecord, ImageStore, Owner, Reference};
 use utoipa::ToSchema;
@@ -74,6 +74,10 @@ impl Images {
         self.store.root()
     }
 
+    pub fn store(&self) -> &Arc<ImageStore> {
+        &self.store
+    }
+
     /// A path under the store's tmp dir for an upload.
     pub fn upload_path(&self, what: &str) -> Result<PathBuf> {
         Ok(self.store.temp_dir(what)?.join("upload"))
@@ -82,7 +86,11 @@ impl Images {
     pub async fn list(&self, tenant: &TenantId) -> Result<Vec<ImageEntry>> {
         let (s, o) = (self.store.clone(), owner(tenant));
         let v = blocking(move || s.list(&o)).await?;
-        Ok(v.into_iter().map(ImageEntry::from).collect())
+        // Build steps' temporary names are not the tenant's images.
+        Ok(v.into_iter()
+            .filter(|n| !n.name.starts_with("_build-"))
+            .map(ImageEntry::from)
+            .collect())
     }
 
     pub async fn inspect(&self, tenant: &TenantId, reference: &str) -> Result<ImageInfo> {
@@ -188,19 +196,6 @@ impl Images {
     }
 }
 
-/// RUN needs a build sandbox, which this daemon does not provide yet: the
-/// step is refused with a clear error (and the steps before it stay cached).
-struct NoBuildSandbox;
-
-impl StepRunner for NoBuildSandbox {
-    fn run(&self, _: &RunStep<'_>) -> Result<RunOutcome> {
-        Err(Error::unsupported(
-            "RUN steps need a build sandbox, which this daemon does not provide yet; use \
-             COPY/ADD/ENV/WORKDIR/USER/ARG/ENTRYPOINT/CMD, or import an image built elsewhere",
-        ))
-    }
-}
-
 /// The Dockerfile's name inside an uploaded build context.
 pub const CONTEXT_DOCKERFILE: &str = ".stasis-dockerfile";
 
@@ -215,6 +210,7 @@ impl Images {
         context_tar: PathBuf,
         reference: String,
         build_args: std::collections::HashMap<String, String>,
+        runner: Arc<dyn StepRunner>,
         tx: tokio::sync::mpsc::Sender<BuildEvent>,
     ) -> Result<ImageInfo> {
         let (s, o) = (self.store.clone(), owner(tenant));
@@ -243,7 +239,7 @@ impl Images {
                     build_args,
                     opts: ApplyOptions::default(),
                 };
-                stasis_image::build::build(&s, &req, &NoBuildSandbox, &mut |ev| {
+                stasis_image::build::build(&s, &req, runner.as_ref(), &mut |ev| {
                     let _ = tx.blocking_send(ev);
                 })
             })();

@@ -11,6 +11,7 @@ pub mod auth;
 pub mod cluster;
 pub mod daemon;
 pub mod http;
+pub mod image_runner;
 pub mod images;
 pub mod inflight;
 pub mod manager;

@@ -170,8 +170,14 @@ async fn build_image(
                 }
             }
         });
+        let runner = std::sync::Arc::new(crate::image_runner::SandboxRunner {
+            manager: st.manager.clone(),
+            ctx: ctx.clone(),
+            store: images.store().clone(),
+            handle: tokio::runtime::Handle::current(),
+        });
         let r = images
-            .build(&ctx.tenant, path.clone(), tag.clone(), args, tx)
+            .build(&ctx.tenant, path.clone(), tag.clone(), args, runner, tx)
             .await;
         let _ = forward.await;
         if let Some(dir) = path.parent() {
