@@ -32,6 +32,8 @@ pub enum AdminImageCmd {
         name: String,
         dir: std::path::PathBuf,
     },
+    /// Remove images no name, live sandbox or snapshot uses, then unneeded layers.
+    Gc,
 }
 
 #[derive(Subcommand)]
@@ -95,6 +97,15 @@ pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
     match cmd {
         AdminCmd::Image(AdminImageCmd::Register { name, dir }) => {
             crate::image::register(c, name, dir, json).await?
+        }
+        AdminCmd::Image(AdminImageCmd::Gc) => {
+            let v = c.post("/v1/admin/images/gc", json!({})).await?;
+            print_value(json, &v, |v| {
+                format!(
+                    "removed {} images, {} layers, {} bytes",
+                    v["images_removed"], v["layers_removed"], v["bytes_freed"]
+                )
+            });
         }
         AdminCmd::Tenant(TenantCmd::Create { name, id }) => {
             let v = c

@@ -411,3 +411,38 @@ async fn build_from_a_dockerfile_and_run_it() {
         http.ok("DELETE", &format!("/v1/sandboxes/{s}"), None).await;
     }
 }
+
+/// GC never removes an image a live sandbox was created from; once the
+/// sandbox and the name are gone, the image and its layers go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gc_spares_images_in_use() {
+    let d = Daemon::start(&[]).await;
+    let http = d.http();
+    let admin = d.http_as(Some(&d.admin_token()));
+    let r = http
+        .raw(
+            "POST",
+            "/v1/images/import?name=mini:1",
+            oci_archive(&layers()),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    let sb = http.create(manifest("mini:1")).await;
+    http.ok("DELETE", "/v1/images/mini:1", None).await;
+    assert_eq!(
+        http.call("POST", "/v1/admin/images/gc", None).await.status,
+        403
+    );
+    let g = admin.ok("POST", "/v1/admin/images/gc", None).await;
+    assert_eq!(g["images_removed"], 0, "{g}");
+    assert_eq!(g["layers_removed"], 0, "{g}");
+    assert_eq!(http.sh(&sb, "cat /etc/motd").await, "from layer two\n");
+    http.ok("DELETE", &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+    let g = admin.ok("POST", "/v1/admin/images/gc", None).await;
+    assert_eq!(g["images_removed"], 1, "{g}");
+    assert_eq!(g["layers_removed"], 2, "{g}");
+    let store = d.dir.join("images-store");
+    assert_eq!(std::fs::read_dir(store.join("images")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(store.join("layers")).unwrap().count(), 0);
+}

@@ -196,6 +196,34 @@ impl Images {
     }
 }
 
+impl Images {
+    /// Garbage-collect the store: images no name points at and no live
+    /// sandbox or stored snapshot (of any tenant) was created from, then
+    /// the layers no remaining image needs.
+    pub async fn gc(&self, manager: &crate::Manager) -> Result<stasis_image::store::GcReport> {
+        let mut in_use = std::collections::HashSet::new();
+        let mut note = |m: &stasis_core::Manifest| {
+            if let Some(d) = m
+                .image
+                .as_deref()
+                .and_then(|i| stasis_image::Digest::parse(i).ok())
+            {
+                in_use.insert(d);
+            }
+        };
+        for rec in manager.meta().list_live().await? {
+            note(&rec.manifest);
+        }
+        for t in manager.meta().list_tenants().await? {
+            for s in manager.snapshots().list(&t.id).await? {
+                note(&s.manifest);
+            }
+        }
+        let s = self.store.clone();
+        blocking(move || s.gc(&in_use)).await
+    }
+}
+
 /// The Dockerfile's name inside an uploaded build context.
 pub const CONTEXT_DOCKERFILE: &str = ".stasis-dockerfile";
 

@@ -206,6 +206,16 @@ async fn build_image(
         .map_err(|e| Error::internal(format!("response: {e}")))?)
 }
 
+/// Garbage-collect images: only images no name points at and no live
+/// sandbox or stored snapshot uses go, then unneeded layers.
+#[utoipa::path(post, path = "/v1/admin/images/gc", responses((status = 200, description = "images and layers removed, bytes freed"), (status = 403, body = ErrorBody)))]
+async fn gc_images(
+    State(st): State<AppState>,
+    _admin: AdminAuthed,
+) -> ApiResult<axum::Json<stasis_image::store::GcReport>> {
+    Ok(axum::Json(st.manager.images()?.gc(&st.manager).await?))
+}
+
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterBody {
@@ -241,5 +251,6 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(list_images))
         .routes(routes!(inspect_image, delete_image))
         .routes(routes!(register_image))
+        .routes(routes!(gc_images))
         .merge(import)
 }

@@ -206,6 +206,7 @@ mod tests {
             "post /v1/images/import",
             "post /v1/images/build",
             "post /v1/admin/images",
+            "post /v1/admin/images/gc",
             "get /v1/sandboxes/{id}/outputs",
             "get /v1/snapshots",
             "get /v1/snapshots/{id}",
