@@ -6,12 +6,14 @@
 //! - [`store`]: images by name[:tag] and digest, per tenant or public, with
 //!   content-addressed layers stored once and a GC that spares what is in use.
 //! - [`dockerfile`]: the supported Dockerfile subset, parsed with line numbers.
+//! - [`guest`]: a microVM guest image (qcow2 root disk) made from an image.
 //! - [`build`]: executes a parsed Dockerfile with a per-step cache; `RUN`
 //!   steps go to a [`build::StepRunner`] the daemon implements.
 
 pub mod build;
 pub mod digest;
 pub mod dockerfile;
+pub mod guest;
 pub mod layer;
 pub mod oci;
 pub mod store;
