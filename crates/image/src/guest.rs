@@ -3,7 +3,10 @@
 //! qcow2`) beside the default guest image's kernel and initrd (the stasis
 //! agent lives in the initrd, whose `/init` only needs `/bin/sh` on the
 //! root disk before it switches root). Built once per image into
-//! `images/<id>/guest/` (staged, then renamed) and reused.
+//! `images/<id>/guest/` (staged, then renamed) and reused. The root
+//! filesystem is made with room to spare (twice the image plus 128 MiB, at
+//! least 1 GiB, sparse) since the image need not carry `resize2fs` to grow
+//! it in the guest.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -59,13 +62,14 @@ pub fn ensure_guest(image: &Image, default_guest: &Path) -> Result<PathBuf> {
 }
 
 fn build_into(image: &Image, default_guest: &Path, staging: &Path) -> Result<()> {
-    let mb = (image
+    // Not grown later (the image need not have resize2fs): room to spare,
+    // at least 1 GiB, sparse on disk.
+    let used = image
         .record
         .rootfs_bytes
         .max(crate::store::tree_bytes(&image.rootfs))
-        >> 20)
-        * 2
-        + 128;
+        >> 20;
+    let mb = (used * 2 + 128).max(1024);
     let raw = staging.join("rootfs.raw");
     run(
         Command::new("mkfs.ext4")

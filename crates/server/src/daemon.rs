@@ -169,11 +169,13 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     }
     pcfg.images_dir = Some(cfg.images_dir.clone());
     let image_store = data_dir.join("images-store");
-    let images = crate::images::Images::open(&image_store)?;
+    let images =
+        crate::images::Images::open_with_guest(&image_store, Some(cfg.images_dir.join("default")))?;
     pcfg.image_store = Some(image_store);
     let process = Arc::new(ProcessBackend::new(pcfg));
 
     let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());
+    mcfg.image_store = Some(data_dir.join("images-store"));
     mcfg.accel = cfg.accel;
     mcfg.base_dir = Some(data_dir.join("sandboxes"));
     mcfg.mount_roots = crate::mounts::allowed_roots(&cfg.allow_mounts)?;

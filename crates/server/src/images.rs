@@ -48,6 +48,8 @@ impl From<ImageName> for ImageEntry {
 
 pub struct Images {
     store: Arc<ImageStore>,
+    /// The microVM guest image whose kernel and initrd serve every image.
+    default_guest: Option<PathBuf>,
     /// Limits for layers from tenants (setuid/setgid refused).
     tenant_opts: ApplyOptions,
 }
@@ -64,8 +66,15 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 impl Images {
     pub fn open(root: &Path) -> Result<Arc<Images>> {
+        Images::open_with_guest(root, None)
+    }
+
+    /// With the default microVM guest image (`<images>/default`), so images
+    /// also run on the microVM backend.
+    pub fn open_with_guest(root: &Path, default_guest: Option<PathBuf>) -> Result<Arc<Images>> {
         Ok(Arc::new(Images {
             store: Arc::new(ImageStore::open(root)?),
+            default_guest,
             tenant_opts: ApplyOptions::default(),
         }))
     }
@@ -81,6 +90,22 @@ impl Images {
     /// A path under the store's tmp dir for an upload.
     pub fn upload_path(&self, what: &str) -> Result<PathBuf> {
         Ok(self.store.temp_dir(what)?.join("upload"))
+    }
+
+    /// Make sure the image `id` has its microVM guest image (built once).
+    pub async fn ensure_guest(&self, id: &str) -> Result<()> {
+        let Some(default_guest) = self.default_guest.clone() else {
+            return Err(Error::unsupported(
+                "this daemon has no default microVM guest image to run images with",
+            ));
+        };
+        let id = stasis_image::Digest::parse(id)?;
+        let s = self.store.clone();
+        blocking(move || {
+            let img = s.by_id(&id)?;
+            stasis_image::guest::ensure_guest(&img, &default_guest).map(|_| ())
+        })
+        .await
     }
 
     pub async fn list(&self, tenant: &TenantId) -> Result<Vec<ImageEntry>> {

@@ -56,6 +56,13 @@ impl Manager {
         crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
+        if let (stasis_core::BackendKind::Microvm, Some(image), Some(images)) =
+            (kind, manifest.image.as_deref(), self.images.get())
+        {
+            if image.starts_with("sha256:") {
+                images.ensure_guest(image).await?;
+            }
+        }
         let timer = self.metrics.op(Op::Create, kind);
         let backend = self.backend(kind)?.clone();
         let caps = backend.capabilities();
