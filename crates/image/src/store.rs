@@ -330,6 +330,32 @@ impl ImageStore {
         self.image(&id)
     }
 
+    /// At daemon start, before any build or import runs: drop what a crash
+    /// left in `tmp/` and the names of build steps' temporary images
+    /// (`_build-*`), so their content goes at the next GC.
+    pub fn clean_stale(&self) -> Result<u64> {
+        let mut n = 0;
+        for e in fs::read_dir(self.root.join("tmp"))? {
+            let p = e?.path();
+            let _ = if p.is_dir() {
+                fs::remove_dir_all(&p)
+            } else {
+                fs::remove_file(&p)
+            };
+            n += 1;
+        }
+        for owner in fs::read_dir(self.root.join("refs"))? {
+            for name in fs::read_dir(owner?.path())? {
+                let name = name?;
+                if name.file_name().to_string_lossy().starts_with("_build-") {
+                    fs::remove_dir_all(name.path())?;
+                    n += 1;
+                }
+            }
+        }
+        Ok(n)
+    }
+
     /// Remove an image's directory at once (a build step's temporary image,
     /// which no name points at any more).
     pub fn discard(&self, id: &Digest) -> Result<()> {

@@ -228,3 +228,44 @@ fn a_registered_directory_is_used_in_place() {
     assert!(child.rootfs.join("bin").is_dir() && child.rootfs.join("app").is_file());
     assert!(!host.join("app").exists());
 }
+
+#[test]
+fn clean_stale_drops_crash_leftovers_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ImageStore::open(tmp.path()).unwrap();
+    let l = layer(&s, &[file("x", b"1")]);
+    let opts = ApplyOptions::default();
+    s.commit(
+        &t("a"),
+        "keep",
+        "1",
+        None,
+        vec![l.clone()],
+        ImageConfig::default(),
+        vec![],
+        &opts,
+    )
+    .unwrap();
+    s.commit(
+        &t("a"),
+        "_build-123",
+        "run",
+        None,
+        vec![l],
+        ImageConfig::default(),
+        vec![],
+        &opts,
+    )
+    .unwrap();
+    fs::create_dir_all(s.temp_dir("build").unwrap().join("root")).unwrap();
+    let leftovers = fs::read_dir(tmp.path().join("tmp")).unwrap().count() as u64;
+    assert!(leftovers >= 1);
+    assert_eq!(
+        s.clean_stale().unwrap(),
+        leftovers + 1,
+        "tmp entries and one _build- name"
+    );
+    assert_eq!(fs::read_dir(tmp.path().join("tmp")).unwrap().count(), 0);
+    assert!(s.resolve(&t("a"), "keep:1").is_ok());
+    assert!(s.resolve(&t("a"), "_build-123:run").is_err());
+}

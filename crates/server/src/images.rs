@@ -72,8 +72,11 @@ impl Images {
     /// With the default microVM guest image (`<images>/default`), so images
     /// also run on the microVM backend.
     pub fn open_with_guest(root: &Path, default_guest: Option<PathBuf>) -> Result<Arc<Images>> {
+        let store = ImageStore::open(root)?;
+        // Nothing builds yet: what is in tmp/ was left by a crash.
+        store.clean_stale()?;
         Ok(Arc::new(Images {
-            store: Arc::new(ImageStore::open(root)?),
+            store: Arc::new(store),
             default_guest,
             tenant_opts: ApplyOptions::default(),
         }))
