@@ -43,6 +43,9 @@ pub struct MicrovmConfig {
     pub qemu_img: PathBuf,
     /// Images: `<images_dir>/<name>/{vmlinux,initrd.img,rootfs.qcow2,image.json}`.
     pub images_dir: PathBuf,
+    /// The daemon's image store: a manifest's `sha256:<id>` image is
+    /// `<image_store>/images/<hex>/guest/`.
+    pub image_store: Option<PathBuf>,
     pub accel: AccelChoice,
     /// Cold boot until the agent answers `hello`.
     pub boot_timeout: Duration,
@@ -91,6 +94,7 @@ impl MicrovmConfig {
             qemu: "qemu-system-x86_64".into(),
             qemu_img: "qemu-img".into(),
             images_dir: images_dir.into(),
+            image_store: None,
             accel: AccelChoice::Auto,
             boot_timeout: Duration::from_secs(90),
             agent_timeout: Duration::from_secs(30),

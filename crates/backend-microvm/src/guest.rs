@@ -211,7 +211,15 @@ pub(crate) async fn drop_relay_addresses(b: &MicrovmBackend, vm: &Vm) -> Result<
 
 pub(crate) async fn after_cold_boot(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
     set_time(b, vm).await?;
-    configure(b, vm, true, None).await?;
+    // An image from the daemon's image store brings its own userland, which
+    // need not have resize2fs: its root filesystem is made with room to
+    // spare (see stasis_image::guest) and is not grown.
+    let from_store = vm
+        .manifest
+        .image
+        .as_deref()
+        .is_some_and(|i| i.starts_with("sha256:"));
+    configure(b, vm, !from_store, None).await?;
     let r = call(
         b,
         vm,

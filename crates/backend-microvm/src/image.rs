@@ -24,8 +24,31 @@ pub struct Image {
 
 impl Image {
     pub fn resolve(images_dir: &Path, name: Option<&str>) -> Result<Image> {
+        Image::resolve_with(images_dir, None, name)
+    }
+
+    /// [`Image::resolve`], where `sha256:<id>` (an image of the daemon's image
+    /// store, pinned at create) is that image's guest directory
+    /// `<store>/images/<hex>/guest/`, which the daemon builds before create.
+    pub fn resolve_with(
+        images_dir: &Path,
+        store: Option<&Path>,
+        name: Option<&str>,
+    ) -> Result<Image> {
         let name = name.unwrap_or("default");
-        let dir = if name.starts_with('/') {
+        let dir = if let Some(hex) = name.strip_prefix("sha256:") {
+            let ok = hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+            match store {
+                Some(s) if ok => s.join("images").join(hex).join("guest"),
+                _ => {
+                    return Err(Error::new(
+                        ErrorCode::InvalidManifest,
+                        format!("image: {name:?} cannot be used: this daemon has no image store"),
+                    )
+                    .with_field("image"))
+                }
+            }
+        } else if name.starts_with('/') {
             PathBuf::from(name)
         } else {
             if name.is_empty()

@@ -238,7 +238,11 @@ pub(crate) async fn finish_pause(
             tracing::warn!(sandbox = %spec.id, "interrupted pause: its disk is nowhere");
             return Ok(None);
         }
-        let image = Image::resolve(&b.config.images_dir, spec.manifest.image.as_deref())?;
+        let image = Image::resolve_with(
+            &b.config.images_dir,
+            b.config.image_store.as_deref(),
+            spec.manifest.image.as_deref(),
+        )?;
         disk::export_disk(&b.config.qemu_img, &spec.dir, out, true, &image.rootfs()).await?;
     }
     for f in [qemu::BASE_DISK, MEMORY_RAM] {

@@ -349,7 +349,11 @@ pub(crate) async fn start_from_artifacts(
     state::remember_parent(b, &spec.dir);
     let t0 = Instant::now();
     let meta = snapshot::read_meta(artifacts)?;
-    let image = Image::resolve(&b.config.images_dir, spec.manifest.image.as_deref())?;
+    let image = Image::resolve_with(
+        &b.config.images_dir,
+        b.config.image_store.as_deref(),
+        spec.manifest.image.as_deref(),
+    )?;
     let has_state = artifacts.join(MEMORY_STATE).is_file();
     if has_state && meta.is_none() {
         return Err(Error::integrity(
@@ -631,7 +635,11 @@ pub(crate) async fn create(b: &MicrovmBackend, spec: &SandboxSpec) -> Result<()>
     if b.vms.lock().unwrap().contains_key(&spec.id) {
         return Err(Error::state(format!("sandbox {} already runs", spec.id)));
     }
-    let image = Image::resolve(&b.config.images_dir, spec.manifest.image.as_deref())?;
+    let image = Image::resolve_with(
+        &b.config.images_dir,
+        b.config.image_store.as_deref(),
+        spec.manifest.image.as_deref(),
+    )?;
     std::fs::create_dir_all(&spec.dir)?;
     let inputs = prepare_inputs(b, spec).await?;
     let backing = image.rootfs().display().to_string();

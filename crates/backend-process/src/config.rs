@@ -39,6 +39,10 @@ pub struct ProcessConfig {
     /// filesystem directory used as the read-only lower layer. Never a path
     /// a tenant gives; `None`: only the default (host root, masked).
     pub images_dir: Option<PathBuf>,
+    /// The daemon's image store (built and imported images): a manifest's
+    /// `image` of `sha256:<id>` (the daemon pins names to ids after checking
+    /// the tenant may use them) is that image's root directory.
+    pub image_store: Option<PathBuf>,
 }
 
 impl Default for ProcessConfig {
@@ -54,6 +58,7 @@ impl Default for ProcessConfig {
             state_dir: None,
             userns: Some(userns::UsernsConfig::default()),
             images_dir: None,
+            image_store: None,
         }
     }
 }

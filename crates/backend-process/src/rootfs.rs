@@ -63,6 +63,18 @@ pub(crate) fn lower(cfg: &ProcessConfig, spec: &SandboxSpec) -> Result<PathBuf> 
     let refuse = |why: String| {
         Error::new(ErrorCode::InvalidManifest, format!("image: {name:?} {why}")).with_field("image")
     };
+    if name.starts_with("sha256:") {
+        let Some(store) = &cfg.image_store else {
+            return Err(refuse(
+                "cannot be used: this daemon has no image store".into(),
+            ));
+        };
+        let id = stasis_image::Digest::parse(name)?;
+        let img = stasis_image::store::ImageStore::open(store)?
+            .by_id(&id)
+            .map_err(|e| refuse(e.message))?;
+        return Ok(img.rootfs);
+    }
     let Some(images) = &cfg.images_dir else {
         return Err(refuse(
             "cannot be used: this daemon has no images directory".into(),

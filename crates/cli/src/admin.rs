@@ -19,6 +19,21 @@ pub enum AdminCmd {
     /// API tokens of a tenant.
     #[command(subcommand)]
     Token(TokenCmd),
+    /// Public images.
+    #[command(subcommand)]
+    Image(AdminImageCmd),
+}
+
+#[derive(Subcommand)]
+pub enum AdminImageCmd {
+    /// Register a host directory as a public image (used in place, read-only).
+    Register {
+        /// name[:tag].
+        name: String,
+        dir: std::path::PathBuf,
+    },
+    /// Remove images no name, live sandbox or snapshot uses, then unneeded layers.
+    Gc,
 }
 
 #[derive(Subcommand)]
@@ -96,6 +111,18 @@ pub enum SecretCmd {
 /// `stasis admin`.
 pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
     match cmd {
+        AdminCmd::Image(AdminImageCmd::Register { name, dir }) => {
+            crate::image::register(c, name, dir, json).await?
+        }
+        AdminCmd::Image(AdminImageCmd::Gc) => {
+            let v = c.post("/v1/admin/images/gc", json!({})).await?;
+            print_value(json, &v, |v| {
+                format!(
+                    "removed {} images, {} layers, {} bytes",
+                    v["images_removed"], v["layers_removed"], v["bytes_freed"]
+                )
+            });
+        }
         AdminCmd::Tenant(TenantCmd::Create { name, id }) => {
             let v = c
                 .post("/v1/admin/tenants", json!({"id": id, "name": name}))

@@ -93,6 +93,9 @@ pub enum Cmd {
         #[arg(long)]
         ttl_secs: Option<u64>,
     },
+    /// Images: import, list, inspect, remove.
+    #[command(subcommand)]
+    Image(crate::image::ImageCmd),
     /// Snapshots of this tenant.
     #[command(subcommand)]
     Snapshots(SnapshotsCmd),

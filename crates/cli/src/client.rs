@@ -501,6 +501,43 @@ impl Client {
         v
     }
 
+    /// POST a local file as the body and hand each JSON line of the
+    /// streamed answer to `on_line`.
+    pub async fn post_file_lines(
+        &self,
+        path: &str,
+        file: &std::path::Path,
+        mut on_line: impl FnMut(Value),
+    ) -> Result<()> {
+        use futures::StreamExt;
+        let f = tokio::fs::File::open(file)
+            .await
+            .map_err(|e| Error::invalid(format!("{}: {e}", file.display())))?;
+        let len = f.metadata().await?.len();
+        let body = reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::new(f));
+        let resp = self
+            .send(
+                self.req(reqwest::Method::POST, path)
+                    .header("content-type", "application/x-tar")
+                    .header("content-length", len)
+                    .body(body),
+            )
+            .await?;
+        let mut stream = resp.bytes_stream();
+        let mut buf: Vec<u8> = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| Error::internal(format!("stream broke: {e}")))?;
+            buf.extend_from_slice(&chunk);
+            while let Some(i) = buf.iter().position(|&b| b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=i).collect();
+                if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+                    on_line(v);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Poll until the sandbox reaches `state` (or `timeout`).
     pub async fn wait_state(&self, id: &str, state: &str, timeout: Duration) -> Result<Sandbox> {
         let deadline = std::time::Instant::now() + timeout;

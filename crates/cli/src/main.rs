@@ -15,6 +15,7 @@ mod demo;
 mod doctor;
 mod exec;
 mod files;
+mod image;
 mod lifecycle;
 mod measure;
 mod output;
@@ -92,6 +93,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Rm { id } => sandbox::rm(&c, id, json).await?,
         Cmd::Snapshot { id, ttl_secs } => snapshots::snapshot(&c, id, ttl_secs, json).await?,
         Cmd::Snapshots(s) => snapshots::snapshots(&c, s, json).await?,
+        Cmd::Image(i) => image::image(&c, i, json).await?,
         Cmd::Restore { snapshot, manifest } => {
             snapshots::restore(&c, snapshot, manifest, json).await?
         }

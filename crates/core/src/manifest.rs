@@ -185,9 +185,11 @@ pub struct Manifest {
     /// Defaults to the daemon's default backend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backend: Option<BackendKind>,
-    /// Name of an image the operator registered under the daemon's images
-    /// directory (never a host path). Process backend: the read-only root
-    /// filesystem `<images>/<name>/rootfs/` (default: the host's `/`, masked).
+    /// An image (never a host path): `name[:tag]` of one of the tenant's or
+    /// the public images (the daemon pins it to its `sha256:` id at create),
+    /// or a directory the operator put under the daemon's images directory.
+    /// Process backend: the image's read-only root directory, or
+    /// `<images>/<name>/rootfs/` (default: the host's `/`, masked).
     /// microVM backend: the guest image `<images>/<name>/` (default "default").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
@@ -255,16 +257,26 @@ fn valid_abs_path(p: &str) -> bool {
     p.starts_with('/') && p.len() <= 4096 && !p.contains('\0') && !p.split('/').any(|c| c == "..")
 }
 
-/// An image is named, never a path: `[A-Za-z0-9._-]`, 1 to 128 characters,
-/// not starting with `.` (so neither `.` nor `..` nor a hidden entry). The
-/// backend looks the name up under the operator's images directory.
+/// An image is named, never a path: `name[:tag]`, each part
+/// `[A-Za-z0-9._-]` of 1 to 128 characters not starting with `.` (so neither
+/// `.` nor `..` nor a hidden entry), or an image id `sha256:<64 hex>`. The
+/// daemon looks a name up among the tenant's and the public images, then
+/// under the operator's images directory.
 pub fn validate_image_name(name: &str) -> Result<(), Error> {
-    let ok = !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 128
+            && !p.starts_with('.')
+            && p.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    };
+    let ok = match name.strip_prefix("sha256:") {
+        Some(hex) => hex.len() == 64 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')),
+        None => match name.split_once(':') {
+            Some((n, tag)) => part(n) && part(tag),
+            None => part(name),
+        },
+    };
     if ok {
         Ok(())
     } else {
@@ -272,9 +284,9 @@ pub fn validate_image_name(name: &str) -> Result<(), Error> {
         Err(bad(
             "image",
             format!(
-                "{shown:?} is not an image name ([A-Za-z0-9._-], 1-128 characters, not starting \
-                 with '.'); images are registered by the operator under the images directory, \
-                 host paths are refused"
+                "{shown:?} is not an image name (name[:tag] with [A-Za-z0-9._-], 1-128 characters, \
+                 not starting with '.', or sha256:<64 hex>); images are built, imported or \
+                 registered by the operator, host paths are refused"
             ),
         ))
     }
@@ -514,6 +526,12 @@ mod tests {
             "x\0",
             "~root",
             "$HOME",
+            "a:b:c",
+            "x:",
+            ":tag",
+            "x:../y",
+            "sha256:abc",
+            "sha256:../../etc",
         ] {
             let e = Manifest::from_json(json!({"image": bad_image})).unwrap_err();
             assert_eq!(e.code, ErrorCode::InvalidManifest, "{bad_image:?}");
@@ -523,7 +541,15 @@ mod tests {
         let long = "x".repeat(129);
         let e = Manifest::from_json(json!({ "image": long })).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("image"));
-        for good in ["default", "py3.12", "ubuntu-24.04_min", &"x".repeat(128)] {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        for good in [
+            "default",
+            "py3.12",
+            "ubuntu-24.04_min",
+            &"x".repeat(128),
+            "py:3.11",
+            &digest,
+        ] {
             let m = Manifest::from_json(json!({ "image": good })).unwrap();
             assert_eq!(m.image.as_deref(), Some(good));
         }

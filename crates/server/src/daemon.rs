@@ -176,9 +176,14 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         u.claims_dir = Some(data_dir.join("userns"));
     }
     pcfg.images_dir = Some(cfg.images_dir.clone());
+    let image_store = data_dir.join("images-store");
+    let images =
+        crate::images::Images::open_with_guest(&image_store, Some(cfg.images_dir.join("default")))?;
+    pcfg.image_store = Some(image_store);
     let process = Arc::new(ProcessBackend::new(pcfg));
 
     let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());
+    mcfg.image_store = Some(data_dir.join("images-store"));
     mcfg.accel = cfg.accel;
     mcfg.base_dir = Some(data_dir.join("sandboxes"));
     mcfg.mount_roots = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
@@ -201,6 +206,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         Snapshots::new(store).with_gc_grace(cfg.gc_grace),
         backends,
     );
+    manager.set_images(images);
     let cluster = if meta_engine == stasis_meta::Engine::Postgres {
         let node_id = match &cfg.node_id {
             Some(n) => n.clone(),

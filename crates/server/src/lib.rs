@@ -2,7 +2,7 @@
 //! TTL policies, reconcile after a crash) and the HTTP API over it.
 //!
 //! Domain modules (`manager`, `runs`, `tenancy`, `snapshots`, `templates`, `cluster`,
-//! `metrics`, `inflight`, `mounts`, `auth`, `ports`, `tokens`, `webhooks`) never import the HTTP edge
+//! `metrics`, `inflight`, `mounts`, `auth`, `ports`, `tokens`, `webhooks`, `images`) never import the HTTP edge
 //! (`http`); `daemon` wires both together; `api` keeps the edge's former
 //! paths.
 
@@ -12,6 +12,8 @@ pub mod auth;
 pub mod cluster;
 pub mod daemon;
 pub mod http;
+pub mod image_runner;
+pub mod images;
 pub mod inflight;
 pub mod manager;
 pub mod metrics;

@@ -316,6 +316,30 @@ def op_template_delete(reference: str) -> Op[list[TemplateInfo]]:
     return [TemplateInfo.from_json(d) for d in resp.json()]
 
 
+# ----- images ----------------------------------------------------------------
+
+
+def op_image_list() -> Op[list[dict[str, Any]]]:
+    resp = yield req("image.list")
+    return list(resp.json())
+
+
+def op_image_get(name: str) -> Op[dict[str, Any]]:
+    resp = yield req("image.get", ids={"name": name})
+    return dict(resp.json())
+
+
+def op_image_delete(name: str) -> Op[None]:
+    yield req("image.delete", ids={"name": name})
+    return None
+
+
+def op_image_import(archive: bytes, name: Optional[str]) -> Op[dict[str, Any]]:
+    params = {"name": name} if name is not None else {}
+    resp = yield req("image.import", params=params, content=bytes(archive), extra_timeout=300)
+    return dict(resp.json())
+
+
 # ----- files -----------------------------------------------------------------
 
 

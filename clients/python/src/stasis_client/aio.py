@@ -115,6 +115,18 @@ class AsyncClient:
     ) -> "AsyncSandbox":
         return AsyncSandbox(self, await self._run(_core.op_restore(snapshot_id, manifest)))
 
+    async def images(self) -> list[dict[str, Any]]:
+        return await self._run(_core.op_image_list())
+
+    async def image(self, name: str) -> dict[str, Any]:
+        return await self._run(_core.op_image_get(name))
+
+    async def delete_image(self, name: str) -> None:
+        await self._run(_core.op_image_delete(name))
+
+    async def import_image(self, archive: bytes, name: Optional[str] = None) -> dict[str, Any]:
+        return await self._run(_core.op_image_import(archive, name))
+
     async def snapshots(self) -> list[SnapshotInfo]:
         return await self._run(_core.op_snapshot_list())
 

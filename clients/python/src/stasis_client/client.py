@@ -127,6 +127,21 @@ class Client:
     def restore(self, snapshot_id: str, manifest: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         return Sandbox(self, self._run(_core.op_restore(snapshot_id, manifest)))
 
+    def images(self) -> list[dict[str, Any]]:
+        """Your images, then the public ones (name, tag, owner, id)."""
+        return self._run(_core.op_image_list())
+
+    def image(self, name: str) -> dict[str, Any]:
+        """One image (``name[:tag]`` or ``sha256:...``): id, names, record."""
+        return self._run(_core.op_image_get(name))
+
+    def delete_image(self, name: str) -> None:
+        self._run(_core.op_image_delete(name))
+
+    def import_image(self, archive: bytes, name: Optional[str] = None) -> dict[str, Any]:
+        """Import an OCI image layout tar or a ``docker save`` tar."""
+        return self._run(_core.op_image_import(archive, name))
+
     def snapshots(self) -> list[SnapshotInfo]:
         return self._run(_core.op_snapshot_list())
 

@@ -161,6 +161,10 @@ ROUTES: dict[str, Route] = {
     "port.revoke": Route(
         "delete", "/v1/sandboxes/{id}/ports/{port}/urls/{url_id}", ok=(204,)
     ),
+    "image.list": Route("get", "/v1/images"),
+    "image.get": Route("get", "/v1/images/{name}"),
+    "image.delete": Route("delete", "/v1/images/{name}", ok=(204,)),
+    "image.import": Route("post", "/v1/images/import", query=("name",), ok=(201,)),
     "snapshot.list": Route("get", "/v1/snapshots"),
     "snapshot.get": Route("get", "/v1/snapshots/{id}"),
     "snapshot.delete": Route("delete", "/v1/snapshots/{id}", ok=(204,)),

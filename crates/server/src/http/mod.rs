@@ -17,6 +17,7 @@ pub mod error;
 pub mod exec;
 pub mod files;
 pub mod forward;
+pub mod images;
 pub mod limit;
 pub mod metrics;
 pub mod ports;
@@ -115,6 +116,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(webhooks::routes())
         .merge(runs::routes())
         .merge(ports::routes())
+        .merge(images::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -223,6 +225,13 @@ mod tests {
             "get /v1/sandboxes/{id}/usage",
             "post /v1/sandboxes/{id}/snapshots",
             "post /v1/sandboxes/{id}/fork",
+            "get /v1/images",
+            "get /v1/images/{name}",
+            "delete /v1/images/{name}",
+            "post /v1/images/import",
+            "post /v1/images/build",
+            "post /v1/admin/images",
+            "post /v1/admin/images/gc",
             "get /v1/sandboxes/{id}/outputs",
             "get /v1/snapshots",
             "get /v1/snapshots/{id}",

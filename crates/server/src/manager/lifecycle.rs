@@ -33,9 +33,36 @@ impl Manager {
 
     async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
+        // Pin an image name to the id of the image this tenant may use.
+        if let (Some(image), Some(images)) = (manifest.image.clone(), self.images.get()) {
+            if let Some((id, config)) = images.pin(&ctx.tenant, &image).await? {
+                manifest.image = Some(id);
+                // The image's ENV and WORKDIR are defaults the manifest overrides.
+                for kv in &config.env {
+                    if let Some((k, v)) = kv.split_once('=') {
+                        manifest
+                            .env
+                            .entry(k.to_string())
+                            .or_insert_with(|| v.to_string());
+                    }
+                }
+                if !config.working_dir.is_empty() && manifest.workdir == Manifest::default().workdir
+                {
+                    manifest.workdir = config.working_dir.clone();
+                }
+                manifest.validate()?;
+            }
+        }
         crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
+        if let (stasis_core::BackendKind::Microvm, Some(image), Some(images)) =
+            (kind, manifest.image.as_deref(), self.images.get())
+        {
+            if image.starts_with("sha256:") {
+                images.ensure_guest(image).await?;
+            }
+        }
         let timer = self.metrics.op(Op::Create, kind);
         let backend = self.backend(kind)?.clone();
         let caps = backend.capabilities();

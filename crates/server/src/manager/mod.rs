@@ -139,6 +139,8 @@ pub struct Manager {
     last_gc_ms: AtomicI64,
     /// Set when several daemons share the metadata database.
     cluster: std::sync::OnceLock<Arc<Cluster>>,
+    /// The image store (set by the daemon; absent in manager-only tests).
+    images: std::sync::OnceLock<Arc<crate::images::Images>>,
     metrics: Metrics,
 }
 
@@ -162,8 +164,31 @@ impl Manager {
             slots: StdMutex::new(HashMap::new()),
             last_gc_ms: AtomicI64::new(now_ms()),
             cluster: std::sync::OnceLock::new(),
+            images: std::sync::OnceLock::new(),
             metrics: Metrics::new(),
         })
+    }
+
+    /// Use an image store: manifests' `image` names are pinned to its ids.
+    pub fn set_images(&self, i: Arc<crate::images::Images>) {
+        let _ = self.images.set(i);
+    }
+
+    pub fn images(&self) -> Result<&Arc<crate::images::Images>> {
+        self.images
+            .get()
+            .ok_or_else(|| Error::unsupported("this daemon has no image store"))
+    }
+
+    /// Audit an image operation (`image.import`, `image.delete`, ...).
+    pub async fn audit_image(
+        &self,
+        ctx: &Ctx,
+        action: &str,
+        target: &str,
+        detail: serde_json::Value,
+    ) {
+        self.audit(ctx, action, target, detail).await;
     }
 
     /// Join a cluster (before reconcile and serving).

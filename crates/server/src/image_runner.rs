@@ -1,0 +1,134 @@
+//! The build sandbox of `RUN` steps: a process-backend sandbox of the
+//! building tenant whose read-only root is the parent step's directory
+//! (named for the step only, then forgotten), created under the default
+//! manifest (its resources, network policy and lifecycle), the command run
+//! with the image's ENV and WORKDIR, and the sandbox's writable layer (an
+//! overlayfs upper directory, which stores in-sandbox owners) handed back as
+//! the step's changes. The sandbox is destroyed whatever the outcome.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use stasis_core::{BackendKind, Error, ExecRequest, Manifest, OnIdle, Result};
+use stasis_image::build::{RunOutcome, RunStep, StepRunner};
+use stasis_image::layer::{copy_tree, unique_suffix, ApplyOptions};
+use stasis_image::store::{ImageStore, Owner};
+
+use crate::manager::{Ctx, Manager};
+
+/// How long one RUN step may take.
+pub const RUN_TIMEOUT_MS: u64 = 30 * 60 * 1000;
+
+pub struct SandboxRunner {
+    pub manager: Arc<Manager>,
+    pub ctx: Ctx,
+    pub store: Arc<ImageStore>,
+    pub handle: tokio::runtime::Handle,
+}
+
+/// Top-level directories the process backend makes as mount points; they
+/// are not part of a step's changes.
+const MOUNT_POINTS: [&str; 4] = ["dev", "proc", "sys", "workspace"];
+
+impl StepRunner for SandboxRunner {
+    fn run(&self, s: &RunStep<'_>) -> Result<RunOutcome> {
+        let owner = Owner::Tenant(self.ctx.tenant.as_str().to_string());
+        let name = format!("_build-{}", unique_suffix());
+        let img = self.store.commit(
+            &owner,
+            &name,
+            "run",
+            Some(s.root),
+            vec![],
+            Default::default(),
+            vec![],
+            &ApplyOptions::default(),
+        )?;
+        let r = self
+            .handle
+            .block_on(self.run_in_sandbox(s, &format!("{name}:run")));
+        let _ = self.store.delete(&owner, &format!("{name}:run"));
+        let _ = self.store.discard(&img.record.id);
+        r
+    }
+}
+
+impl SandboxRunner {
+    async fn run_in_sandbox(&self, s: &RunStep<'_>, image: &str) -> Result<RunOutcome> {
+        let mut m = Manifest {
+            backend: Some(BackendKind::Process),
+            image: Some(image.to_string()),
+            workdir: s.workdir.clone(),
+            ..Default::default()
+        };
+        m.lifecycle.on_idle = OnIdle::Nothing;
+        for kv in &s.env {
+            if let Some((k, v)) = kv.split_once('=') {
+                m.env.insert(k.to_string(), v.to_string());
+            }
+        }
+        let rec = self.manager.create(&self.ctx, m).await?;
+        let result = async {
+            let res = self
+                .manager
+                .exec(
+                    &self.ctx,
+                    &rec.id,
+                    ExecRequest {
+                        argv: s.argv.clone(),
+                        env: Default::default(),
+                        cwd: Some(s.workdir.clone()),
+                        timeout_ms: RUN_TIMEOUT_MS,
+                        stdin: None,
+                    },
+                    None,
+                )
+                .await?;
+            let dir = self
+                .manager
+                .config()
+                .data_dir
+                .join("sandboxes")
+                .join(rec.id.as_str());
+            // On the sandbox's quota filesystem (`layer/`) when it has a disk limit.
+            let upper = [dir.join("layer/upper"), dir.join("upper")]
+                .into_iter()
+                .find(|p| p.is_dir())
+                .unwrap_or_else(|| dir.join("upper"));
+            copy_changes(&upper, s.upper)?;
+            let mut output = String::from_utf8_lossy(&res.stdout).into_owned();
+            output.push_str(&String::from_utf8_lossy(&res.stderr));
+            let exit_code = match (res.exit_code, res.timed_out) {
+                (_, true) => {
+                    output.push_str("\n(timed out)");
+                    124
+                }
+                (Some(c), _) => c,
+                (None, _) => 128 + res.signal.unwrap_or(0),
+            };
+            Ok(RunOutcome { exit_code, output })
+        }
+        .await;
+        let _ = self.manager.destroy(&self.ctx, &rec.id).await;
+        result
+    }
+}
+
+/// The sandbox's writable layer, less the backend's mount points.
+fn copy_changes(upper: &Path, dest: &Path) -> Result<()> {
+    if !upper.is_dir() {
+        return Err(Error::internal(format!(
+            "the build sandbox has no writable layer at {}",
+            upper.display()
+        )));
+    }
+    copy_tree(upper, dest)?;
+    for d in MOUNT_POINTS {
+        let p = dest.join(d);
+        // Only an empty mount point is dropped; content written there stays.
+        if std::fs::read_dir(&p).is_ok_and(|mut r| r.next().is_none()) {
+            let _ = std::fs::remove_dir(&p);
+        }
+    }
+    Ok(())
+}
