@@ -1,12 +1,15 @@
 //! The process backend's configuration ([`ProcessConfig`]) and its defaults.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use stasis_backend::Egress;
 
 use crate::shim::SHIM_SUBCOMMAND;
 use crate::userns;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ProcessConfig {
     /// Program run as the shim, followed by `shim_args`, then `<mode> <config>`.
     /// Default: the current executable with `["__process-shim"]` (the
@@ -39,6 +42,22 @@ pub struct ProcessConfig {
     /// filesystem directory used as the read-only lower layer. Never a path
     /// a tenant gives; `None`: only the default (host root, masked).
     pub images_dir: Option<PathBuf>,
+    /// The daemon's egress service: each sandbox's network namespace is
+    /// attached to it once PID 1 runs. `None`: loopback only, and manifests
+    /// that allow destinations are refused.
+    pub egress: Option<Arc<dyn Egress>>,
+}
+
+impl std::fmt::Debug for ProcessConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessConfig")
+            .field("shim_program", &self.shim_program)
+            .field("cgroup_parent", &self.cgroup_parent)
+            .field("state_dir", &self.state_dir)
+            .field("images_dir", &self.images_dir)
+            .field("egress", &self.egress.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ProcessConfig {
@@ -54,6 +73,7 @@ impl Default for ProcessConfig {
             state_dir: None,
             userns: Some(userns::UsernsConfig::default()),
             images_dir: None,
+            egress: None,
         }
     }
 }
