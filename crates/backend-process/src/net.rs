@@ -13,7 +13,6 @@
 //! The sandbox cannot change any of this: it has no CAP_NET_ADMIN over the
 //! namespace, and seccomp refuses setns/unshare.
 
-use std::net::IpAddr;
 use std::process::{Command, Stdio};
 
 use stasis_core::manifest::network::Entry;
@@ -36,7 +35,7 @@ pub fn check(m: &Manifest, has_egress: bool) -> Result<()> {
     }
     for (i, a) in m.network.allow.iter().enumerate() {
         if let Ok(Entry::Net { net, .. }) = Entry::parse(a) {
-            if let IpAddr::V6(_) = net.addr {
+            if net.addr.is_ipv6() {
                 return Err(bad(
                     format!("network.allow[{i}]"),
                     "the process backend reaches IPv4 destinations only",
