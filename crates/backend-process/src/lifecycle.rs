@@ -42,7 +42,7 @@ pub(crate) async fn build(
     let result = async {
         rootfs::prepare_dirs(&be.cfg, spec, tar).await?;
         let sb = be.sandbox_for(spec)?;
-        start::start_init(be, &sb).await
+        start::start_init(be, &sb, &spec.manifest).await
     }
     .await;
     if result.is_err() {
@@ -131,7 +131,7 @@ pub(crate) async fn resume(
         )));
     }
     rootfs::prepare_dirs(&be.cfg, spec, tar).await?;
-    start::start_init(be, &sb).await
+    start::start_init(be, &sb, &spec.manifest).await
 }
 
 pub(crate) async fn resume_needs_artifacts(be: &ProcessBackend, id: &SandboxId) -> bool {

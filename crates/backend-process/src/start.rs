@@ -15,8 +15,14 @@ use crate::supervisor_client::{self, SupervisorHandle};
 use crate::sys::{blocking, pidfd_open};
 use crate::{net, supervisor, userns};
 
-/// Start the sandbox's PID 1 (namespaces, root filesystem) under fresh cgroups.
-pub(crate) async fn start_init(be: &ProcessBackend, sb: &Arc<Sandbox>) -> Result<()> {
+/// Start the sandbox's PID 1 (namespaces, root filesystem) under fresh
+/// cgroups, its network attached under `manifest`'s policy (the server's
+/// current one: it may have changed since the sandbox was first made).
+pub(crate) async fn start_init(
+    be: &ProcessBackend,
+    sb: &Arc<Sandbox>,
+    manifest: &stasis_core::Manifest,
+) -> Result<()> {
     let mut run = sb.run.lock().await;
     if let Run::Running { .. } = &*run {
         return Err(Error::state("sandbox is already running"));
@@ -95,7 +101,7 @@ pub(crate) async fn start_init(be: &ProcessBackend, sb: &Arc<Sandbox>) -> Result
         Ok(fd) => fd,
         Err(e) => return fail(format!("init {init_pid} vanished: {e}")).await,
     };
-    if let Err(e) = net::attach(be, &spec.id, init_pid, &spec.manifest).await {
+    if let Err(e) = net::attach(be, &spec.id, init_pid, manifest).await {
         return fail(e.message).await;
     }
     let _ = tokio::fs::write(spec.dir.join("run").join("init.pid"), init_pid.to_string()).await;

@@ -16,6 +16,7 @@ mod exec;
 mod files;
 mod lifecycle;
 mod measure;
+mod network;
 mod output;
 mod runs;
 mod sandbox;
@@ -91,6 +92,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Fork { id, count } => snapshots::fork(&c, id, count, json).await?,
         Cmd::Usage { id } => sandbox::usage(&c, id, json).await?,
         Cmd::Audit(a) => audit::audit(&c, a, json).await?,
+        Cmd::Network(n) => network::network(&c, n, json).await?,
         Cmd::Runs(r) => runs::run(&c, r, json).await?,
         Cmd::Approve(a) => runs::decide(&c, a, true, json).await?,
         Cmd::Reject(a) => runs::decide(&c, a, false, json).await?,

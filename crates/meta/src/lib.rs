@@ -30,6 +30,7 @@ use stasis_core::{
 
 mod audit;
 pub mod lease;
+mod manifest;
 pub mod runs;
 pub mod tenants;
 #[cfg(test)]

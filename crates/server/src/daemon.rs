@@ -70,6 +70,9 @@ pub struct DaemonConfig {
     pub allow_mounts: Vec<PathBuf>,
     /// Requests in flight and queued per sandbox (`--max-inflight`, `--max-queued`).
     pub inflight: crate::inflight::InflightLimits,
+    /// The egress service: operator deny list (`--egress-deny`), upstream
+    /// resolver (`--egress-upstream`), hosts view (`--egress-hosts`).
+    pub egress: stasis_net::EgressConfig,
 }
 
 impl DaemonConfig {
@@ -95,6 +98,7 @@ impl DaemonConfig {
             rate_limit: crate::auth::RateLimit::default(),
             allow_mounts: Vec::new(),
             inflight: Default::default(),
+            egress: stasis_net::EgressConfig::default(),
         }
     }
 }
@@ -168,6 +172,8 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         u.claims_dir = Some(data_dir.join("userns"));
     }
     pcfg.images_dir = Some(cfg.images_dir.clone());
+    let egress = Arc::new(stasis_net::EgressService::new(cfg.egress.clone())?);
+    pcfg.egress = Some(egress.clone() as Arc<dyn stasis_backend::Egress>);
     let process = Arc::new(ProcessBackend::new(pcfg));
 
     let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());
@@ -193,6 +199,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         Snapshots::new(store).with_gc_grace(cfg.gc_grace),
         backends,
     );
+    manager.set_egress(egress);
     let cluster = if meta_engine == stasis_meta::Engine::Postgres {
         let node_id = match &cfg.node_id {
             Some(n) => n.clone(),

@@ -18,6 +18,7 @@ pub mod files;
 pub mod forward;
 pub mod limit;
 pub mod metrics;
+pub mod network;
 pub mod runs;
 pub mod sandboxes;
 pub mod sessions;
@@ -88,6 +89,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(exec::routes())
         .merge(files::routes())
         .merge(sessions::routes())
+        .merge(network::routes())
         .merge(snapshots::routes())
         .merge(audit::routes())
         .merge(tenants::routes())
@@ -199,6 +201,8 @@ mod tests {
             "post /v1/sandboxes/{id}/snapshots",
             "post /v1/sandboxes/{id}/fork",
             "get /v1/sandboxes/{id}/outputs",
+            "get /v1/sandboxes/{id}/network",
+            "patch /v1/sandboxes/{id}/network",
             "get /v1/snapshots",
             "get /v1/snapshots/{id}",
             "delete /v1/snapshots/{id}",

@@ -24,6 +24,7 @@
 //! - `catalog`: a tenant's snapshots as objects (list, delete, export,
 //!   import) and transfer files;
 //! - `guest`: work inside a running sandbox (exec, files, sessions, usage);
+//! - `network`: reading and changing a sandbox's network policy at runtime;
 //! - `recovery`: reconcile after a crash;
 //! - `reaper`: the idle, TTL, lifetime and checkpoint policies.
 
@@ -51,6 +52,7 @@ mod guest;
 mod lease;
 mod lifecycle;
 mod lost;
+mod network;
 mod pause_recovery;
 mod reaper;
 mod recovery;
@@ -58,6 +60,7 @@ mod snapshot_ops;
 mod stage;
 
 pub use guest::MAX_SESSION_WAIT;
+pub use network::{EgressCounters, NetworkStatus};
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 pub use recovery::ReconcileReport;
 pub use snapshot_ops::MAX_SNAPSHOT_TTL;
@@ -136,6 +139,8 @@ pub struct Manager {
     last_gc_ms: AtomicI64,
     /// Set when several daemons share the metadata database.
     cluster: std::sync::OnceLock<Arc<Cluster>>,
+    /// The daemon's egress service (runtime network policy changes).
+    egress: std::sync::OnceLock<Arc<stasis_net::EgressService>>,
     metrics: Metrics,
 }
 
@@ -159,6 +164,7 @@ impl Manager {
             slots: StdMutex::new(HashMap::new()),
             last_gc_ms: AtomicI64::new(now_ms()),
             cluster: std::sync::OnceLock::new(),
+            egress: std::sync::OnceLock::new(),
             metrics: Metrics::new(),
         })
     }
