@@ -379,3 +379,109 @@ fn synthetic_range_is_not_loopback() {
     // The proxy tells synthetic addresses from real ones by range alone.
     assert!(!stasis_net::names::is_synthetic(Ipv4Addr::LOCALHOST));
 }
+
+/// Figures, not assertions: DNS answer latency through the firewall and the
+/// resolver, and proxy throughput against a direct loopback connection.
+/// `cargo test -p stasis-net --test egress -- --ignored --nocapture figures`
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore]
+async fn figures() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    use std::io::{Read, Write};
+    // A host server that sends `MB` MiB to whoever connects.
+    const MB: usize = 256;
+    let sink = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = sink.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut c in sink.incoming().flatten() {
+            std::thread::spawn(move || {
+                let buf = vec![7u8; 1 << 20];
+                for _ in 0..MB {
+                    if c.write_all(&buf).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let hosts = hosts_file();
+    let svc = EgressService::new(EgressConfig {
+        deny: vec![],
+        hosts: Some(hosts.to_path_buf()),
+        upstream: Some("127.0.0.1:9".parse().unwrap()),
+        limits: Limits {
+            dns_burst: 1_000_000,
+            dns_per_sec: 1_000_000,
+            ..Limits::default()
+        },
+    })
+    .unwrap();
+    let id = SandboxId::generate();
+    let ns = new_netns();
+    let allow = vec!["allowed.test".to_string(), format!("127.0.0.1:{port}")];
+    svc.attach(&id, &ns, &policy(&allow, &[])).unwrap();
+
+    let sock = netns::run_in(&ns, || {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.connect("10.255.255.53:53")?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        Ok(s)
+    })
+    .unwrap();
+    const N: u16 = 2000;
+    let mut lat = tokio::task::spawn_blocking(move || {
+        (0..N)
+            .map(|i| {
+                let t = Instant::now();
+                assert_eq!(ask(&sock, "allowed.test.", i), Some(ResponseCode::NoError));
+                t.elapsed().as_secs_f64() * 1e6
+            })
+            .collect::<Vec<f64>>()
+    })
+    .await
+    .unwrap();
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+    println!(
+        "dns: {N} A questions (hosts view) through firewall + resolver: p50 {:.0} us, p99 {:.0} us",
+        pct(0.50),
+        pct(0.99)
+    );
+
+    let read_all = |mut s: std::net::TcpStream| -> f64 {
+        let t = Instant::now();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut n = 0usize;
+        while n < MB << 20 {
+            let k = s.read(&mut buf).unwrap();
+            assert!(k > 0, "closed after {n} bytes");
+            n += k;
+        }
+        (MB as f64) / t.elapsed().as_secs_f64()
+    };
+    let direct = tokio::task::spawn_blocking(move || {
+        read_all(std::net::TcpStream::connect(("127.0.0.1", port)).unwrap())
+    })
+    .await
+    .unwrap();
+    let ns2 = ns.try_clone().unwrap();
+    let proxied = tokio::task::spawn_blocking(move || {
+        let s = netns::connect_tcp(
+            &ns2,
+            SocketAddr::from((Ipv4Addr::LOCALHOST, port)),
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        read_all(s)
+    })
+    .await
+    .unwrap();
+    println!(
+        "proxy: {MB} MiB host->sandbox: direct {direct:.0} MiB/s, through the proxy {proxied:.0} MiB/s ({:.0}%)",
+        100.0 * proxied / direct
+    );
+    svc.detach(&id);
+}
