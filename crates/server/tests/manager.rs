@@ -9,6 +9,8 @@ mod harness;
 
 #[path = "manager/crash.rs"]
 mod crash;
+#[path = "manager/network.rs"]
+mod network;
 #[path = "manager/reaper.rs"]
 mod reaper;
 
