@@ -52,6 +52,30 @@ pub struct Forward {
     pub host: SocketAddr,
 }
 
+/// Refuse network entries this backend's forwards cannot serve (names,
+/// wildcards, networks, a deny list): only `ip:port` destinations are
+/// relayed, so anything else would silently reach nothing.
+pub fn check_network(m: &Manifest) -> Result<()> {
+    for (i, a) in m.network.allow.iter().enumerate() {
+        if a.parse::<SocketAddr>().is_err() {
+            let field = format!("network.allow[{i}]");
+            return Err(Error::new(
+                ErrorCode::InvalidManifest,
+                format!("{field}: the microVM backend reaches ip:port destinations only"),
+            )
+            .with_field(&field));
+        }
+    }
+    if !m.network.deny.is_empty() {
+        return Err(Error::new(
+            ErrorCode::InvalidManifest,
+            "network.deny: the microVM backend has no deny list (it reaches listed ip:port destinations only)",
+        )
+        .with_field("network.deny"));
+    }
+    Ok(())
+}
+
 /// The egress forwards of a manifest (empty: no NIC).
 pub fn forwards(m: &Manifest) -> Vec<Forward> {
     m.network
@@ -318,6 +342,21 @@ pub fn disk_bytes(base_virtual: u64, m: &Manifest) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn network_entries_it_cannot_relay_are_refused() {
+        let mut m = Manifest::default();
+        m.network.allow = vec!["127.0.0.1:80".into(), "pypi.org".into()];
+        let e = check_network(&m).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("network.allow[1]"));
+        m.network.allow = vec!["127.0.0.1:80".into()];
+        assert!(check_network(&m).is_ok());
+        m.network.deny = vec!["127.0.0.1:80".into()];
+        assert_eq!(
+            check_network(&m).unwrap_err().field.as_deref(),
+            Some("network.deny")
+        );
+    }
 
     #[test]
     fn sources_must_lie_under_an_allowed_root() {

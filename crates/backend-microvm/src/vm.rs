@@ -316,6 +316,7 @@ pub(crate) async fn prepare_inputs(
     b: &MicrovmBackend,
     spec: &SandboxSpec,
 ) -> Result<Vec<boundary::InputDisk>> {
+    boundary::check_network(&spec.manifest)?;
     if !spec.manifest.network.allow.is_empty() {
         let relay = b.config.relay.first().map(PathBuf::from);
         if relay.as_deref().is_none_or(|r| which(r).is_none()) {
