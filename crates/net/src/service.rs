@@ -116,9 +116,25 @@ impl EgressService {
     }
 }
 
+/// Identity of a namespace file (device and inode of the nsfs file).
+fn ns_key(f: &File) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    f.metadata().ok().map(|m| (m.dev(), m.ino()))
+}
+
 impl Egress for EgressService {
     fn attach(&self, id: &SandboxId, ns: &File, p: &NetworkPolicy) -> Result<()> {
         let policy = Policy::new(p, self.operator.clone())?;
+        // The same namespace again (a sandbox thawed after a pause that kept
+        // its memory): swap the policy, keep open connections.
+        let same = {
+            let map = self.sandboxes.lock().unwrap();
+            let key = ns_key(ns);
+            key.is_some() && map.get(id).is_some_and(|a| ns_key(&a.netns) == key)
+        };
+        if same {
+            return self.update(id, p);
+        }
         self.detach(id);
         let loopback = policy.loopback_ports();
         let fail = |e: std::io::Error| Error::backend(format!("sandbox network: {e}"));

@@ -268,6 +268,15 @@ async fn names_sni_host_deny_and_runtime_change() {
     .unwrap();
     assert!(out.is_err(), "UDP left the namespace");
 
+    // Attaching the same namespace again keeps the proxy and its sockets
+    // (a thaw) and applies the policy given.
+    let before = svc.ports(&id);
+    svc.attach(&id, &ns, &policy(&allow, &["allowed.test"]))
+        .unwrap();
+    assert_eq!(svc.ports(&id), before);
+    let r = client(&ns, "allowed.test", tls, "allowed.test", "tls").await;
+    assert!(r.starts_with("DNSFAIL"), "{r}");
+
     // Detach: nothing answers any more.
     svc.detach(&id);
     assert!(!svc.is_attached(&id));
