@@ -383,6 +383,12 @@ async fn pip_installs_from_pypi_by_name() {
         )
         .await;
     assert_eq!(v["exit_code"], 0, "{v}");
+    // It came through the proxy (not from a local wheel cache).
+    let n = h
+        .ok("GET", &format!("/v1/sandboxes/{id}/network"), None)
+        .await;
+    assert!(n["counters"]["allowed"].as_u64().unwrap() >= 2, "{n}");
+    println!("pip through the proxy: {}", n["counters"]);
     // Anything else stays closed.
     let r = dial(&h, &id, "example.com", 443, "example.com", "tls").await;
     assert!(r.starts_with("DNSFAIL"), "{r}");
