@@ -122,3 +122,40 @@ def test_connection_failure_is_clear() -> None:
     with pytest.raises(ConnectionFailed) as e:
         c.health()
     assert "cannot reach the stasis daemon" in str(e.value)
+
+
+def test_network_methods_send_the_policy() -> None:
+    seen: list = []
+    status = {"policy": {"allow": ["pypi.org"], "deny": []}, "attached": True, "counters": None}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v1/sandboxes/sb-1":
+            return httpx.Response(200, json={"id": "sb-1", "state": "running", "backend": "process"})
+        if request.method == "PATCH" and b"*.com" in request.content:
+            return httpx.Response(
+                400,
+                json={"error": {"code": "invalid_manifest", "field": "network.allow[0]",
+                                "message": "network.allow[0]: too wide"}},
+            )
+        return httpx.Response(200, json=status)
+
+    from stasis_client import InvalidManifest
+
+    c = Client("http://stasis.invalid", transport=httpx.MockTransport(handler))
+    sbx = c.get("sb-1")
+    assert sbx.network()["policy"]["allow"] == ["pypi.org"]
+    assert (seen[-1].method, seen[-1].url.path) == ("GET", "/v1/sandboxes/sb-1/network")
+    sbx.set_network(allow=["pypi.org", "*.pythonhosted.org"], deny=["evil.pythonhosted.org"])
+    assert (seen[-1].method, seen[-1].url.path) == ("PATCH", "/v1/sandboxes/sb-1/network")
+    assert json.loads(seen[-1].content) == {
+        "allow": ["pypi.org", "*.pythonhosted.org"],
+        "deny": ["evil.pythonhosted.org"],
+    }
+    sbx.set_network()
+    assert json.loads(seen[-1].content) == {"allow": [], "deny": []}
+    with pytest.raises(InvalidManifest) as e:
+        sbx.set_network(allow=["*.com"])
+    assert e.value.field == "network.allow[0]"
+    with pytest.raises(TypeError):
+        sbx.set_network(allow="pypi.org")

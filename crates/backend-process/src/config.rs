@@ -1,12 +1,15 @@
 //! The process backend's configuration ([`ProcessConfig`]) and its defaults.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
+
+use stasis_backend::Egress;
 
 use crate::shim::SHIM_SUBCOMMAND;
 use crate::userns;
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ProcessConfig {
     /// Program run as the shim, followed by `shim_args`, then `<mode> <config>`.
     /// Default: the current executable with `["__process-shim"]` (the
@@ -43,6 +46,23 @@ pub struct ProcessConfig {
     /// `image` of `sha256:<id>` (the daemon pins names to ids after checking
     /// the tenant may use them) is that image's root directory.
     pub image_store: Option<PathBuf>,
+    /// The daemon's egress service: each sandbox's network namespace is
+    /// attached to it once PID 1 runs. `None`: loopback only, and manifests
+    /// that allow destinations are refused.
+    pub egress: Option<Arc<dyn Egress>>,
+}
+
+impl std::fmt::Debug for ProcessConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessConfig")
+            .field("shim_program", &self.shim_program)
+            .field("cgroup_parent", &self.cgroup_parent)
+            .field("state_dir", &self.state_dir)
+            .field("images_dir", &self.images_dir)
+            .field("image_store", &self.image_store)
+            .field("egress", &self.egress.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ProcessConfig {
@@ -59,6 +79,7 @@ impl Default for ProcessConfig {
             userns: Some(userns::UsernsConfig::default()),
             images_dir: None,
             image_store: None,
+            egress: None,
         }
     }
 }

@@ -33,7 +33,7 @@ pub(crate) async fn build(
         )
         .with_field("resources.disk_mb"));
     }
-    net::allowlist(&spec.manifest)?;
+    net::check(&spec.manifest, be.cfg.egress.is_some())?;
     let existing = be.sandboxes.lock().unwrap().contains_key(&spec.id);
     if existing {
         return Err(Error::state(format!("sandbox {} already exists", spec.id)));
@@ -42,7 +42,7 @@ pub(crate) async fn build(
     let result = async {
         rootfs::prepare_dirs(&be.cfg, spec, tar).await?;
         let sb = be.sandbox_for(spec)?;
-        start::start_init(be, &sb).await
+        start::start_init(be, &sb, &spec.manifest).await
     }
     .await;
     if result.is_err() {
@@ -102,10 +102,14 @@ pub(crate) async fn resume(
             sup,
             frozen,
             init_fd,
-            ..
+            init_pid,
         } = &mut *run
         {
             if alive(sup, init_fd) {
+                // The policy in force now (changed while paused, or a new
+                // operator deny list) applies before anything runs again.
+                net::check(&spec.manifest, be.cfg.egress.is_some())?;
+                net::attach(be, &spec.id, *init_pid, &spec.manifest).await?;
                 if *frozen {
                     let cg = sb.cg.clone();
                     blocking(move || cg.thaw()).await?;
@@ -127,7 +131,7 @@ pub(crate) async fn resume(
         )));
     }
     rootfs::prepare_dirs(&be.cfg, spec, tar).await?;
-    start::start_init(be, &sb).await
+    start::start_init(be, &sb, &spec.manifest).await
 }
 
 pub(crate) async fn resume_needs_artifacts(be: &ProcessBackend, id: &SandboxId) -> bool {
@@ -199,12 +203,7 @@ pub(crate) async fn destroy(be: &ProcessBackend, id: &SandboxId, dir: &Path) -> 
                 let cg = cgs.sandbox(&be.cfg.cgroup_parent, id.as_str());
                 blocking(move || cg.destroy()).await?;
             }
-            let (parent, id) = (be.cfg.cgroup_parent.clone(), id.to_string());
-            blocking(move || {
-                net::teardown(&parent, &id);
-                Ok(())
-            })
-            .await?;
+            net::detach(be, id);
         }
     }
     if dir.is_absolute() {
@@ -236,6 +235,10 @@ pub(crate) async fn recover(be: &ProcessBackend, spec: &SandboxSpec) -> Result<R
                 let cg = sb.cg.clone();
                 blocking(move || Ok(cg.frozen())).await?
             };
+            // The egress service of this daemon has not seen the sandbox.
+            if let Err(e) = net::attach(be, &spec.id, init_pid, &spec.manifest).await {
+                tracing::warn!(sandbox = %spec.id, "egress not reattached: {}", e.message);
+            }
             *run = Run::Running {
                 init_pid,
                 sup,
@@ -305,10 +308,8 @@ pub(crate) async fn cleanup_orphans(be: &ProcessBackend, known: &[SandboxId]) ->
     }
     {
         let parent = be.cfg.cgroup_parent.clone();
-        let keep: Vec<String> = known.iter().map(|k| k.to_string()).collect();
         blocking(move || {
-            let keep: Vec<&str> = keep.iter().map(|s| s.as_str()).collect();
-            net::cleanup_orphans(&parent, &keep);
+            net::cleanup_legacy(&parent);
             Ok(())
         })
         .await?;

@@ -1,6 +1,6 @@
 //! Bringing a sandbox's processes up and down: start its supervisor and
-//! PID 1 under fresh cgroups (with its user namespace range and network
-//! allow-list), reattach to a supervisor after a daemon restart, and stop
+//! PID 1 under fresh cgroups (with its user namespace range, its network
+//! namespace attached to the egress service), reattach to a supervisor after a daemon restart, and stop
 //! (kill every process, remove cgroups, network and supervisor).
 
 use std::path::PathBuf;
@@ -15,8 +15,14 @@ use crate::supervisor_client::{self, SupervisorHandle};
 use crate::sys::{blocking, pidfd_open};
 use crate::{net, supervisor, userns};
 
-/// Start the sandbox's PID 1 (namespaces, root filesystem) under fresh cgroups.
-pub(crate) async fn start_init(be: &ProcessBackend, sb: &Arc<Sandbox>) -> Result<()> {
+/// Start the sandbox's PID 1 (namespaces, root filesystem) under fresh
+/// cgroups, its network attached under `manifest`'s policy (the server's
+/// current one: it may have changed since the sandbox was first made).
+pub(crate) async fn start_init(
+    be: &ProcessBackend,
+    sb: &Arc<Sandbox>,
+    manifest: &stasis_core::Manifest,
+) -> Result<()> {
     let mut run = sb.run.lock().await;
     if let Run::Running { .. } = &*run {
         return Err(Error::state("sandbox is already running"));
@@ -95,16 +101,8 @@ pub(crate) async fn start_init(be: &ProcessBackend, sb: &Arc<Sandbox>) -> Result
         Ok(fd) => fd,
         Err(e) => return fail(format!("init {init_pid} vanished: {e}")).await,
     };
-    let allow = net::allowlist(&spec.manifest)?;
-    if !allow.is_empty() {
-        let (parent, id) = (be.cfg.cgroup_parent.clone(), spec.id.to_string());
-        let r = blocking(move || {
-            net::setup(&parent, &id, init_pid, &allow).map_err(std::io::Error::other)
-        })
-        .await;
-        if let Err(e) = r {
-            return fail(e.message).await;
-        }
+    if let Err(e) = net::attach(be, &spec.id, init_pid, manifest).await {
+        return fail(e.message).await;
     }
     let _ = tokio::fs::write(spec.dir.join("run").join("init.pid"), init_pid.to_string()).await;
     *run = Run::Running {
@@ -174,14 +172,7 @@ pub(crate) async fn stop(be: &ProcessBackend, sb: &Arc<Sandbox>, run: &mut Run) 
     kill_supervisor(be, sb, sup.as_ref()).await;
     let cg = sb.cg.clone();
     blocking(move || cg.destroy()).await?;
-    if !sb.spec.manifest.network.allow.is_empty() {
-        let (parent, id) = (be.cfg.cgroup_parent.clone(), sb.spec.id.to_string());
-        blocking(move || {
-            net::teardown(&parent, &id);
-            Ok(())
-        })
-        .await?;
-    }
+    net::detach(be, &sb.spec.id);
     *run = Run::Stopped;
     Ok(())
 }

@@ -6,7 +6,9 @@ mod common;
 mod netfix;
 use common::*;
 
-use stasis_backend::Backend;
+use std::sync::Arc;
+
+use stasis_backend::{Backend, Egress};
 use stasis_core::manifest::Mount;
 use stasis_core::Manifest;
 
@@ -244,34 +246,58 @@ async fn orphaned_quota_mounts_are_cleaned() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn orphaned_egress_tables_are_cleaned() {
-    let e = env("netorphan");
+async fn egress_attaches_with_the_sandbox_and_leaves_the_host_alone() {
+    let svc = Arc::new(stasis_net::EgressService::new(Default::default()).unwrap());
+    let eg = svc.clone();
+    let e = env_with("netattach", move |c| c.egress = Some(eg as Arc<dyn Egress>));
+    let links_before = host_links();
     let mut m = Manifest::default();
     m.network.allow = vec!["127.0.0.1:9".into()];
     let spec = e.spec(m);
     e.be.create(&spec).await.unwrap();
-    let table = stasis_backend_process::net::table_name(&e.parent, spec.id.as_str());
-    assert_eq!(stasis_backend_process::net::tables(&e.parent), vec![table]);
-    // A restarted daemon that knows the sandbox keeps its table ...
-    let be2 = stasis_backend_process::ProcessBackend::new(e.be.config().clone());
-    be2.cleanup_orphans(std::slice::from_ref(&spec.id))
-        .await
-        .unwrap();
-    assert_eq!(stasis_backend_process::net::tables(&e.parent).len(), 1);
-    // ... one that does not removes it, and the veth goes with the sandbox.
-    be2.cleanup_orphans(&[]).await.unwrap();
-    assert!(stasis_backend_process::net::tables(&e.parent).is_empty());
-    e.be.destroy(&spec.id, &spec.dir).await.unwrap();
-    let hif = stasis_backend_process::net::host_if(&e.parent, spec.id.as_str());
-    assert!(!std::path::Path::new("/sys/class/net").join(hif).exists());
+    assert!(svc.is_attached(&spec.id));
+    // Nothing was added to the host's network.
+    let added: Vec<String> = host_links()
+        .into_iter()
+        .filter(|l| !links_before.contains(l))
+        .filter(|l| l.starts_with("egress") || (l.starts_with("stx") && !l.starts_with("stxt")))
+        .collect();
+    assert!(added.is_empty(), "{added:?}");
+    // A pause that keeps memory keeps the attachment; one that does not
+    // ends it, and the resume attaches again.
+    let p = e.tmp.path().join("p");
+    e.be.pause(&spec.id, &p, false).await.unwrap();
+    assert!(!svc.is_attached(&spec.id));
+    e.be.resume(&spec, &p).await.unwrap();
+    assert!(svc.is_attached(&spec.id));
+    // A restarted daemon (a new backend and service) attaches what it
+    // reattaches.
+    let svc2 = Arc::new(stasis_net::EgressService::new(Default::default()).unwrap());
+    let mut cfg2 = e.be.config().clone();
+    cfg2.egress = Some(svc2.clone() as Arc<dyn Egress>);
+    let be2 = stasis_backend_process::ProcessBackend::new(cfg2);
+    be2.recover(&spec).await.unwrap();
+    assert!(svc2.is_attached(&spec.id));
+    be2.destroy(&spec.id, &spec.dir).await.unwrap();
+    assert!(!svc2.is_attached(&spec.id));
+    // Without an egress service, a manifest that allows anything is refused.
+    let e3 = env_with("netnone", |c| c.egress = None);
+    let mut m = Manifest::default();
+    m.network.allow = vec!["a.test".into()];
+    let err = e3.be.create(&e3.spec(m)).await.unwrap_err();
+    assert_eq!(err.field.as_deref(), Some("network.allow"), "{err}");
 }
 
-async fn gateway(e: &Env, spec: &stasis_backend::SandboxSpec) -> Option<std::net::Ipv4Addr> {
-    let r = out(&run(e, spec, sh("ip route show default")).await);
-    r.split_whitespace()
-        .skip_while(|w| *w != "via")
-        .nth(1)
-        .and_then(|a| a.parse().ok())
+fn host_links() -> Vec<String> {
+    std::fs::read_dir("/sys/class/net")
+        .unwrap()
+        .flatten()
+        .map(|d| d.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+async fn has_default_route(e: &Env, spec: &stasis_backend::SandboxSpec) -> bool {
+    out(&run(e, spec, sh("ip route show default")).await).starts_with("default")
 }
 
 async fn probe(e: &Env, spec: &stasis_backend::SandboxSpec, checks: &[String]) -> String {
@@ -303,8 +329,11 @@ async fn egress_allowlist_admits_only_listed_tcp() {
     m.network.allow = fx.allow();
     let spec = e.spec(m);
     e.be.create(&spec).await.unwrap();
-    let gw = gateway(&e, &spec).await;
-    assert!(gw.is_some(), "sandbox has no default route");
+    assert!(
+        has_default_route(&e, &spec).await,
+        "sandbox has no default route"
+    );
+    let gw = None;
 
     let check = |spec: stasis_backend::SandboxSpec| {
         let (e, fx) = (&e, &fx);
@@ -326,38 +355,30 @@ async fn egress_allowlist_admits_only_listed_tcp() {
         }
     };
     check(spec.clone()).await;
-    let table = stasis_backend_process::net::table_name(&e.parent, spec.id.as_str());
-    assert!(stasis_backend_process::net::tables(&e.parent).contains(&table));
 
     // Freeze/thaw keeps the namespace and rules.
     let p = e.tmp.path().join("p");
     e.be.pause(&spec.id, &p, true).await.unwrap();
     e.be.resume(&spec, &p).await.unwrap();
     check(spec.clone()).await;
-    // A restored sandbox gets its own veth and table.
+    // A restored sandbox is attached on its own.
     let snap = e.tmp.path().join("snap");
     e.be.snapshot(&spec.id, &snap).await.unwrap();
     let spec2 = e.spec(spec.manifest.clone());
     e.be.restore(&spec2, &snap).await.unwrap();
     check(spec2.clone()).await;
 
-    // Without an allowlist: no interface besides lo.
+    // Without an allowlist nothing leaves, not even to what others may reach.
     let plain = e.spec(Manifest::default());
     e.be.create(&plain).await.unwrap();
-    let r = run(
-        &e,
-        &plain,
-        sh("awk -F: 'NR>2{print $1}' /proc/net/dev | tr -d ' '"),
-    )
-    .await;
-    assert_eq!(out(&r), "lo\n");
+    let o = probe(&e, &plain, &fx.allowed_checks()).await;
+    for (c, (ok, why)) in netfix::probe_results(&o) {
+        assert!(!ok, "{c} reached without an allowlist: {why}");
+    }
 
     for s in [&spec, &spec2, &plain] {
         e.be.destroy(&s.id, &s.dir).await.unwrap();
     }
-    assert!(stasis_backend_process::net::tables(&e.parent).is_empty());
-    let hif = stasis_backend_process::net::host_if(&e.parent, spec.id.as_str());
-    assert!(!std::path::Path::new("/sys/class/net").join(hif).exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,7 @@ use crate::admin::{AdminCmd, SecretCmd};
 use crate::audit::AuditCmd;
 use crate::exec::{ExecArgs, SessionCmd};
 use crate::files::FilesCmd;
+use crate::network::NetworkCmd;
 use crate::ports::PortCmd;
 use crate::sandbox::CreateArgs;
 use crate::serve::ServeArgs;
@@ -123,6 +124,9 @@ pub enum Cmd {
     /// The audit log.
     #[command(subcommand)]
     Audit(AuditCmd),
+    /// A sandbox's network policy (names, wildcards, networks) and egress counters.
+    #[command(subcommand)]
+    Network(NetworkCmd),
     /// Agent runs: ordered steps, idempotent tool calls, approvals, signed state.
     #[command(subcommand)]
     Runs(runs::RunsCmd),

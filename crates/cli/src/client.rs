@@ -153,6 +153,12 @@ impl Client {
         }
     }
 
+    /// PATCH a JSON body, the answer decoded as JSON.
+    pub async fn patch(&self, path: &str, body: Value) -> Result<Value> {
+        self.json(self.req(reqwest::Method::PATCH, path).json(&body))
+            .await
+    }
+
     pub async fn delete(&self, path: &str) -> Result<Value> {
         let resp = self.send(self.req(reqwest::Method::DELETE, path)).await?;
         let text = resp.text().await.unwrap_or_default();

@@ -18,6 +18,7 @@ mod files;
 mod image;
 mod lifecycle;
 mod measure;
+mod network;
 mod output;
 mod ports;
 mod runs;
@@ -102,6 +103,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Port(p) => ports::port(&c, p, json).await?,
         Cmd::Usage { id } => sandbox::usage(&c, id, json).await?,
         Cmd::Audit(a) => audit::audit(&c, a, json).await?,
+        Cmd::Network(n) => network::network(&c, n, json).await?,
         Cmd::Runs(r) => runs::run(&c, r, json).await?,
         Cmd::Approve(a) => runs::decide(&c, a, true, json).await?,
         Cmd::Reject(a) => runs::decide(&c, a, false, json).await?,

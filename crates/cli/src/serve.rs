@@ -87,6 +87,20 @@ pub struct ServeArgs {
     /// Seconds a queued request waits for a slot before it gets 429 `overloaded`.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     max_queue_wait_secs: u64,
+    /// A destination no sandbox may reach, whatever its policy says: a name,
+    /// `*.wildcard`, address or network (`10.0.0.0/8`), optional `:port`.
+    /// Checked against the names sandboxes ask for and the real addresses
+    /// the proxy dials. Repeatable; giving any replaces the default
+    /// (the cloud metadata address).
+    #[arg(long = "egress-deny", value_name = "ENTRY", default_values_t = ["169.254.169.254".to_string()])]
+    egress_deny: Vec<String>,
+    /// DNS server (ip:port) the daemon asks for the names sandboxes may
+    /// reach (default: the system resolver).
+    #[arg(long, value_name = "ADDR")]
+    egress_upstream: Option<std::net::SocketAddr>,
+    /// A hosts file consulted before the upstream for those names.
+    #[arg(long, value_name = "FILE")]
+    egress_hosts: Option<PathBuf>,
 }
 
 /// `p` as an absolute path: resolved (symlinks and `..`) where it exists,
@@ -171,6 +185,15 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         max_inflight: a.max_inflight as usize,
         max_queued: a.max_queued as usize,
         max_wait: Duration::from_secs(a.max_queue_wait_secs),
+    };
+    cfg.egress = stasis_net::EgressConfig {
+        deny: a.egress_deny.clone(),
+        upstream: a.egress_upstream,
+        hosts: match &a.egress_hosts {
+            Some(f) => Some(absolute_path("--egress-hosts", f)?),
+            None => None,
+        },
+        limits: Default::default(),
     };
     Ok(cfg)
 }

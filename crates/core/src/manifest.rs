@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, ErrorCode};
 
+pub mod network;
+pub use network::NetworkPolicy;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BackendKind {
@@ -160,22 +163,6 @@ pub struct Mount {
     pub target: String,
 }
 
-/// Egress policy. Default: no network at all.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(deny_unknown_fields, default)]
-pub struct NetworkPolicy {
-    /// Destinations the sandbox may open TCP connections to, as `ip:port`
-    /// (`[v6]:port` for IPv6). Everything else is dropped.
-    pub allow: Vec<String>,
-}
-
-impl NetworkPolicy {
-    /// The parsed allowlist (validated by `Manifest::validate`).
-    pub fn destinations(&self) -> Vec<std::net::SocketAddr> {
-        self.allow.iter().filter_map(|a| a.parse().ok()).collect()
-    }
-}
-
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Manifest {
@@ -244,7 +231,7 @@ impl Default for Manifest {
     }
 }
 
-fn bad(field: &str, msg: impl Into<String>) -> Error {
+pub(crate) fn bad(field: &str, msg: impl Into<String>) -> Error {
     Error::new(
         ErrorCode::InvalidManifest,
         format!("{field}: {}", msg.into()),
@@ -404,20 +391,7 @@ impl Manifest {
                 ));
             }
         }
-        if self.network.allow.len() > 256 {
-            return Err(bad("network.allow", "at most 256 destinations"));
-        }
-        for (i, a) in self.network.allow.iter().enumerate() {
-            match a.parse::<std::net::SocketAddr>() {
-                Ok(sa) if sa.port() != 0 => {}
-                _ => {
-                    return Err(bad(
-                        &format!("network.allow[{i}]"),
-                        "must be ip:port (or [ipv6]:port) with a non-zero port",
-                    ))
-                }
-            }
-        }
+        self.network.validate()?;
         if self.secrets.len() > 64 {
             return Err(bad("secrets", "at most 64 secrets"));
         }
@@ -492,12 +466,16 @@ mod tests {
             ),
             (json!({"outputs": ["/out/../etc"]}), "outputs[0]"),
             (
-                json!({"network": {"allow": ["example.com:443"]}}),
+                json!({"network": {"allow": ["*.com:443"]}}),
                 "network.allow[0]",
             ),
             (
                 json!({"network": {"allow": ["127.0.0.1:0"]}}),
                 "network.allow[0]",
+            ),
+            (
+                json!({"network": {"allow": ["a.test"], "deny": ["b.test"]}}),
+                "network.deny[0]",
             ),
             (json!({"secrets": ["API-KEY"]}), "secrets[0]"),
         ];

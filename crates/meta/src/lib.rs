@@ -30,6 +30,7 @@ use stasis_core::{
 
 mod audit;
 pub mod lease;
+mod manifest;
 pub mod port_urls;
 pub mod runs;
 pub mod templates;

@@ -73,6 +73,9 @@ pub struct DaemonConfig {
     /// Hosts (`host`, `host:port`, `*.domain`) webhook endpoints may name;
     /// empty: no webhooks.
     pub webhook_allow: Vec<String>,
+    /// The egress service: operator deny list (`--egress-deny`), upstream
+    /// resolver (`--egress-upstream`), hosts view (`--egress-hosts`).
+    pub egress: stasis_net::EgressConfig,
 }
 
 impl DaemonConfig {
@@ -99,6 +102,7 @@ impl DaemonConfig {
             allow_mounts: Vec::new(),
             inflight: Default::default(),
             webhook_allow: Vec::new(),
+            egress: stasis_net::EgressConfig::default(),
         }
     }
 }
@@ -180,10 +184,13 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     let images =
         crate::images::Images::open_with_guest(&image_store, Some(cfg.images_dir.join("default")))?;
     pcfg.image_store = Some(image_store);
+    let egress = Arc::new(stasis_net::EgressService::new(cfg.egress.clone())?);
+    pcfg.egress = Some(egress.clone() as Arc<dyn stasis_backend::Egress>);
     let process = Arc::new(ProcessBackend::new(pcfg));
 
     let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());
     mcfg.image_store = Some(data_dir.join("images-store"));
+    mcfg.egress = Some(egress.clone() as Arc<dyn stasis_backend::Egress>);
     mcfg.accel = cfg.accel;
     mcfg.base_dir = Some(data_dir.join("sandboxes"));
     mcfg.mount_roots = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
@@ -207,6 +214,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         backends,
     );
     manager.set_images(images);
+    manager.set_egress(egress);
     let cluster = if meta_engine == stasis_meta::Engine::Postgres {
         let node_id = match &cfg.node_id {
             Some(n) => n.clone(),

@@ -104,6 +104,7 @@ struct Inner {
     http_requests: IntCounterVec,
     http_duration: HistogramVec,
     source_errors: IntCounterVec,
+    egress: IntCounterVec,
     store_cache: StdMutex<Option<StoreCache>>,
     /// One scrape at a time recomputes the scrape-time gauges.
     scrape: tokio::sync::Mutex<()>,
@@ -120,6 +121,15 @@ impl Default for Metrics {
         Self::new()
     }
 }
+
+/// The `event` labels of `stasis_egress_total`.
+const EGRESS_EVENTS: [&str; 5] = [
+    "connection_allowed",
+    "connection_denied",
+    "dns_refused",
+    "dns_limited",
+    "upstream_query",
+];
 
 fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
     r.register(Box::new(c.clone()))
@@ -256,6 +266,22 @@ impl Metrics {
         for s in ["meta", "store"] {
             source_errors.with_label_values(&[s]);
         }
+        let egress = reg(
+            &r,
+            IntCounterVec::new(
+                Opts::new(
+                    "stasis_egress_total",
+                    "Egress decisions of the daemon's per-sandbox proxy and resolver: \
+                     connections allowed and denied, DNS questions refused by policy or \
+                     by rate limit, questions sent upstream.",
+                ),
+                &["event"],
+            )
+            .expect("metric"),
+        );
+        for e in EGRESS_EVENTS {
+            egress.with_label_values(&[e]);
+        }
         Metrics {
             inner: Arc::new(Inner {
                 registry: r,
@@ -270,9 +296,25 @@ impl Metrics {
                 http_requests,
                 http_duration,
                 source_errors,
+                egress,
                 store_cache: StdMutex::new(None),
                 scrape: tokio::sync::Mutex::new(()),
             }),
+        }
+    }
+
+    /// Bring the egress counters up to the service's totals (monotonic).
+    pub fn egress(&self, t: stasis_net::CounterValues) {
+        let vals = [
+            t.allowed,
+            t.denied,
+            t.dns_refused,
+            t.dns_limited,
+            t.upstream_queries,
+        ];
+        for (e, v) in EGRESS_EVENTS.iter().zip(vals) {
+            let c = self.inner.egress.with_label_values(&[e]);
+            c.inc_by(v.saturating_sub(c.get()));
         }
     }
 

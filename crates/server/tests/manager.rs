@@ -13,6 +13,8 @@ mod attach;
 mod crash;
 #[path = "manager/lease.rs"]
 mod lease;
+#[path = "manager/network.rs"]
+mod network;
 #[path = "manager/ports.rs"]
 mod ports;
 #[path = "manager/reaper.rs"]

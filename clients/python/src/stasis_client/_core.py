@@ -668,3 +668,19 @@ def stream_line(
         cls = BY_CODE.get(code, StasisError)
         raise cls(str(line.get("message", "")), code=code)
     raise StasisError(f"unexpected line in the exec stream: {line!r}")
+
+
+def op_network(sandbox_id: str) -> Op[dict[str, Any]]:
+    resp = yield req("sandbox.network", ids={"id": sandbox_id})
+    return resp.json()
+
+
+def op_set_network(
+    sandbox_id: str, allow: Sequence[str], deny: Sequence[str]
+) -> Op[dict[str, Any]]:
+    for name, v in (("allow", allow), ("deny", deny)):
+        if isinstance(v, str):
+            raise TypeError(f"{name} must be a list of entries, not a string")
+    body = {"allow": list(allow), "deny": list(deny)}
+    resp = yield req("sandbox.set_network", ids={"id": sandbox_id}, json=body)
+    return resp.json()

@@ -322,6 +322,20 @@ class AsyncSandbox:
         """See :meth:`stasis_client.Sandbox.revoke_port_urls`."""
         await self.client._run(_core.op_port_revoke(self.id, port, url_id))
 
+    async def network(self) -> dict[str, Any]:
+        """The network policy in force (``policy.allow``/``policy.deny``) and,
+        while the sandbox is attached, its egress counters."""
+        return await self.client._run(_core.op_network(self.id))
+
+    async def set_network(
+        self, *, allow: Sequence[str] = (), deny: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """Replace the network policy (both lists) without a restart: names
+        (``pypi.org``), one-label wildcards (``*.pythonhosted.org``),
+        addresses and networks (``10.1.0.0/16``), each with an optional
+        ``:port``. A bad entry raises ``InvalidManifest`` naming the field."""
+        return await self.client._run(_core.op_set_network(self.id, allow, deny))
+
 
 def _usage(sandbox_id: str) -> Op[dict[str, Any]]:
     resp = yield _core.req("sandbox.usage", ids={"id": sandbox_id})

@@ -128,6 +128,17 @@ ROUTES: dict[str, Route] = {
         "post", "/v1/sandboxes/{id}/sessions/{session}/resize", ok=(204,)
     ),
     "sandbox.usage": Route("get", "/v1/sandboxes/{id}/usage"),
+    "sandbox.network": Route(
+        "get",
+        "/v1/sandboxes/{id}/network",
+        response=Body("NetworkStatus", ("policy", "attached", "counters")),
+    ),
+    "sandbox.set_network": Route(
+        "patch",
+        "/v1/sandboxes/{id}/network",
+        request=Body("SetNetwork", ("allow", "deny")),
+        response=Body("NetworkStatus", ("policy", "attached", "counters")),
+    ),
     "sandbox.pause": Route(
         "post",
         "/v1/sandboxes/{id}/pause",

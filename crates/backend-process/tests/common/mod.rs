@@ -23,6 +23,11 @@ pub fn env_with(tag: &str, f: impl FnOnce(&mut ProcessConfig)) -> Env {
         shim_program: PathBuf::from(env!("CARGO_BIN_EXE_stasis-process-shim")),
         shim_args: vec![],
         cgroup_parent: parent.clone(),
+        // The daemon's egress service, when the test runs on a runtime.
+        egress: tokio::runtime::Handle::try_current().ok().map(|_| {
+            let svc = stasis_net::EgressService::new(stasis_net::EgressConfig::default()).unwrap();
+            std::sync::Arc::new(svc) as std::sync::Arc<dyn stasis_backend::Egress>
+        }),
         ..Default::default()
     };
     f(&mut cfg);
@@ -101,7 +106,7 @@ impl Drop for Env {
             let _ = cg.supervisor(&self.parent, &name).destroy();
         }
         self.cleanup_parent();
-        stasis_backend_process::net::cleanup_orphans(&self.parent, &[]);
+        stasis_backend_process::net::cleanup_legacy(&self.parent);
         // Quota filesystems of sandboxes a failing test did not destroy.
         let _ =
             stasis_backend_process::disk::unmount_stale(&self.tmp.path().join("sandboxes"), &[]);

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 /// Python probe: each argv entry is `tcp:IP:PORT`, `udp:IP:PORT` or
 /// `icmp:IP`; all run at once, each prints `<entry> ok <reply>` or
 /// `<entry> fail <why>`. A TCP check passes only when the listener's
-/// greeting arrives; UDP only when the datagram is echoed; ICMP only on an
+/// greeting arrives; UDP only when the datagram comes back unchanged; ICMP only on an
 /// echo reply from the target.
 pub const PROBE: &str = r#"
 import socket, struct, sys, threading, os
@@ -19,12 +19,18 @@ res = {}
 def tcp(ip, port):
     s = socket.create_connection((ip, int(port)), timeout=T)
     s.settimeout(T)
-    return s.recv(64).decode().strip()
+    d = s.recv(64).decode().strip()
+    if not d:
+        raise ConnectionError("closed without a greeting")
+    return d
 def udp(ip, port):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.settimeout(T)
-    s.sendto(b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01", (ip, int(port)))
+    q = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x03com\x00\x00\x01\x00\x01"
+    s.sendto(q, (ip, int(port)))
     d, a = s.recvfrom(512)
+    if d != q:
+        raise ConnectionError("answered by something other than the echo (a resolver in between)")
     return "echo %d bytes" % len(d)
 def csum(b):
     if len(b) % 2: b += b"\0"

@@ -194,8 +194,8 @@ impl Drop for Daemon {
         // be slow; kill whatever sits in this test's cgroups instead.
         cleanup_cgroups(&self.cgroup_parent);
         unmount_under(&self.dir);
-        // Egress tables of sandboxes left running (their veths died with them).
-        stasis_backend_process::net::cleanup_orphans(&self.cgroup_parent, &[]);
+        // Host egress tables an earlier backend version may have left.
+        stasis_backend_process::net::cleanup_legacy(&self.cgroup_parent);
     }
 }
 

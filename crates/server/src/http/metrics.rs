@@ -15,6 +15,9 @@ use crate::metrics::Metrics;
 
 /// `GET /metrics`.
 pub async fn handler(State(st): State<AppState>) -> Response {
+    if let Some(e) = st.manager.egress() {
+        st.manager.metrics().egress(e.totals());
+    }
     match st
         .manager
         .metrics()

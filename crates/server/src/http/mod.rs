@@ -20,6 +20,7 @@ pub mod forward;
 pub mod images;
 pub mod limit;
 pub mod metrics;
+pub mod network;
 pub mod ports;
 pub mod runs;
 pub mod sandboxes;
@@ -108,6 +109,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(files::routes())
         .merge(sessions::routes())
         .merge(attach::routes())
+        .merge(network::routes())
         .merge(snapshots::routes())
         .merge(templates::routes())
         .merge(audit::routes())
@@ -233,6 +235,8 @@ mod tests {
             "post /v1/admin/images",
             "post /v1/admin/images/gc",
             "get /v1/sandboxes/{id}/outputs",
+            "get /v1/sandboxes/{id}/network",
+            "patch /v1/sandboxes/{id}/network",
             "get /v1/snapshots",
             "get /v1/snapshots/{id}",
             "delete /v1/snapshots/{id}",

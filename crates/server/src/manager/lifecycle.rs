@@ -238,7 +238,7 @@ impl Manager {
 
     /// Take a sandbox's slot exclusively (after checking the caller may see
     /// it) and read its record under the lock.
-    async fn exclusive(
+    pub(super) async fn exclusive(
         &self,
         ctx: &Ctx,
         id: &SandboxId,

@@ -26,6 +26,7 @@
 //! - `templates`: named, versioned snapshots (publish after the secret
 //!   scan, list, delete) and sandboxes started from them;
 //! - `guest`: work inside a running sandbox (exec, files, sessions, usage);
+//! - `network`: reading and changing a sandbox's network policy at runtime;
 //! - `recovery`: reconcile after a crash;
 //! - `reaper`: the idle, TTL, lifetime and checkpoint policies.
 
@@ -53,6 +54,7 @@ mod guest;
 mod lease;
 mod lifecycle;
 mod lost;
+mod network;
 mod pause_recovery;
 mod reaper;
 mod recovery;
@@ -61,6 +63,7 @@ mod stage;
 mod templates;
 
 pub use guest::MAX_SESSION_WAIT;
+pub use network::{EgressCounters, NetworkStatus};
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 pub use recovery::ReconcileReport;
 pub use snapshot_ops::MAX_SNAPSHOT_TTL;
@@ -141,6 +144,8 @@ pub struct Manager {
     cluster: std::sync::OnceLock<Arc<Cluster>>,
     /// The image store (set by the daemon; absent in manager-only tests).
     images: std::sync::OnceLock<Arc<crate::images::Images>>,
+    /// The daemon's egress service (runtime network policy changes).
+    egress: std::sync::OnceLock<Arc<stasis_net::EgressService>>,
     metrics: Metrics,
 }
 
@@ -165,6 +170,7 @@ impl Manager {
             last_gc_ms: AtomicI64::new(now_ms()),
             cluster: std::sync::OnceLock::new(),
             images: std::sync::OnceLock::new(),
+            egress: std::sync::OnceLock::new(),
             metrics: Metrics::new(),
         })
     }

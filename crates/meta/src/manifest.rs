@@ -1,0 +1,27 @@
+//! Runtime changes to a sandbox's stored manifest (its network policy).
+
+use stasis_core::{now_ms, Error, Manifest, Result, SandboxId};
+
+use crate::{db_err, Meta, SandboxRecord};
+
+impl Meta {
+    /// Replace the stored manifest of a sandbox that is not destroyed (a
+    /// runtime change such as a new network policy); its digest follows.
+    pub async fn set_manifest(&self, id: &SandboxId, manifest: &Manifest) -> Result<SandboxRecord> {
+        let done = sqlx::query(
+            "UPDATE sandboxes SET manifest = $1, manifest_digest = $2, updated_at_ms = $3
+             WHERE id = $4 AND state != 'destroyed'",
+        )
+        .bind(serde_json::to_string(manifest)?)
+        .bind(manifest.digest())
+        .bind(now_ms())
+        .bind(id.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(db_err)?;
+        if done.rows_affected() != 1 {
+            return Err(Error::state(format!("sandbox {id} is destroyed")));
+        }
+        self.get(id).await
+    }
+}
