@@ -105,13 +105,13 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
         .call(
             "POST",
             "/v1/sandboxes",
-            Some(json!({"manifest": {"backend": "microvm", "network": {"allow": ["example.com:443"]}}})),
+            Some(json!({"manifest": {"backend": "microvm", "network": {"allow": ["*.com"]}}})),
         )
         .await;
     assert_eq!(r.status, 400, "{}", r.body);
     assert_eq!(r.body["error"]["field"], "network.allow[0]", "{}", r.body);
     println!(
-        "denied: allowlist entry that is not ip:port ({})",
+        "denied: allowlist wildcard wider than one label ({})",
         r.body["error"]["message"]
     );
     denied += 1;
@@ -173,10 +173,12 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
             allowed_n.load(Ordering::SeqCst),
             other_n.load(Ordering::SeqCst),
         );
+        // The host's loopback port is reached as listed, also through
+        // slirp's host alias (the same path, by design); nothing else is.
         let dests = [
             format!("127.0.0.1:{allowed}"),
-            format!("10.0.2.2:{other}"),
             format!("10.0.2.2:{allowed}"),
+            format!("10.0.2.2:{other}"),
             format!("127.0.0.1:{other}"),
             format!("10.0.2.100:{other}"),
         ];
@@ -185,12 +187,10 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
             .await;
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(lines.len(), dests.len(), "{out}");
-        assert_eq!(
-            lines[0],
-            format!("{} OK pong-allowed", dests[0]),
-            "{when}: {out}"
-        );
-        for l in &lines[1..] {
+        for (i, l) in lines[..2].iter().enumerate() {
+            assert_eq!(*l, format!("{} OK pong-allowed", dests[i]), "{when}: {out}");
+        }
+        for l in &lines[2..] {
             assert!(l.contains(" FAIL "), "{when}: must be denied: {l}");
             println!("denied: {when}: egress to {l}");
             denied += 1;
@@ -200,7 +200,7 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
             o0,
             "{when}: other listener reached"
         );
-        assert_eq!(allowed_n.load(Ordering::SeqCst), a0 + 1, "{when}");
+        assert_eq!(allowed_n.load(Ordering::SeqCst), a0 + 2, "{when}");
     }
 
     // Outputs of a paused microVM: collected (the sandbox is resumed for
