@@ -184,12 +184,24 @@ pub(crate) async fn drop_relay_addresses(b: &MicrovmBackend, vm: &Vm) -> Result<
     let script = "B=/run/stasis/busybox; [ -x $B ] || B=/bin/busybox; \
         for a in $($B ip -4 addr show dev lo | $B awk '$1==\"inet\" && $2 !~ /^127\\./ {print $2}'); do \
         $B ip addr del \"$a\" dev lo || exit 1; done";
+    run_ok(
+        b,
+        vm,
+        vec!["sh".into(), "-c".into(), script.into()],
+        "removing the old relay addresses from the guest's lo",
+    )
+    .await
+}
+
+/// Run a short housekeeping command in the guest (10 s at most); an error
+/// unless it exits 0, saying `what` failed.
+async fn run_ok(b: &MicrovmBackend, vm: &Vm, argv: Vec<String>, what: &str) -> Result<()> {
     let r = call(
         b,
         vm,
         Request::Exec {
             req: ExecRequest {
-                argv: vec!["sh".into(), "-c".into(), script.into()],
+                argv,
                 env: Default::default(),
                 cwd: Some("/".into()),
                 timeout_ms: 10_000,
@@ -203,9 +215,7 @@ pub(crate) async fn drop_relay_addresses(b: &MicrovmBackend, vm: &Vm) -> Result<
     .await?;
     match r {
         Reply::Exec { result } if result.exit_code == Some(0) => Ok(()),
-        other => Err(Error::backend(format!(
-            "removing the old relay addresses from the guest's lo: {other:?}"
-        ))),
+        other => Err(Error::backend(format!("{what}: {other:?}"))),
     }
 }
 
@@ -220,30 +230,13 @@ pub(crate) async fn after_cold_boot(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
         .as_deref()
         .is_some_and(|i| i.starts_with("sha256:"));
     configure(b, vm, !from_store, None).await?;
-    let r = call(
+    run_ok(
         b,
         vm,
-        Request::Exec {
-            req: ExecRequest {
-                argv: vec!["mkdir".into(), "-p".into(), vm.workdir.clone()],
-                env: Default::default(),
-                cwd: Some("/".into()),
-                timeout_ms: 10_000,
-                stdin: None,
-            },
-            stream: false,
-        },
-        None,
-        Duration::from_secs(10),
+        vec!["mkdir".into(), "-p".into(), vm.workdir.clone()],
+        &format!("cannot create workdir {}", vm.workdir),
     )
-    .await?;
-    match r {
-        Reply::Exec { result } if result.exit_code == Some(0) => Ok(()),
-        other => Err(Error::backend(format!(
-            "cannot create workdir {}: {other:?}",
-            vm.workdir
-        ))),
-    }
+    .await
 }
 
 pub(crate) fn expect_ok(r: Reply) -> Result<()> {

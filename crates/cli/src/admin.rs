@@ -59,15 +59,8 @@ pub enum TokenCmd {
         /// What the token is for.
         #[arg(long, default_value = "cli")]
         name: String,
-        /// read, exec, approve or manage (repeat for several; default: all).
-        #[arg(long = "scope")]
-        scopes: Vec<String>,
-        /// Lifetime, e.g. 12h or 30d (default: no expiry).
-        #[arg(long)]
-        ttl: Option<String>,
-        /// Limit the token to this sandbox of the tenant.
-        #[arg(long)]
-        sandbox: Option<String>,
+        #[command(flatten)]
+        mint: crate::token::MintArgs,
     },
     /// Replace a token by a new one; the old one keeps working for the overlap.
     Rotate {
@@ -146,14 +139,8 @@ pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
                     .join("\n")
             });
         }
-        AdminCmd::Token(TokenCmd::Create {
-            tenant,
-            name,
-            scopes,
-            ttl,
-            sandbox,
-        }) => {
-            let body = crate::token::mint_body(&name, &scopes, ttl.as_deref(), sandbox.as_deref())?;
+        AdminCmd::Token(TokenCmd::Create { tenant, name, mint }) => {
+            let body = crate::token::mint_body(&name, &mint)?;
             let v = c
                 .post(
                     &format!("/v1/admin/tenants/{}/tokens", path_seg(&tenant)?),

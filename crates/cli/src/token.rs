@@ -2,7 +2,7 @@
 //! scoped, expiring or per-sandbox tokens, rotation with an overlap,
 //! revocation, the list.
 
-use clap::Subcommand;
+use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 
 use stasis_core::{Error, Result};
@@ -10,21 +10,28 @@ use stasis_core::{Error, Result};
 use crate::client::{path_seg, Client};
 use crate::output::print_value;
 
+/// What a new token may do and for how long (`token create`, `admin token create`).
+#[derive(Args)]
+pub struct MintArgs {
+    /// read, exec, approve or manage (repeat for several; default: all the minter may give).
+    #[arg(long = "scope")]
+    pub scopes: Vec<String>,
+    /// Lifetime, e.g. 90m, 12h, 30d (default: no expiry, or the minter's).
+    #[arg(long)]
+    pub ttl: Option<String>,
+    /// Limit the token to this sandbox.
+    #[arg(long)]
+    pub sandbox: Option<String>,
+}
+
 #[derive(Subcommand)]
 pub enum TokenCmd {
     /// Mint a token; prints it once.
     Create {
         /// What the token is for.
         name: String,
-        /// read, exec, approve or manage (repeat for several; default: all of yours).
-        #[arg(long = "scope")]
-        scopes: Vec<String>,
-        /// Lifetime, e.g. 90m, 12h, 30d (default: no expiry, or yours).
-        #[arg(long)]
-        ttl: Option<String>,
-        /// Limit the token to this sandbox.
-        #[arg(long)]
-        sandbox: Option<String>,
+        #[command(flatten)]
+        mint: MintArgs,
     },
     /// List this tenant's tokens (never their text).
     Ls,
@@ -47,20 +54,15 @@ pub fn secs(flag: &str, s: &str) -> Result<u64> {
 }
 
 /// The body of a token mint.
-pub fn mint_body(
-    name: &str,
-    scopes: &[String],
-    ttl: Option<&str>,
-    sandbox: Option<&str>,
-) -> Result<Value> {
+pub fn mint_body(name: &str, m: &MintArgs) -> Result<Value> {
     let mut b = json!({ "name": name });
-    if !scopes.is_empty() {
-        b["scopes"] = json!(scopes);
+    if !m.scopes.is_empty() {
+        b["scopes"] = json!(m.scopes);
     }
-    if let Some(t) = ttl {
+    if let Some(t) = &m.ttl {
         b["ttl_secs"] = json!(secs("--ttl", t)?);
     }
-    if let Some(s) = sandbox {
+    if let Some(s) = &m.sandbox {
         b["sandbox"] = json!(s);
     }
     Ok(b)
@@ -115,13 +117,8 @@ pub fn print_minted(json: bool, v: &Value) {
 /// `stasis token`.
 pub async fn token(c: &Client, cmd: TokenCmd, json: bool) -> Result<()> {
     match cmd {
-        TokenCmd::Create {
-            name,
-            scopes,
-            ttl,
-            sandbox,
-        } => {
-            let body = mint_body(&name, &scopes, ttl.as_deref(), sandbox.as_deref())?;
+        TokenCmd::Create { name, mint } => {
+            let body = mint_body(&name, &mint)?;
             let v = c.post("/v1/tokens", body).await?;
             print_minted(json, &v);
         }
@@ -159,14 +156,21 @@ mod tests {
         assert_eq!(secs("--ttl", "1d 2h").unwrap(), 93_600);
         let e = secs("--ttl", "soon").unwrap_err();
         assert!(e.message.contains("--ttl"), "{e}");
-        let b = mint_body("ci", &["exec".into()], Some("1h"), Some("sbx-a")).unwrap();
+        let m = MintArgs {
+            scopes: vec!["exec".into()],
+            ttl: Some("1h".into()),
+            sandbox: Some("sb-a".into()),
+        };
+        let b = mint_body("ci", &m).unwrap();
         assert_eq!(
             b,
-            json!({"name": "ci", "scopes": ["exec"], "ttl_secs": 3600, "sandbox": "sbx-a"})
+            json!({"name": "ci", "scopes": ["exec"], "ttl_secs": 3600, "sandbox": "sb-a"})
         );
-        assert_eq!(
-            mint_body("x", &[], None, None).unwrap(),
-            json!({"name": "x"})
-        );
+        let none = MintArgs {
+            scopes: vec![],
+            ttl: None,
+            sandbox: None,
+        };
+        assert_eq!(mint_body("x", &none).unwrap(), json!({"name": "x"}));
     }
 }
