@@ -380,6 +380,10 @@ stage_rootfs() {
     fi
     PYTHON_VERSION=$(cat "$CACHE/python-version-$key" 2>/dev/null || echo unknown)
     ROOTFS_KEY=$key
+    # The same tree as a directory: the daemon registers it as the public
+    # image `stasis-base:bookworm` (FROM of a Dockerfile, or a process
+    # sandbox's root).
+    ln -sfn "$tree" "$OUT/base-rootfs"
 
     local ikey
     ikey=$(strsha "image-v2 $key $ROOTFS_SIZE_MB")

@@ -414,6 +414,48 @@ async fn build_from_a_dockerfile_and_run_it() {
     }
 }
 
+/// FROM the stasis base: the Debian bookworm root with Python that setup
+/// builds (registered public by every daemon), a Python RUN step, then a
+/// sandbox of the result. Needs the guest image (STASIS_IMAGE_DIR) whose
+/// build leaves the base beside it; without it the test says so and passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn build_from_the_stasis_base_with_python() {
+    let Some(img) = std::env::var_os("STASIS_IMAGE_DIR") else {
+        eprintln!("stasis base test NOT RUN: STASIS_IMAGE_DIR is not set");
+        return;
+    };
+    if !std::path::Path::new(&img).join("base-rootfs").is_dir() {
+        panic!("the guest image build leaves base-rootfs beside the image; rebuild it (scripts/setup.sh)");
+    }
+    let d = Daemon::start(&[]).await;
+    let http = d.http();
+    let listed = http.ok("GET", "/v1/images", None).await;
+    assert!(listed.to_string().contains("stasis-base"), "{listed}");
+    let ctx = tempfile::tempdir().unwrap();
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        "FROM stasis-base:bookworm\nWORKDIR /app\n\
+         RUN python3 -c \"import json, sys; json.dump({'py': sys.version.split()[0]}, open('/app/v.json', 'w'))\"\n",
+    )
+    .unwrap();
+    let c = ctx.path().display().to_string();
+    let o = d.cli(&["image", "build", "-t", "py:1", &c]);
+    assert!(o.status.success(), "{o:?}");
+    let sb = http
+        .create(json!({"backend": "process", "image": "py:1", "lifecycle": {"on_idle": "nothing"}}))
+        .await;
+    let out = http
+        .sh(
+            &sb,
+            "cat /app/v.json; . /etc/os-release; echo \" $VERSION_CODENAME\"",
+        )
+        .await;
+    assert!(out.starts_with("{\"py\": \"3."), "{out}");
+    assert!(out.trim_end().ends_with("bookworm"), "{out}");
+    http.ok("DELETE", &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+}
+
 /// GC never removes an image a live sandbox was created from; once the
 /// sandbox and the name are gone, the image and its layers go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

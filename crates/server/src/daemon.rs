@@ -213,6 +213,15 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         Snapshots::new(store).with_gc_grace(cfg.gc_grace),
         backends,
     );
+    let base = cfg.images_dir.join(crate::images::BASE_ROOTFS);
+    if base.is_dir() {
+        match images.register(crate::images::BASE_IMAGE, &base).await {
+            Ok(e) => {
+                info!(image = crate::images::BASE_IMAGE, id = %e.id, "stasis base image registered")
+            }
+            Err(e) => warn!(error = %e, "the stasis base image was not registered"),
+        }
+    }
     manager.set_images(images);
     manager.set_egress(egress);
     let cluster = if meta_engine == stasis_meta::Engine::Postgres {

@@ -46,6 +46,14 @@ impl From<ImageName> for ImageEntry {
     }
 }
 
+/// The stasis base image: the Debian bookworm root filesystem with Python
+/// that setup builds for the microVM guest, as a directory
+/// (`<images>/default/base-rootfs`), registered public at every daemon start.
+pub const BASE_IMAGE: &str = "stasis-base:bookworm";
+
+/// Where the guest image build leaves that directory, under the images dir.
+pub const BASE_ROOTFS: &str = "default/base-rootfs";
+
 pub struct Images {
     store: Arc<ImageStore>,
     /// The microVM guest image whose kernel and initrd serve every image.
