@@ -55,6 +55,8 @@ class Daemon:
             str(ready),
             "--cgroup-parent",
             self.cgroup_parent,
+            "--webhook-allow",
+            "127.0.0.1",
         ]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"}

@@ -684,3 +684,62 @@ def op_set_network(
     body = {"allow": list(allow), "deny": list(deny)}
     resp = yield req("sandbox.set_network", ids={"id": sandbox_id}, json=body)
     return resp.json()
+
+
+# ----- tokens and webhooks ---------------------------------------------------
+
+
+def op_token_create(
+    name: str,
+    scopes: Optional[Sequence[str]],
+    ttl_secs: Optional[int],
+    sandbox: Optional[str],
+) -> Op[dict[str, Any]]:
+    body: dict[str, Any] = {"name": name}
+    if scopes is not None:
+        body["scopes"] = list(scopes)
+    if ttl_secs is not None:
+        body["ttl_secs"] = ttl_secs
+    if sandbox is not None:
+        body["sandbox"] = sandbox
+    resp = yield req("token.create", json=body)
+    return dict(resp.json())
+
+
+def op_token_list() -> Op[list[dict[str, Any]]]:
+    resp = yield req("token.list")
+    return list(resp.json())
+
+
+def op_token_revoke(token_id: str) -> Op[dict[str, Any]]:
+    resp = yield req("token.revoke", ids={"token": token_id})
+    return dict(resp.json())
+
+
+def op_token_rotate(token_id: str, overlap_secs: Optional[int]) -> Op[dict[str, Any]]:
+    body = {} if overlap_secs is None else {"overlap_secs": overlap_secs}
+    resp = yield req("token.rotate", ids={"token": token_id}, json=body)
+    return dict(resp.json())
+
+
+def op_webhook_create(url: str, events: Optional[Sequence[str]]) -> Op[dict[str, Any]]:
+    body: dict[str, Any] = {"url": url}
+    if events is not None:
+        body["events"] = list(events)
+    resp = yield req("webhook.create", json=body)
+    return dict(resp.json())
+
+
+def op_webhook_list() -> Op[list[dict[str, Any]]]:
+    resp = yield req("webhook.list")
+    return list(resp.json())
+
+
+def op_webhook_delete(webhook_id: str) -> Op[None]:
+    yield req("webhook.delete", ids={"id": webhook_id})
+    return None
+
+
+def op_webhook_dead_letters(webhook_id: str) -> Op[list[dict[str, Any]]]:
+    resp = yield req("webhook.dead_letters", ids={"id": webhook_id})
+    return list(resp.json())

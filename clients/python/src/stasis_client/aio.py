@@ -59,6 +59,8 @@ class AsyncClient:
         )
         self.runs = AsyncRuns(self)
         self.templates = AsyncTemplates(self)
+        self.tokens = AsyncTokens(self)
+        self.webhooks = AsyncWebhooks(self)
 
     async def _send(self, r: Req) -> Resp:
         try:
@@ -434,6 +436,51 @@ class AsyncSession:
 
     async def kill(self) -> None:
         await self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+
+
+class AsyncTokens:
+    """This tenant's API tokens, as :class:`stasis_client.client.Tokens`."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(
+        self,
+        name: str,
+        *,
+        scopes: Optional[Sequence[str]] = None,
+        ttl_secs: Optional[int] = None,
+        sandbox: Optional[str] = None,
+    ) -> dict[str, Any]:
+        return await self._c._run(_core.op_token_create(name, scopes, ttl_secs, sandbox))
+
+    async def list(self) -> list[dict[str, Any]]:
+        return await self._c._run(_core.op_token_list())
+
+    async def revoke(self, token_id: str) -> dict[str, Any]:
+        return await self._c._run(_core.op_token_revoke(token_id))
+
+    async def rotate(self, token_id: str, *, overlap_secs: Optional[int] = None) -> dict[str, Any]:
+        return await self._c._run(_core.op_token_rotate(token_id, overlap_secs))
+
+
+class AsyncWebhooks:
+    """Signed lifecycle webhooks, as :class:`stasis_client.client.Webhooks`."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._c = client
+
+    async def create(self, url: str, *, events: Optional[Sequence[str]] = None) -> dict[str, Any]:
+        return await self._c._run(_core.op_webhook_create(url, events))
+
+    async def list(self) -> list[dict[str, Any]]:
+        return await self._c._run(_core.op_webhook_list())
+
+    async def delete(self, webhook_id: str) -> None:
+        await self._c._run(_core.op_webhook_delete(webhook_id))
+
+    async def dead_letters(self, webhook_id: str) -> list[dict[str, Any]]:
+        return await self._c._run(_core.op_webhook_dead_letters(webhook_id))
 
 
 class AsyncTemplates:

@@ -66,6 +66,8 @@ class Client:
         )
         self.runs = Runs(self)
         self.templates = Templates(self)
+        self.tokens = Tokens(self)
+        self.webhooks = Webhooks(self)
 
     # -- plumbing --
 
@@ -608,6 +610,61 @@ class Templates:
     def delete(self, reference: str) -> list[TemplateInfo]:
         """Delete ``name`` (every version) or ``name:version``; returns what went."""
         return self._c._run(_core.op_template_delete(reference))
+
+
+class Tokens:
+    """This tenant's API tokens (``client.tokens``; needs the ``manage`` scope)."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(
+        self,
+        name: str,
+        *,
+        scopes: Optional[Sequence[str]] = None,
+        ttl_secs: Optional[int] = None,
+        sandbox: Optional[str] = None,
+    ) -> dict[str, Any]:
+        """Mint a token (its text is in ``["token"]``, shown only here):
+        ``scopes`` among read, exec, approve, manage (default: the caller's),
+        ``ttl_secs`` (60 s to 366 days), ``sandbox`` to limit it to one sandbox.
+        Never wider than the calling token."""
+        return self._c._run(_core.op_token_create(name, scopes, ttl_secs, sandbox))
+
+    def list(self) -> list[dict[str, Any]]:
+        """The tenant's tokens (never their text), with scopes, expiry, last use."""
+        return self._c._run(_core.op_token_list())
+
+    def revoke(self, token_id: str) -> dict[str, Any]:
+        return self._c._run(_core.op_token_revoke(token_id))
+
+    def rotate(self, token_id: str, *, overlap_secs: Optional[int] = None) -> dict[str, Any]:
+        """A new token like ``token_id``; the old one stays valid for
+        ``overlap_secs`` (default 600), so clients switch without downtime."""
+        return self._c._run(_core.op_token_rotate(token_id, overlap_secs))
+
+
+class Webhooks:
+    """Signed lifecycle webhooks (``client.webhooks``)."""
+
+    def __init__(self, client: Client) -> None:
+        self._c = client
+
+    def create(self, url: str, *, events: Optional[Sequence[str]] = None) -> dict[str, Any]:
+        """Register an endpoint (a host the operator allows); the signing
+        secret is in ``["secret"]``, shown only here."""
+        return self._c._run(_core.op_webhook_create(url, events))
+
+    def list(self) -> list[dict[str, Any]]:
+        return self._c._run(_core.op_webhook_list())
+
+    def delete(self, webhook_id: str) -> None:
+        self._c._run(_core.op_webhook_delete(webhook_id))
+
+    def dead_letters(self, webhook_id: str) -> list[dict[str, Any]]:
+        """Events the endpoint never acknowledged after every retry."""
+        return self._c._run(_core.op_webhook_dead_letters(webhook_id))
 
 
 class Run:
