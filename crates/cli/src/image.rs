@@ -28,6 +28,12 @@ pub enum ImageCmd {
         /// KEY=value for an ARG (repeatable).
         #[arg(long = "build-arg")]
         build_arg: Vec<String>,
+        /// A destination RUN steps may reach (name, *.domain, CIDR or ip:port; repeatable).
+        #[arg(long = "network-allow")]
+        network_allow: Vec<String>,
+        /// A destination they may not reach, even if allowed (repeatable).
+        #[arg(long = "network-deny")]
+        network_deny: Vec<String>,
         /// The build context (default: the current directory).
         #[arg(default_value = ".")]
         context: PathBuf,
@@ -79,8 +85,14 @@ pub async fn image(c: &Client, cmd: ImageCmd, json: bool) -> Result<()> {
             file,
             tag,
             build_arg,
+            network_allow,
+            network_deny,
             context,
-        } => build(c, file, tag, build_arg, context, json).await?,
+        } => {
+            let network = (!network_allow.is_empty() || !network_deny.is_empty())
+                .then(|| serde_json::json!({"allow": network_allow, "deny": network_deny}));
+            build(c, file, tag, build_arg, network, context, json).await?
+        }
         ImageCmd::Import { file, tag } => {
             let path = match &tag {
                 Some(t) => format!("/v1/images/import?name={}", enc(t)),
@@ -175,6 +187,7 @@ async fn build(
     file: Option<PathBuf>,
     tag: String,
     build_arg: Vec<String>,
+    network: Option<Value>,
     context: PathBuf,
     json: bool,
 ) -> Result<()> {
@@ -191,6 +204,9 @@ async fn build(
     let mut path = format!("/v1/images/build?tag={}", enc(&tag));
     if !args.is_empty() {
         path += &format!("&build_args={}", enc(&Value::Object(args).to_string()));
+    }
+    if let Some(n) = network {
+        path += &format!("&network={}", enc(&n.to_string()));
     }
     let bar = if json {
         indicatif::ProgressBar::hidden()

@@ -427,7 +427,13 @@ async fn build_from_the_stasis_base_with_python() {
     if !std::path::Path::new(&img).join("base-rootfs").is_dir() {
         panic!("the guest image build leaves base-rootfs beside the image; rebuild it (scripts/setup.sh)");
     }
-    let d = Daemon::start(&[]).await;
+    // A hosts view for the build's network policy: allowed.test is a name
+    // the RUN step may resolve only when the build allows it.
+    let hosts = tempfile::tempdir().unwrap();
+    let hosts_file = hosts.path().join("hosts");
+    std::fs::write(&hosts_file, "127.0.0.1 allowed.test\n").unwrap();
+    let hf = hosts_file.display().to_string();
+    let d = Daemon::start(&["--egress-hosts", &hf, "--egress-upstream", "127.0.0.1:9"]).await;
     let http = d.http();
     let listed = http.ok("GET", "/v1/images", None).await;
     assert!(listed.to_string().contains("stasis-base"), "{listed}");
@@ -454,6 +460,48 @@ async fn build_from_the_stasis_base_with_python() {
     assert!(out.trim_end().ends_with("bookworm"), "{out}");
     http.ok("DELETE", &format!("/v1/sandboxes/{sb}"), None)
         .await;
+
+    // RUN steps run under the build's network policy: the name resolves
+    // (to the egress service's synthetic address) only when allowed.
+    std::fs::write(
+        ctx.path().join("Dockerfile"),
+        "FROM stasis-base:bookworm\n\
+         RUN python3 -c \"import socket; open('/ip.txt', 'w').write(socket.gethostbyname('allowed.test'))\"\n",
+    )
+    .unwrap();
+    let o = d.cli(&["image", "build", "-t", "net:1", &c]);
+    assert!(!o.status.success(), "no network by default: {o:?}");
+    let o = d.cli(&[
+        "image",
+        "build",
+        "-t",
+        "net:1",
+        "--network-allow",
+        "allowed.test",
+        &c,
+    ]);
+    assert!(o.status.success(), "{o:?}");
+    let sb = http
+        .create(
+            json!({"backend": "process", "image": "net:1", "lifecycle": {"on_idle": "nothing"}}),
+        )
+        .await;
+    let ip = http.sh(&sb, "cat /ip.txt").await;
+    assert!(ip.starts_with("198.1"), "{ip}");
+    http.ok("DELETE", &format!("/v1/sandboxes/{sb}"), None)
+        .await;
+    let o = d.cli(&[
+        "image",
+        "build",
+        "-t",
+        "net:2",
+        "--network-allow",
+        "*.com",
+        &c,
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("network.allow[0]"), "{err}");
 }
 
 /// GC never removes an image a live sandbox was created from; once the

@@ -1,7 +1,8 @@
 //! The build sandbox of `RUN` steps: a process-backend sandbox of the
 //! building tenant whose read-only root is the parent step's directory
 //! (named for the step only, then forgotten), created under the default
-//! manifest (its resources, network policy and lifecycle), the command run
+//! manifest (its resources and lifecycle) with the build's network policy
+//! (none unless the build names one, e.g. PyPI's domains), the command run
 //! with the image's ENV and WORKDIR, and the sandbox's writable layer (an
 //! overlayfs upper directory, which stores in-sandbox owners) handed back as
 //! the step's changes. The sandbox is destroyed whatever the outcome.
@@ -22,6 +23,8 @@ pub const RUN_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 pub struct SandboxRunner {
     pub manager: Arc<Manager>,
     pub ctx: Ctx,
+    /// The network policy of every RUN step's sandbox.
+    pub network: stasis_core::manifest::NetworkPolicy,
     pub store: Arc<ImageStore>,
     pub handle: tokio::runtime::Handle,
 }
@@ -59,6 +62,7 @@ impl SandboxRunner {
             backend: Some(BackendKind::Process),
             image: Some(image.to_string()),
             workdir: s.workdir.clone(),
+            network: self.network.clone(),
             ..Default::default()
         };
         m.lifecycle.on_idle = OnIdle::Nothing;

@@ -125,6 +125,10 @@ pub struct BuildQuery {
     /// Build arguments as a JSON object of strings (`{"VERSION":"2"}`).
     #[serde(default)]
     pub build_args: Option<String>,
+    /// The network policy of the RUN steps' build sandboxes, as the
+    /// manifest's (`{"allow": ["pypi.org", "*.pythonhosted.org"]}`); default: none.
+    #[serde(default)]
+    pub network: Option<String>,
 }
 
 /// Build an image from a Dockerfile. The body is the build context as a tar
@@ -148,6 +152,13 @@ async fn build_image(
         })?,
         None => Default::default(),
     };
+    let network: stasis_core::manifest::NetworkPolicy = match &q.network {
+        Some(s) => serde_json::from_str(s).map_err(|e| {
+            Error::invalid(format!("network: a network policy object: {e}")).with_field("network")
+        })?,
+        None => Default::default(),
+    };
+    network.validate()?;
     let images = st.manager.images()?.clone();
     let path = images.upload_path("context")?;
     if let Err(e) = save_body(body, &path).await {
@@ -173,6 +184,7 @@ async fn build_image(
         let runner = std::sync::Arc::new(crate::image_runner::SandboxRunner {
             manager: st.manager.clone(),
             ctx: ctx.clone(),
+            network,
             store: images.store().clone(),
             handle: tokio::runtime::Handle::current(),
         });
