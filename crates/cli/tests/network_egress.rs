@@ -110,6 +110,34 @@ fn hosts_file(dir: &std::path::Path) -> String {
     p.display().to_string()
 }
 
+/// Under `allow: [allowed.test, *.allowed.test]`: the allowed name (TLS and
+/// plain HTTP, on a synthetic address) and the wildcard are reached; the
+/// denied name fails at DNS, and on the allowed name's address with a
+/// denied SNI or Host at the proxy's check.
+async fn allowed_and_denied(h: &Http, id: &str, tls: u16, http: u16) {
+    let r = dial(h, id, "allowed.test", tls, "allowed.test", "tls").await;
+    assert!(r.starts_with("OK 198.1"), "{r}");
+    let synthetic = r.split_whitespace().nth(1).unwrap().to_string();
+    let r = dial(
+        h,
+        id,
+        "other.allowed.test",
+        tls,
+        "other.allowed.test",
+        "tls",
+    )
+    .await;
+    assert!(r.starts_with("OK "), "wildcard: {r}");
+    let r = dial(h, id, "allowed.test", http, "allowed.test", "http").await;
+    assert!(r.starts_with("OK "), "plain http: {r}");
+    let r = dial(h, id, "denied.test", tls, "denied.test", "tls").await;
+    assert!(r.starts_with("DNSFAIL"), "denied name at DNS: {r}");
+    let r = dial(h, id, &synthetic, tls, "denied.test", "tls").await;
+    assert!(r.starts_with("CONNFAIL"), "denied SNI: {r}");
+    let r = dial(h, id, &synthetic, http, "denied.test", "http").await;
+    assert!(!r.starts_with("OK"), "denied Host: {r}");
+}
+
 async fn patch(h: &Http, id: &str, body: Value) -> Resp {
     h.call("PATCH", &format!("/v1/sandboxes/{id}/network"), Some(body))
         .await
@@ -158,27 +186,7 @@ async fn egress_by_name_with_runtime_changes() {
     let id = h
         .create(json!({"network": {"allow": allow}, "lifecycle": {"on_idle": "nothing"}}))
         .await;
-    let r = dial(&h, &id, "allowed.test", tls, "allowed.test", "tls").await;
-    assert!(r.starts_with("OK 198.1"), "{r}");
-    let synthetic = r.split_whitespace().nth(1).unwrap().to_string();
-    let r = dial(
-        &h,
-        &id,
-        "other.allowed.test",
-        tls,
-        "other.allowed.test",
-        "tls",
-    )
-    .await;
-    assert!(r.starts_with("OK "), "wildcard: {r}");
-    let r = dial(&h, &id, "allowed.test", http, "allowed.test", "http").await;
-    assert!(r.starts_with("OK "), "plain http: {r}");
-    let r = dial(&h, &id, "denied.test", tls, "denied.test", "tls").await;
-    assert!(r.starts_with("DNSFAIL"), "denied name at DNS: {r}");
-    let r = dial(&h, &id, &synthetic, tls, "denied.test", "tls").await;
-    assert!(r.starts_with("CONNFAIL"), "denied SNI: {r}");
-    let r = dial(&h, &id, &synthetic, http, "denied.test", "http").await;
-    assert!(!r.starts_with("OK"), "denied Host: {r}");
+    allowed_and_denied(&h, &id, tls, http).await;
 
     for (body, field) in [
         (json!({"allow": ["*"]}), Some("network.allow[0]")),
@@ -386,23 +394,7 @@ async fn egress_by_name_on_a_microvm() {
     let id = h
         .create(json!({"backend": "microvm", "network": {"allow": allow}, "lifecycle": {"on_idle": "nothing"}}))
         .await;
-    let r = dial(&h, &id, "allowed.test", tls, "allowed.test", "tls").await;
-    assert!(r.starts_with("OK 198.1"), "{r}");
-    let synthetic = r.split_whitespace().nth(1).unwrap().to_string();
-    let r = dial(
-        &h,
-        &id,
-        "other.allowed.test",
-        http,
-        "other.allowed.test",
-        "http",
-    )
-    .await;
-    assert!(r.starts_with("OK "), "wildcard, plain http: {r}");
-    let r = dial(&h, &id, "denied.test", tls, "denied.test", "tls").await;
-    assert!(r.starts_with("DNSFAIL"), "denied name at DNS: {r}");
-    let r = dial(&h, &id, &synthetic, tls, "denied.test", "tls").await;
-    assert!(r.starts_with("CONNFAIL"), "denied SNI: {r}");
+    allowed_and_denied(&h, &id, tls, http).await;
     // Anything that is not the allowed names stays unreachable.
     let r = dial(&h, &id, "127.0.0.1", tls, "allowed.test", "tls").await;
     assert!(!r.starts_with("OK"), "the host's loopback, unlisted: {r}");
