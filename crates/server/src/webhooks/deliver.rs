@@ -95,6 +95,10 @@ async fn endpoint(
     cfg: DeliveryConfig,
     id: String,
 ) {
+    // Until when this node holds the endpoint's claim: an idle endpoint
+    // renews it only when half of it has passed, not at every poll (a
+    // database write four times a second per endpoint otherwise).
+    let mut held_until = 0i64;
     loop {
         let hook = match w.meta.webhook_get(&id).await {
             Ok(h) => h,
@@ -105,14 +109,20 @@ async fn endpoint(
                 continue;
             }
         };
-        let claimed = w
-            .meta
-            .webhook_claim(&id, &node, now_ms() + CLAIM.as_millis() as i64)
-            .await
-            .unwrap_or(false);
-        if !claimed {
-            tokio::time::sleep(CLAIM / 3).await;
-            continue;
+        let claim_ms = CLAIM.as_millis() as i64;
+        if now_ms() + claim_ms / 2 > held_until {
+            let until = now_ms() + claim_ms;
+            let claimed = w
+                .meta
+                .webhook_claim(&id, &node, until)
+                .await
+                .unwrap_or(false);
+            if !claimed {
+                held_until = 0;
+                tokio::time::sleep(CLAIM / 3).await;
+                continue;
+            }
+            held_until = until;
         }
         match round(&w, &http, &node, &cfg, &hook).await {
             Ok(0) => tokio::time::sleep(cfg.poll).await,
