@@ -130,9 +130,10 @@ mod tests {
     use stasis_core::manifest::NetworkPolicy;
 
     fn net(allow: &[&str], limits: Limits) -> SandboxNet {
-        let dir = std::env::temp_dir().join(format!("stasis-net-dns-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let hosts = dir.join("hosts");
+        // Each test its own file: tests run side by side in one process, and
+        // a shared file read while another test rewrites it reads empty.
+        let dir = tempfile::tempdir().unwrap();
+        let hosts = dir.path().join("hosts");
         std::fs::write(
             &hosts,
             "127.0.0.1 allowed.test other.allowed.test denied.test\n",
