@@ -32,6 +32,17 @@ fn hash(name: &str) -> u32 {
     h
 }
 
+/// The `i`-th candidate address of `name` (skipping the range's first and
+/// last address, network/broadcast-like).
+fn nth(name: &str, i: u32) -> Ipv4Addr {
+    Ipv4Addr::from(BASE + 1 + (hash(name).wrapping_add(i) % (SIZE - 2)))
+}
+
+/// The address `name` gets when nothing else holds it.
+fn home(name: &str) -> Ipv4Addr {
+    nth(name, 0)
+}
+
 /// Whether `ip` lies in the synthetic range.
 pub fn is_synthetic(ip: Ipv4Addr) -> bool {
     u32::from(ip) & !(SIZE - 1) == BASE
@@ -46,14 +57,30 @@ impl Names {
         if self.by_name.len() >= MAX_NAMES {
             return None;
         }
-        let start = hash(name);
-        // Skip the range's first and last address (network/broadcast-like).
         let addr = (0..SIZE)
-            .map(|i| Ipv4Addr::from(BASE + 1 + (start.wrapping_add(i) % (SIZE - 2))))
+            .map(|i| nth(name, i))
             .find(|a| !self.by_addr.contains_key(a))?;
         self.by_name.insert(name.to_string(), addr);
         self.by_addr.insert(addr, name.to_string());
         Some(addr)
+    }
+
+    /// Take back `name` at `ip` after a re-attach (resume, restore, a
+    /// daemon restart or another node): the table starts empty then, while
+    /// the sandbox may still hold an answer from before. Admitted only when
+    /// `ip` is the address the hash gives `name` and neither is taken, so a
+    /// sandbox cannot pick which name an address stands for; a name that
+    /// had taken a collision's next address must be resolved again.
+    pub fn adopt(&mut self, name: &str, ip: Ipv4Addr) -> bool {
+        if self.by_name.contains_key(name) || self.by_addr.contains_key(&ip) {
+            return self.by_name.get(name) == Some(&ip);
+        }
+        if self.by_name.len() >= MAX_NAMES || home(name) != ip {
+            return false;
+        }
+        self.by_name.insert(name.to_string(), ip);
+        self.by_addr.insert(ip, name.to_string());
+        true
     }
 
     pub fn name_of(&self, ip: Ipv4Addr) -> Option<&str> {
@@ -82,6 +109,22 @@ mod tests {
             let ip = a.addr_for(&format!("n{i}.allowed.test")).unwrap();
             assert!(seen.insert(ip) && is_synthetic(ip));
         }
+    }
+
+    #[test]
+    fn a_fresh_table_adopts_only_a_names_own_address() {
+        let x = Names::default().addr_for("allowed.test").unwrap();
+        let y = Names::default().addr_for("other.test").unwrap();
+        let mut n = Names::default();
+        // Another name's address, or one outside the hash, is not adopted.
+        assert!(!n.adopt("allowed.test", y));
+        assert!(!n.adopt("allowed.test", Ipv4Addr::new(198, 18, 0, 77)));
+        assert!(n.adopt("allowed.test", x));
+        assert_eq!(n.name_of(x), Some("allowed.test"));
+        assert_eq!(n.addr_for("allowed.test"), Some(x));
+        // Adopting again is fine; the address cannot be claimed for another.
+        assert!(n.adopt("allowed.test", x));
+        assert!(!n.adopt("other.test", x));
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //!
 //! For each connection: read the destination the sandbox dialled
 //! (`SO_ORIGINAL_DST`), then
-//! - a synthetic address: map it back to the name the resolver gave it,
+//! - a synthetic address: map it back to the name the resolver gave it
+//!   (after a re-attach, the name the first bytes ask for, if the address
+//!   is that name's own: [`crate::names::Names::adopt`]),
 //!   re-check the name against the policy now in force, read the first
 //!   bytes and require a TLS ClientHello whose SNI, or an HTTP/1 request
 //!   whose Host, the policy admits (one address cannot open a denied name;
@@ -148,26 +150,31 @@ async fn admit(s: &mut TcpStream, net: &SandboxNet) -> Result<(TcpStream, Vec<u8
             .map_err(|r| format!("{orig}: {r:?}"))?;
         return Ok((dial(SocketAddr::V4(orig)).await?, Vec::new()));
     }
-    let name = net
-        .names
-        .lock()
-        .unwrap()
-        .name_of(ip)
-        .map(str::to_string)
-        .ok_or_else(|| format!("{ip} was not given out by this sandbox's resolver"))?;
-    net.policy()
-        .name(&name, Some(port))
-        .map_err(|r| format!("{name}:{port}: {r:?}"))?;
+    let known = net.names.lock().unwrap().name_of(ip).map(str::to_string);
+    if let Some(name) = &known {
+        net.policy()
+            .name(name, Some(port))
+            .map_err(|r| format!("{name}:{port}: {r:?}"))?;
+    }
+    let label = known.clone().unwrap_or_else(|| ip.to_string());
     let (head, what) = read_head(s).await?;
     let asked = match what {
         Sniff::Tls(Some(h)) | Sniff::Http(Some(h)) => h,
-        Sniff::Tls(None) => return Err(format!("{name}: TLS without a server name")),
-        Sniff::Http(None) => return Err(format!("{name}: HTTP without a valid Host")),
+        Sniff::Tls(None) => return Err(format!("{label}: TLS without a server name")),
+        Sniff::Http(None) => return Err(format!("{label}: HTTP without a valid Host")),
         _ => {
             return Err(format!(
-                "{name}: neither TLS nor HTTP (raw TCP needs an address entry)"
+                "{label}: neither TLS nor HTTP (raw TCP needs an address entry)"
             ))
         }
+    };
+    // An address this attach never gave out may be an answer the sandbox
+    // cached before a resume, restore or daemon restart: taken back only
+    // for the name whose own address it is (see `Names::adopt`).
+    let name = match known {
+        Some(n) => n,
+        None if net.names.lock().unwrap().adopt(&asked, ip) => asked.clone(),
+        None => return Err(format!("{ip} was not given out by this sandbox's resolver")),
     };
     let policy = net.policy();
     policy

@@ -277,6 +277,21 @@ async fn names_sni_host_deny_and_runtime_change() {
     let r = client(&ns, "allowed.test", tls, "allowed.test", "tls").await;
     assert!(r.starts_with("DNSFAIL"), "{r}");
 
+    // A new attach (a resume, restore or daemon restart) starts a new
+    // table: an address the sandbox cached from before still works for its
+    // own name, and opens no other.
+    svc.detach(&id);
+    svc.attach(&id, &ns, &policy(&allow, &[])).unwrap();
+    let r = client(&ns, &synthetic, tls, "other.allowed.test", "tls").await;
+    assert!(
+        r.starts_with("CONNFAIL"),
+        "another name at a cached address: {r}"
+    );
+    let r = client(&ns, &synthetic, tls, "allowed.test", "tls").await;
+    assert!(r.starts_with("OK "), "cached address after re-attach: {r}");
+    let r = client(&ns, "allowed.test", http, "allowed.test", "http").await;
+    assert_eq!(r, format!("OK {synthetic}"), "same address by DNS: {r}");
+
     // Detach: nothing answers any more.
     svc.detach(&id);
     assert!(!svc.is_attached(&id));
