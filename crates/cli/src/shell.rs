@@ -4,8 +4,10 @@
 //! the daemon's WebSocket, puts the local terminal in raw mode (so Ctrl-C,
 //! Ctrl-D and arrows travel as bytes), forwards window size changes
 //! (SIGWINCH) and exits with the shell's exit status. When the connection
-//! drops (the sandbox paused, the daemon restarted) it reattaches from the
-//! last output offset it received, which resumes the sandbox. Without a
+//! drops (the daemon restarted, the network) it reattaches from the last
+//! output offset it received. When the sandbox paused, it reattaches (which
+//! resumes it) at the first keystroke, or as soon as something else resumed
+//! it, so an idle open shell lets its sandbox stay paused. Without a
 //! terminal on stdin it still works: no raw mode, and the end of stdin is
 //! sent as Ctrl-D.
 
@@ -20,7 +22,8 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::Message;
 
-use stasis_core::{Error, PtySize, Result};
+use stasis_core::{Error, PtySize, Result, SandboxState};
+use stasis_server::http::sandboxes::Sandbox;
 
 use crate::client::Client;
 
@@ -37,6 +40,9 @@ pub struct ShellArgs {
 
 /// How long reattaching is retried after the connection dropped.
 const RECONNECT_FOR: Duration = Duration::from_secs(60);
+
+/// How often a paused sandbox's state is looked at (a read never resumes).
+const PAUSED_POLL: Duration = Duration::from_secs(1);
 
 /// Size used when stdout is not a terminal.
 const DEFAULT_SIZE: PtySize = PtySize { cols: 80, rows: 24 };
@@ -183,6 +189,10 @@ async fn attach_loop(c: &Client, id: &str, session: &str, interactive: bool) -> 
                 if attached {
                     dropped_at = None;
                 }
+                if wait_while_paused(c, id, &mut local, &mut pending, interactive).await {
+                    dropped_at = None;
+                    continue;
+                }
                 let since = *dropped_at.get_or_insert_with(Instant::now);
                 if since.elapsed() > RECONNECT_FOR {
                     return Err(Error::backend(format!(
@@ -193,6 +203,52 @@ async fn attach_loop(c: &Client, id: &str, session: &str, interactive: bool) -> 
             }
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// After a drop: if the sandbox is paused, do not reattach at once (that
+/// would resume it, and an idle open shell would pause and resume every idle
+/// window); wait until the user types (the keys are sent once attached) or
+/// the sandbox runs again (resumed by another request). `false`: it is not
+/// paused, reattach as usual.
+async fn wait_while_paused(
+    c: &Client,
+    id: &str,
+    local: &mut mpsc::Receiver<Local>,
+    pending: &mut Vec<Local>,
+    interactive: bool,
+) -> bool {
+    let paused = |s: &Result<Sandbox>| {
+        let paused = [SandboxState::Pausing, SandboxState::Paused].map(|s| s.as_str());
+        matches!(s, Ok(s) if paused.contains(&s.state.as_str()))
+    };
+    if !paused(&c.sandbox(id).await) {
+        return false;
+    }
+    if interactive {
+        eprint!("\r\n[stasis: the sandbox paused; type to resume it]\r\n");
+    }
+    let mut poll = tokio::time::interval(PAUSED_POLL);
+    poll.tick().await;
+    loop {
+        tokio::select! {
+            l = local.recv() => {
+                match l.unwrap_or(Local::Eof) {
+                    // A window change alone does not resume; the last size
+                    // is sent on reattach anyway.
+                    Local::Resize(_) => continue,
+                    l => {
+                        pending.push(l);
+                        return true;
+                    }
+                }
+            }
+            _ = poll.tick() => {
+                if !paused(&c.sandbox(id).await) {
+                    return true;
+                }
+            }
+        }
     }
 }
 

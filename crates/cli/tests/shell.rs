@@ -124,15 +124,43 @@ async fn shell_python_repl_ctrl_c_resize_pause_and_exit_code_under_tmux() {
     tm.keys(&["print('still', x + 1)", "Enter"]);
     tm.wait_for("still 43");
 
-    // A pause closes the attachment; the CLI reattaches (resuming the
-    // sandbox) and the same interpreter carries on.
+    // A pause closes the attachment; the CLI does not reattach by itself
+    // (that would resume the sandbox, and an idle open shell would never
+    // stay paused) ...
     let r = d
         .http()
         .call("POST", &format!("/v1/sandboxes/{id}/pause"), None)
         .await;
     assert_eq!(r.status, 200, "{:?}", r.body);
+    tm.wait_for("the sandbox paused; type to resume it");
+    std::thread::sleep(Duration::from_secs(3));
+    let s = d
+        .http()
+        .ok("GET", &format!("/v1/sandboxes/{id}"), None)
+        .await;
+    assert_eq!(s["state"], "paused", "an idle shell resumed its sandbox");
+    // ... the first keystroke reattaches (resuming it), the keys typed go
+    // through, and the same interpreter carries on.
     tm.keys(&["print('after', x * 2)", "Enter"]);
     tm.wait_for("after 84");
+    // Resumed by another request, the CLI reattaches without a keystroke
+    // and shows what was printed meanwhile.
+    tm.keys(&["import threading", "Enter"]);
+    tm.keys(&[
+        "threading.Timer(4, lambda: print('late', x)).start()",
+        "Enter",
+    ]);
+    let r = d
+        .http()
+        .call("POST", &format!("/v1/sandboxes/{id}/pause"), None)
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let r = d
+        .http()
+        .call("POST", &format!("/v1/sandboxes/{id}/resume"), None)
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    tm.wait_for("late 42");
 
     // The interpreter's exit status is the CLI's.
     tm.keys(&["raise SystemExit(7)", "Enter"]);
