@@ -1,8 +1,9 @@
 //! The manifest's boundaries on the host side of a microVM.
 //!
 //! * **Egress** is the egress service's, in QEMU's network namespace (see
-//!   `net`). The guest gets the NIC's address and route, slirp's DNS
-//!   forwarder as its nameserver, and one relay per allow entry on the
+//!   `net`). The guest gets the NIC's address and route, `10.0.2.2` as its
+//!   nameserver (its queries are answered by the egress service's resolver
+//!   in QEMU's namespace, not by slirp's forwarder), and one relay per allow entry on the
 //!   host's loopback: "127.0.0.1:P" means the host's loopback port P, so
 //!   the agent listens on the guest's own `127.0.0.1:P` and relays to
 //!   `10.0.2.2:P`, slirp's alias for QEMU's loopback, where the egress
