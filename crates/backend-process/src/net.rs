@@ -15,35 +15,15 @@
 
 use std::process::{Command, Stdio};
 
-use stasis_core::manifest::network::Entry;
-use stasis_core::{Error, ErrorCode, Manifest, Result, SandboxId};
+use stasis_core::{Error, Manifest, Result, SandboxId};
 
 use crate::sandbox::ProcessBackend;
 use crate::sys::blocking;
 
-/// Refuse what this backend cannot serve: allow entries without an egress
-/// service, IPv6 destinations (the proxy carries IPv4).
+/// What this backend can serve: the same rules as every backend's
+/// ([`stasis_backend::check_network`]).
 pub fn check(m: &Manifest, has_egress: bool) -> Result<()> {
-    let bad = |field: String, msg: &str| {
-        Error::new(ErrorCode::InvalidManifest, format!("{field}: {msg}")).with_field(&field)
-    };
-    if !m.network.allow.is_empty() && !has_egress {
-        return Err(bad(
-            "network.allow".into(),
-            "this daemon runs no egress service; sandboxes have loopback only",
-        ));
-    }
-    for (i, a) in m.network.allow.iter().enumerate() {
-        if let Ok(Entry::Net { net, .. }) = Entry::parse(a) {
-            if net.addr.is_ipv6() {
-                return Err(bad(
-                    format!("network.allow[{i}]"),
-                    "the process backend reaches IPv4 destinations only",
-                ));
-            }
-        }
-    }
-    Ok(())
+    stasis_backend::check_network(m, has_egress)
 }
 
 /// Hand the namespace of `init_pid` to the egress service under the

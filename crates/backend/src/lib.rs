@@ -153,6 +153,46 @@ pub trait Egress: Send + Sync + 'static {
     fn detach(&self, id: &SandboxId);
 }
 
+fn bad_network(field: String, msg: &str) -> stasis_core::Error {
+    stasis_core::Error::new(
+        stasis_core::ErrorCode::InvalidManifest,
+        format!("{field}: {msg}"),
+    )
+    .with_field(&field)
+}
+
+/// Refuse a network policy no backend can serve, before anything is built
+/// or stored: allow entries on a daemon without an egress service (nothing
+/// would leave), and what [`check_network_families`] refuses. At create,
+/// restore, resume and a runtime change.
+pub fn check_network(m: &stasis_core::Manifest, has_egress: bool) -> Result<()> {
+    if !m.network.allow.is_empty() && !has_egress {
+        return Err(bad_network(
+            "network.allow".into(),
+            "this daemon runs no egress service; sandboxes have loopback only",
+        ));
+    }
+    check_network_families(m)
+}
+
+/// IPv6 destinations are refused on both backends: the egress proxy dials
+/// IPv4, and a microVM's user networking runs IPv4 only; listed, they would
+/// silently reach nothing.
+pub fn check_network_families(m: &stasis_core::Manifest) -> Result<()> {
+    use stasis_core::manifest::network::Entry;
+    for (i, a) in m.network.allow.iter().enumerate() {
+        if let Ok(Entry::Net { net, .. }) = Entry::parse(a) {
+            if net.addr.is_ipv6() {
+                return Err(bad_network(
+                    format!("network.allow[{i}]"),
+                    "sandboxes reach IPv4 destinations only (the egress proxy dials IPv4)",
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 #[async_trait]
 pub trait Backend: Send + Sync + 'static {
     fn kind(&self) -> BackendKind;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use stasis_core::manifest::NetworkPolicy;
-use stasis_core::{BackendKind, Error, Result, SandboxId, SandboxState};
+use stasis_core::{Error, Result, SandboxId, SandboxState};
 use stasis_net::{CounterValues, EgressService};
 
 use super::{Ctx, Manager};
@@ -101,9 +101,7 @@ impl Manager {
         let mut manifest = rec.manifest.clone();
         manifest.network = policy.clone();
         manifest.validate()?;
-        if rec.backend == BackendKind::Process {
-            stasis_backend_process::net::check(&manifest, self.egress().is_some())?;
-        }
+        stasis_backend::check_network(&manifest, self.egress().is_some())?;
         // Live first: a policy the egress service refuses is not stored.
         let live = self.egress().filter(|e| e.is_attached(id));
         if let Some(e) = live {

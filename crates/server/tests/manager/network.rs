@@ -89,3 +89,26 @@ async fn network_policy_is_validated_stored_and_audited() {
     m.destroy(&ctx(), &id).await.unwrap();
     assert!(m.set_network(&ctx(), &id, pol(&[], &[])).await.is_err());
 }
+
+#[tokio::test]
+async fn a_microvm_gets_the_same_network_checks() {
+    let env = Env::new(stasis_core::BackendKind::Microvm);
+    let m = env.manager().await;
+    let rec = running(&m).await;
+    m.set_egress(Arc::new(
+        stasis_net::EgressService::new(Default::default()).unwrap(),
+    ));
+    // IPv6 would reach nothing through a microVM's IPv4 user networking.
+    for p in [pol(&["[::1]:80"], &[]), pol(&["2001:db8::/32"], &[])] {
+        let e = m.set_network(&ctx(), &rec.id, p).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidManifest, "{e}");
+        assert_eq!(e.field.as_deref(), Some("network.allow[0]"), "{e}");
+    }
+    assert_eq!(
+        record(&m, &rec.id).await.manifest.network,
+        rec.manifest.network
+    );
+    m.set_network(&ctx(), &rec.id, pol(&["pypi.org"], &[]))
+        .await
+        .unwrap();
+}
