@@ -2,7 +2,9 @@
 //! while attached detaches the client (close 4000, with the offset it got
 //! to); output the shell produced meanwhile is replayed when it reattaches
 //! from that offset (which resumes the sandbox), and it is the same shell
-//! (same pid). Keystroke round trip printed as a FIGURE. Needs the guest
+//! (same pid). Keystroke round trip printed as a FIGURE. Then the same
+//! microVM's exposed ports through the daemon (token, signed URL, 502 for a
+//! loopback-only server, resume on traffic). Needs the guest
 //! image (STASIS_IMAGE_DIR); without it the test says so and passes.
 
 mod common;
@@ -187,5 +189,81 @@ async fn microvm_terminal_detaches_on_pause_and_replays_on_reattach() {
     }
     let exit = texts.iter().find(|v| v["type"] == "exit").unwrap();
     assert_eq!(exit["code"], 6);
+
+    // Exposed ports of the same microVM through the daemon: a server on
+    // 0.0.0.0 is reached with the token and with a signed URL; one bound to
+    // the guest's loopback only is a 502 that leaves the guest as it was;
+    // traffic to a paused microVM resumes it.
+    assert_eq!(
+        h.sh(
+            &id,
+            "mkdir -p /tmp/www && echo hello-from-microvm > /tmp/www/hello.txt && echo ok"
+        )
+        .await,
+        "ok\n"
+    );
+    for (port, bind) in [(8000, "0.0.0.0"), (8001, "127.0.0.1")] {
+        let argv = json!([
+            "python3",
+            "-m",
+            "http.server",
+            port.to_string(),
+            "--bind",
+            bind,
+            "--directory",
+            "/tmp/www"
+        ]);
+        h.ok("POST", &base, Some(json!({ "argv": argv }))).await;
+    }
+    let p8000 = format!("/v1/sandboxes/{id}/ports/8000");
+    let t = Instant::now();
+    let r = loop {
+        let r = h.call("GET", &format!("{p8000}/hello.txt"), None).await;
+        if r.status == 200 || t.elapsed() > Duration::from_secs(60) {
+            break r;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, Some("hello-from-microvm\n"))
+    );
+    let r = h
+        .call(
+            "GET",
+            &format!("/v1/sandboxes/{id}/ports/8001/hello.txt"),
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 502, "{:?}", r.body);
+    assert_eq!(r.body["error"]["code"], "port_unreachable", "{:?}", r.body);
+    assert_eq!(h.sh(&id, "echo unharmed").await, "unharmed\n");
+    let u = h
+        .ok(
+            "POST",
+            &format!("{p8000}/urls"),
+            Some(json!({"ttl_secs": 600})),
+        )
+        .await;
+    let path = u["path"].as_str().unwrap().to_string();
+    let r = h
+        .call("POST", &format!("/v1/sandboxes/{id}/pause"), None)
+        .await;
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    let anon = d.http_as(None);
+    let t = Instant::now();
+    let r = anon.call("GET", &format!("{path}hello.txt"), None).await;
+    eprintln!(
+        "FIGURE microVM port request to a paused sandbox (resume on traffic): {:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        (r.status, r.body.as_str()),
+        (200, Some("hello-from-microvm\n"))
+    );
+    assert_eq!(
+        h.ok("GET", &format!("/v1/sandboxes/{id}"), None).await["state"],
+        "running"
+    );
     h.call("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
 }
