@@ -123,6 +123,19 @@ async fn shell_python_repl_ctrl_c_resize_pause_and_exit_code_under_tmux() {
     assert!(t.elapsed() < Duration::from_secs(60));
     tm.keys(&["print('still', x + 1)", "Enter"]);
     tm.wait_for("still 43");
+    // Arrow keys reach the line editor: Up recalls the last line.
+    tm.keys(&["Up", "Enter"]);
+    let t = Instant::now();
+    while tm.screen().matches("still 43").count() < 2 {
+        assert!(t.elapsed() < Duration::from_secs(30), "{}", tm.screen());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Ctrl-D reaches the foreground program as end of input (here a `cat`
+    // the REPL runs), and the REPL goes on.
+    tm.keys(&["import subprocess; subprocess.run(['cat'])", "Enter"]);
+    std::thread::sleep(Duration::from_millis(500));
+    tm.keys(&["C-d"]);
+    tm.wait_for("returncode=0");
 
     // A pause closes the attachment; the CLI does not reattach by itself
     // (that would resume the sandbox, and an idle open shell would never
@@ -145,11 +158,13 @@ async fn shell_python_repl_ctrl_c_resize_pause_and_exit_code_under_tmux() {
     tm.wait_for("after 84");
     // Resumed by another request, the CLI reattaches without a keystroke
     // and shows what was printed meanwhile.
-    tm.keys(&["import threading", "Enter"]);
+    // (Armed before the pause: keys still in flight when it detaches are
+    // not delivered.)
     tm.keys(&[
-        "threading.Timer(4, lambda: print('late', x)).start()",
+        "import threading; threading.Timer(4, lambda: print('late', x)).start(); print('ar' + 'med')",
         "Enter",
     ]);
+    tm.wait_for("armed");
     let r = d
         .http()
         .call("POST", &format!("/v1/sandboxes/{id}/pause"), None)
