@@ -166,15 +166,21 @@ fn expiry(who: &Identity, ttl_secs: Option<u64>, now: i64) -> Result<Option<i64>
         Some(t) => Some(now + t as i64 * 1000),
         None => None,
     };
+    Ok(capped(who, asked))
+}
+
+/// An expiry `asked` (None: never), never past a tenant caller's own: the
+/// cap of both minting and rotation.
+fn capped(who: &Identity, asked: Option<i64>) -> Option<i64> {
     let own = if who.is_admin {
         None
     } else {
         who.expires_at_ms
     };
-    Ok(match (asked, own) {
+    match (asked, own) {
         (Some(a), Some(o)) => Some(a.min(o)),
         (a, o) => a.or(o),
-    })
+    }
 }
 
 /// Mint a token for `tenant` (see the module doc for who may).
@@ -244,7 +250,11 @@ async fn visible(meta: &Meta, who: &Identity, id: &str) -> Result<TokenRecord> {
 }
 
 /// Replace token `id` by a new one with the same name, scopes, sandbox and
-/// expiry; the old one stays valid for the overlap, then expires.
+/// expiry; the old one stays valid for the overlap, then expires. Like
+/// minting, a tenant caller never gets a token wider than itself: scopes
+/// it lacks are refused, and the new token's expiry is capped at the
+/// caller's own (a 1-hour token rotating a never-expiring one gets a token
+/// that ends with it).
 pub async fn rotate(
     meta: &Meta,
     who: &Identity,
@@ -272,6 +282,7 @@ pub async fn rotate(
     {
         return Err(forbidden("a token cannot rotate a token wider than itself"));
     }
+    let expires_at_ms = capped(who, old.expires_at_ms);
     let token = generate_token();
     let rec = meta
         .insert_token(&NewTokenRecord {
@@ -281,7 +292,7 @@ pub async fn rotate(
             hash: &hash_token(&token),
             is_admin: old.is_admin,
             scopes: old.scopes.as_deref(),
-            expires_at_ms: old.expires_at_ms,
+            expires_at_ms,
             sandbox: old.sandbox.as_deref(),
             rotated_from: Some(&old.id),
         })

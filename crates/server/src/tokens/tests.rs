@@ -332,3 +332,47 @@ async fn a_tenant_touches_only_its_own_tokens_and_never_escalates() {
         "{actions:?}"
     );
 }
+
+#[tokio::test]
+async fn a_rotation_never_outlives_the_caller() {
+    let e = env().await;
+    // A never-expiring token, and a 1-hour manage token of the same tenant.
+    let forever = create(&e.meta, &admin(), &e.a, &req(&["manage"], None))
+        .await
+        .unwrap();
+    assert_eq!(forever.expires_at_ms, None);
+    let hour = as_caller(
+        &e.meta,
+        &create(&e.meta, &admin(), &e.a, &req(&["manage"], Some(3600)))
+            .await
+            .unwrap(),
+    )
+    .await;
+    let own = hour.expires_at_ms.expect("the caller expires");
+    let new = rotate(&e.meta, &hour, &forever.id, &RotateRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        new.expires_at_ms,
+        Some(own),
+        "capped at the caller's expiry"
+    );
+    let stored = e.meta.get_token(&new.id).await.unwrap();
+    assert_eq!(stored.expires_at_ms, Some(own));
+    // An old expiry earlier than the caller's is kept; an admin's rotation
+    // keeps the old one's (none).
+    let short = create(&e.meta, &admin(), &e.a, &req(&["manage"], Some(600)))
+        .await
+        .unwrap();
+    let new = rotate(&e.meta, &hour, &short.id, &RotateRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(new.expires_at_ms, short.expires_at_ms);
+    let other = create(&e.meta, &admin(), &e.a, &req(&["read"], None))
+        .await
+        .unwrap();
+    let new = rotate(&e.meta, &admin(), &other.id, &RotateRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(new.expires_at_ms, None);
+}
