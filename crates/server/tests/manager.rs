@@ -11,6 +11,8 @@ mod harness;
 mod attach;
 #[path = "manager/crash.rs"]
 mod crash;
+#[path = "manager/images.rs"]
+mod images;
 #[path = "manager/lease.rs"]
 mod lease;
 #[path = "manager/network.rs"]

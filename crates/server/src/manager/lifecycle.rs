@@ -33,26 +33,7 @@ impl Manager {
 
     async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
-        // Pin an image name to the id of the image this tenant may use.
-        if let (Some(image), Some(images)) = (manifest.image.clone(), self.images.get()) {
-            if let Some((id, config)) = images.pin(&ctx.tenant, &image).await? {
-                manifest.image = Some(id);
-                // The image's ENV and WORKDIR are defaults the manifest overrides.
-                for kv in &config.env {
-                    if let Some((k, v)) = kv.split_once('=') {
-                        manifest
-                            .env
-                            .entry(k.to_string())
-                            .or_insert_with(|| v.to_string());
-                    }
-                }
-                if !config.working_dir.is_empty() && manifest.workdir == Manifest::default().workdir
-                {
-                    manifest.workdir = config.working_dir.clone();
-                }
-                manifest.validate()?;
-            }
-        }
+        self.pin_image(ctx, &mut manifest, true).await?;
         crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
@@ -98,6 +79,53 @@ impl Manager {
         .await;
         timer.ok();
         Ok(rec)
+    }
+
+    /// Authorize and pin a manifest's `image` for this tenant: a name or id
+    /// of the tenant's own or a public image becomes that image's id
+    /// (with `defaults`, the image's ENV and WORKDIR fill what the manifest
+    /// leaves unset); another tenant's image answers as one that does not
+    /// exist. Every path on which a caller's manifest enters (create,
+    /// restore, create from a template) goes through here: the backends
+    /// load a `sha256:` id with no tenant check of their own.
+    pub(super) async fn pin_image(
+        &self,
+        ctx: &Ctx,
+        manifest: &mut Manifest,
+        defaults: bool,
+    ) -> Result<()> {
+        let Some(image) = manifest.image.clone() else {
+            return Ok(());
+        };
+        let Some(images) = self.images.get() else {
+            if image.starts_with("sha256:") {
+                return Err(Error::new(
+                    ErrorCode::InvalidManifest,
+                    format!("image: {image:?} not found"),
+                )
+                .with_field("image"));
+            }
+            return Ok(());
+        };
+        let Some((id, config)) = images.pin(&ctx.tenant, &image).await? else {
+            return Ok(());
+        };
+        manifest.image = Some(id);
+        if defaults {
+            // The image's ENV and WORKDIR are defaults the manifest overrides.
+            for kv in &config.env {
+                if let Some((k, v)) = kv.split_once('=') {
+                    manifest
+                        .env
+                        .entry(k.to_string())
+                        .or_insert_with(|| v.to_string());
+                }
+            }
+            if !config.working_dir.is_empty() && manifest.workdir == Manifest::default().workdir {
+                manifest.workdir = config.working_dir.clone();
+            }
+        }
+        manifest.validate()
     }
 
     /// Settle a sandbox in `Creating` after its backend start: Running on

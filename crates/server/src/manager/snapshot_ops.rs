@@ -106,6 +106,12 @@ impl Manager {
             None => info.manifest.clone(),
         };
         manifest.validate()?;
+        // A manifest given here may name another image than the snapshot's
+        // (pinned and authorized when its sandbox was created): it must be
+        // one this tenant may use, as at create.
+        if manifest.image != info.manifest.image {
+            self.pin_image(ctx, &mut manifest, false).await?;
+        }
         crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         match manifest.backend {
