@@ -78,10 +78,20 @@ pub fn decompress<'a>(r: impl Read + 'a) -> Result<Box<dyn Read + 'a>> {
 }
 
 /// Counts bytes and fails once more than `limit` pass.
-struct Limited<R> {
-    inner: R,
-    read: u64,
-    limit: u64,
+pub(crate) struct Limited<R> {
+    pub(crate) inner: R,
+    pub(crate) read: u64,
+    pub(crate) limit: u64,
+}
+
+impl<R> Limited<R> {
+    pub(crate) fn new(inner: R, limit: u64) -> Limited<R> {
+        Limited {
+            inner,
+            read: 0,
+            limit,
+        }
+    }
 }
 
 impl<R: Read> Read for Limited<R> {
@@ -104,7 +114,7 @@ impl std::fmt::Display for LimitExceeded {
 }
 impl std::error::Error for LimitExceeded {}
 
-fn is_limit(e: &io::Error) -> bool {
+pub(crate) fn is_limit(e: &io::Error) -> bool {
     e.get_ref().is_some_and(|i| i.is::<LimitExceeded>())
 }
 

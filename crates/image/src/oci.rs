@@ -109,16 +109,30 @@ struct Unpacked {
 }
 
 impl Unpacked {
-    fn read(dir: &Path, archive: &Path) -> Result<Unpacked> {
+    /// The archive's tar stream (decompressed) may be at most `limit`
+    /// bytes, as a layer's is: past it the import is 413 `payload_too_large`.
+    fn read(dir: &Path, archive: &Path, limit: u64) -> Result<Unpacked> {
         let f = fs::File::open(archive)
             .map_err(|e| Error::from(e).context(format!("open {}", archive.display())))?;
-        let mut ar = tar::Archive::new(layer::decompress(f)?);
+        let mut ar = tar::Archive::new(layer::Limited::new(layer::decompress(f)?, limit));
         let mut u = Unpacked {
             files: HashMap::new(),
             links: HashMap::new(),
         };
+        let over = || {
+            Error::new(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "image archive refused: it unpacks to more than the limit of {limit} bytes"
+                ),
+            )
+        };
         for (i, e) in ar.entries().map_err(bad)?.enumerate() {
-            let mut e = e.map_err(|e| bad(format!("not a tar: {e}")))?;
+            let mut e = match e {
+                Ok(e) => e,
+                Err(e) if layer::is_limit(&e) => return Err(over()),
+                Err(e) => return Err(bad(format!("not a tar: {e}"))),
+            };
             let name = String::from_utf8_lossy(&e.path_bytes()).into_owned();
             let rel = layer::normalize(&name)?;
             let key = rel.to_string_lossy().into_owned();
@@ -126,7 +140,11 @@ impl Unpacked {
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
                     let p = dir.join(format!("f{i}"));
                     let mut out = fs::File::create(&p)?;
-                    std::io::copy(&mut e, &mut out)?;
+                    match std::io::copy(&mut e, &mut out) {
+                        Ok(_) => {}
+                        Err(e) if layer::is_limit(&e) => return Err(over()),
+                        Err(e) => return Err(e.into()),
+                    }
                     u.files.insert(key, p);
                 }
                 tar::EntryType::Symlink => {
@@ -217,16 +235,17 @@ fn runtime(cfg: ConfigFile) -> ImageConfig {
     }
 }
 
-/// Read an archive, verify its blobs and put its layers into the store.
-pub fn read_archive(store: &ImageStore, archive: &Path) -> Result<Imported> {
+/// Read an archive (unpacking at most `max_bytes` of it), verify its blobs
+/// and put its layers into the store.
+pub fn read_archive(store: &ImageStore, archive: &Path, max_bytes: u64) -> Result<Imported> {
     let tmp = store.temp_dir("import")?;
-    let r = read_in(store, archive, &tmp);
+    let r = read_in(store, archive, &tmp, max_bytes);
     let _ = fs::remove_dir_all(&tmp);
     r
 }
 
-fn read_in(store: &ImageStore, archive: &Path, tmp: &Path) -> Result<Imported> {
-    let u = Unpacked::read(tmp, archive)?;
+fn read_in(store: &ImageStore, archive: &Path, tmp: &Path, max_bytes: u64) -> Result<Imported> {
+    let u = Unpacked::read(tmp, archive, max_bytes)?;
     let (config, layer_paths, suggested) = if u.files.contains_key("index.json") {
         oci_layout(&u)?
     } else if u.files.contains_key("manifest.json") {
@@ -344,7 +363,8 @@ pub fn name_from_suggestion(s: &str) -> Option<String> {
     Reference::parse(last).ok().map(|r| r.to_string())
 }
 
-/// Import an archive and name it `name` (or what the archive suggests).
+/// Import an archive and name it `name` (or what the archive suggests). The
+/// archive itself unpacks to at most `opts.max_bytes`, as each layer does.
 pub fn import(
     store: &ImageStore,
     owner: &Owner,
@@ -353,7 +373,7 @@ pub fn import(
     opts: &ApplyOptions,
 ) -> Result<Image> {
     let _lock = store.lock_shared()?;
-    let imported = read_archive(store, archive)?;
+    let imported = read_archive(store, archive, opts.max_bytes)?;
     let reference = match name {
         Some(n) => n.to_string(),
         None => imported

@@ -188,6 +188,40 @@ fn a_malicious_layer_is_refused_and_nothing_is_left_behind() {
 }
 
 #[test]
+fn an_archive_unpacking_past_the_limit_is_refused_and_leaves_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ImageStore::open(&tmp.path().join("store")).unwrap();
+    // A gzip bomb as the outer archive: 8 MiB of zeros in a few KiB; its
+    // layers (small) would pass the limit, the archive itself does not.
+    let mut archive = oci_archive(&two_layers(), false);
+    let mut b = tar::Builder::new(Vec::new());
+    add(&mut b, "padding", &vec![0u8; 8 << 20]);
+    archive.truncate(archive.len() - 1024); // drop the end-of-archive blocks
+    archive.extend(b.into_inner().unwrap());
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, &archive).unwrap();
+    let gz = gz.finish().unwrap();
+    assert!(gz.len() < 1 << 20);
+    let a = tmp.path().join("bomb.tar.gz");
+    fs::write(&a, &gz).unwrap();
+    let opts = ApplyOptions {
+        max_bytes: 4 << 20,
+        ..ApplyOptions::default()
+    };
+    let e = import(&s, &Owner::Public, &a, Some("x"), &opts).unwrap_err();
+    assert_eq!(e.code, ErrorCode::PayloadTooLarge, "{}", e.message);
+    assert!(e.message.contains("image archive"), "{}", e.message);
+    assert!(s.list(&Owner::Public).unwrap().is_empty());
+    assert_eq!(fs::read_dir(s.root().join("tmp")).unwrap().count(), 0);
+    // Under a limit it fits, the same archive imports.
+    let opts = ApplyOptions {
+        max_bytes: 16 << 20,
+        ..ApplyOptions::default()
+    };
+    import(&s, &Owner::Public, &a, Some("x"), &opts).unwrap();
+}
+
+#[test]
 fn not_an_image_archive() {
     let tmp = tempfile::tempdir().unwrap();
     let s = ImageStore::open(&tmp.path().join("store")).unwrap();
