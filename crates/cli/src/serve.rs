@@ -55,6 +55,10 @@ pub struct ServeArgs {
     /// Largest file upload/download in MiB.
     #[arg(long, default_value_t = 64)]
     max_file_mb: u64,
+    /// Largest image upload (`stasis image import` archive, `stasis image
+    /// build` context) in MiB; a bigger one is refused with 413.
+    #[arg(long, default_value_t = 4096)]
+    max_upload_mb: u64,
     /// Write the bound address here once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -155,6 +159,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         _ => return Err(Error::invalid("give only one of --master-key-file, --master-key-env, --insecure-dev-key")),
     };
     cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
+    cfg.max_upload_bytes = a.max_upload_mb.saturating_mul(1024 * 1024);
     cfg.ready_file = match &a.ready_file {
         Some(f) => Some(absolute_path("--ready-file", f)?),
         None => None,

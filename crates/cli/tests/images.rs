@@ -285,6 +285,31 @@ async fn malicious_archives_are_refused_with_the_entry_named() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uploads_past_the_limit_are_413_and_leave_nothing() {
+    let d = Daemon::start(&["--max-upload-mb", "1"]).await;
+    let http = d.http();
+    let big = vec![0u8; (1 << 20) + 1];
+    for path in ["/v1/images/import?name=big:1", "/v1/images/build?tag=big:1"] {
+        let r = http.raw("POST", path, big.clone()).await;
+        assert_eq!(r.status, 413, "{path}: {}", r.body);
+        assert_eq!(r.body["error"]["code"], "payload_too_large", "{path}");
+    }
+    let store = d.dir.join("images-store");
+    assert_eq!(std::fs::read_dir(store.join("tmp")).unwrap().count(), 0);
+    assert_eq!(
+        without_base(http.ok("GET", "/v1/images", None).await),
+        json!([])
+    );
+    // Under the limit an archive imports as before.
+    let small = oci_archive(&[tar_of(&[f("etc/motd", b"small\n", 0o644)])]);
+    assert!(small.len() < 1 << 20);
+    let r = http
+        .raw("POST", "/v1/images/import?name=small:1", small)
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operator_registers_a_directory_as_a_public_image() {
     let d = Daemon::start(&[]).await;
     let root = tempfile::tempdir().unwrap();

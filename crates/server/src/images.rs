@@ -60,7 +60,12 @@ pub struct Images {
     default_guest: Option<PathBuf>,
     /// Limits for layers from tenants (setuid/setgid refused).
     tenant_opts: ApplyOptions,
+    /// Largest upload (an import archive, a build context) in bytes.
+    upload_limit: std::sync::atomic::AtomicU64,
 }
+
+/// The default of [`Images::upload_limit`] (`--max-upload-mb`): 4 GiB.
+pub const DEFAULT_UPLOAD_LIMIT: u64 = 4 << 30;
 
 fn owner(t: &TenantId) -> Owner {
     Owner::Tenant(t.as_str().to_string())
@@ -87,7 +92,19 @@ impl Images {
             store: Arc::new(store),
             default_guest,
             tenant_opts: ApplyOptions::default(),
+            upload_limit: DEFAULT_UPLOAD_LIMIT.into(),
         }))
+    }
+
+    /// Largest upload (an import archive, a build context) in bytes; a
+    /// bigger one is 413 `payload_too_large` and leaves nothing behind.
+    pub fn upload_limit(&self) -> u64 {
+        self.upload_limit.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn set_upload_limit(&self, bytes: u64) {
+        self.upload_limit
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn root(&self) -> &Path {

@@ -77,8 +77,9 @@ async fn import_image(
     let ctx = auth.ctx();
     let images = st.manager.images()?.clone();
     let path = images.upload_path("upload")?;
+    let limit = images.upload_limit();
     let result = async {
-        save_body(body, &path).await?;
+        save_body(body, &path, limit).await?;
         images
             .import(&ctx.tenant, path.clone(), q.name.clone())
             .await
@@ -105,13 +106,35 @@ async fn audit(st: &AppState, ctx: &Ctx, action: &str, r: &stasis_core::Result<I
     st.manager.audit_image(ctx, action, &target, detail).await;
 }
 
-async fn save_body(body: Body, path: &std::path::Path) -> stasis_core::Result<()> {
+/// Save an upload to `path`, at most `limit` bytes: a declared or actual
+/// size past it is 413 `payload_too_large` (the caller removes the upload's
+/// directory either way).
+async fn save_body(body: Body, path: &std::path::Path, limit: u64) -> stasis_core::Result<()> {
     use futures::StreamExt;
     use tokio::io::AsyncWriteExt;
+    let too_large = || {
+        Error::new(
+            stasis_core::ErrorCode::PayloadTooLarge,
+            format!("upload is larger than the limit of {limit} bytes (--max-upload-mb)"),
+        )
+    };
+    if http_body::Body::size_hint(&body)
+        .exact()
+        .is_some_and(|n| n > limit)
+    {
+        return Err(too_large());
+    }
     let mut f = tokio::fs::File::create(path).await?;
     let mut stream = body.into_data_stream();
+    let mut written: u64 = 0;
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| Error::invalid(format!("reading the upload: {e}")))?;
+        written += chunk.len() as u64;
+        if written > limit {
+            drop(f);
+            let _ = tokio::fs::remove_file(path).await;
+            return Err(too_large());
+        }
         f.write_all(&chunk).await?;
     }
     f.flush().await?;
@@ -136,7 +159,7 @@ pub struct BuildQuery {
 /// streams progress as JSON lines (`step`, `cached`, `output`, `step_done`),
 /// ending with `done` (with the image id) or `error` (code and message).
 #[utoipa::path(post, path = "/v1/images/build", params(BuildQuery), request_body(content = Vec<u8>, content_type = "application/x-tar"),
-    responses((status = 200, content_type = "application/x-ndjson", description = "progress events, then done or error"), (status = 400, body = ErrorBody)))]
+    responses((status = 200, content_type = "application/x-ndjson", description = "progress events, then done or error"), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 async fn build_image(
     State(st): State<AppState>,
     auth: Authed,
@@ -161,7 +184,7 @@ async fn build_image(
     network.validate()?;
     let images = st.manager.images()?.clone();
     let path = images.upload_path("context")?;
-    if let Err(e) = save_body(body, &path).await {
+    if let Err(e) = save_body(body, &path, images.upload_limit()).await {
         if let Some(dir) = path.parent() {
             let _ = tokio::fs::remove_dir_all(dir).await;
         }
@@ -252,8 +275,9 @@ async fn register_image(
     Ok((StatusCode::CREATED, axum::Json(e)))
 }
 
-/// The routes of this module; the import route takes uploads of any size
-/// (layers are bounded when applied).
+/// The routes of this module; the import and build routes stream their
+/// uploads to disk under their own limit (`Images::upload_limit`), not the
+/// JSON body limit (layers and the archive are bounded again when unpacked).
 pub fn routes() -> OpenApiRouter<AppState> {
     let import = OpenApiRouter::new()
         .routes(routes!(import_image))
@@ -265,4 +289,38 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(register_image))
         .routes(routes!(gc_images))
         .merge(import)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stasis_core::ErrorCode;
+
+    fn streamed(chunks: usize, size: usize) -> Body {
+        let it = (0..chunks).map(move |_| Ok::<_, std::io::Error>(vec![7u8; size]));
+        Body::from_stream(futures::stream::iter(it))
+    }
+
+    #[tokio::test]
+    async fn uploads_past_the_limit_are_413_and_leave_no_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("upload");
+        // Declared bigger than the limit: refused before anything is written.
+        let e = save_body(Body::from(vec![0u8; 1025]), &p, 1024)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::PayloadTooLarge, "{}", e.message);
+        assert!(!p.exists());
+        // Streamed without a length: refused once it passes, the part gone.
+        let e = save_body(streamed(5, 300), &p, 1024).await.unwrap_err();
+        assert_eq!(e.code, ErrorCode::PayloadTooLarge, "{}", e.message);
+        assert!(!p.exists());
+        // At the limit exactly: saved whole.
+        save_body(streamed(4, 256), &p, 1024).await.unwrap();
+        assert_eq!(std::fs::metadata(&p).unwrap().len(), 1024);
+        save_body(Body::from(vec![1u8; 1024]), &p, 1024)
+            .await
+            .unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), vec![1u8; 1024]);
+    }
 }
