@@ -208,6 +208,47 @@ async fn import_an_oci_archive_and_run_it_on_the_process_backend() {
         without_base(other.ok("GET", "/v1/images", None).await),
         json!([])
     );
+    // Nor can it run the image by restoring its own snapshot, or starting
+    // its own template, under a manifest naming the id.
+    let own = other
+        .create(json!({"backend": "process", "lifecycle": {"on_idle": "nothing"}}))
+        .await;
+    let snap = other
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{own}/snapshots"),
+            Some(json!({})),
+        )
+        .await;
+    let snap = snap["id"].as_str().unwrap();
+    let r = other
+        .call(
+            "POST",
+            &format!("/v1/snapshots/{snap}/restore"),
+            Some(json!({"manifest": manifest(&id)})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.body["error"]["field"], "image");
+    other
+        .ok(
+            "POST",
+            "/v1/templates",
+            Some(json!({"name": "mine", "from_sandbox": own})),
+        )
+        .await;
+    let r = other
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"template": "mine", "manifest": manifest(&id)})),
+        )
+        .await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert_eq!(r.body["error"]["field"], "image");
+    other
+        .ok("DELETE", &format!("/v1/sandboxes/{own}"), None)
+        .await;
     // ... and cannot delete it.
     assert_eq!(
         other.call("DELETE", "/v1/images/mini:1", None).await.status,
