@@ -336,6 +336,7 @@ mod tests {
                         cwd: None,
                         timeout_ms: 1000,
                         stdin: Some(vec![0, 255, 1]),
+                        user: None,
                     },
                     stream: true,
                 }),

@@ -86,6 +86,7 @@ async fn main() {
                     cwd: None,
                     timeout_ms: 60_000,
                     stdin: None,
+                    user: None,
                 },
                 None,
             )

@@ -360,6 +360,7 @@ mod tests {
                 cwd: None,
                 timeout_ms: 1000,
                 stdin: None,
+                user: None,
             },
             stream: true,
         }

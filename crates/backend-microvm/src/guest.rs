@@ -206,6 +206,7 @@ async fn run_ok(b: &MicrovmBackend, vm: &Vm, argv: Vec<String>, what: &str) -> R
                 cwd: Some("/".into()),
                 timeout_ms: 10_000,
                 stdin: None,
+                user: None,
             },
             stream: false,
         },

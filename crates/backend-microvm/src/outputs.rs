@@ -147,6 +147,7 @@ pub(crate) async fn collect_tar(b: &MicrovmBackend, id: &SandboxId, out: &Path) 
         cwd: Some("/".into()),
         timeout_ms: 600_000,
         stdin: None,
+        user: None,
     };
     let r = b.exec(id, req, Some(tx)).await;
     let w = writer.await.map_err(|e| Error::internal(e.to_string()));

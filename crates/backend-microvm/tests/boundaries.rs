@@ -99,6 +99,7 @@ async fn exec(b: &MicrovmBackend, id: &SandboxId, cmd: &str, timeout_ms: u64) ->
             cwd: None,
             timeout_ms,
             stdin: None,
+            user: None,
         },
         None,
     )

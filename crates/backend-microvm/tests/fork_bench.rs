@@ -50,6 +50,7 @@ async fn run(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
                 cwd: None,
                 timeout_ms: 60_000,
                 stdin: None,
+                user: None,
             },
             None,
         )

@@ -83,6 +83,7 @@ async fn run(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> ExecResult {
             cwd: Some("/".into()),
             timeout_ms: 30_000,
             stdin: None,
+            user: None,
         },
         None,
     )

@@ -95,6 +95,7 @@ async fn microvm_pty_shell_resize_ctrl_c_and_pause_resume() {
                 env: [("PS1".to_string(), "PROMPT> ".to_string())].into(),
                 cwd: None,
                 pty: Some(PtySize { cols: 80, rows: 24 }),
+                user: None,
             },
         )
         .await

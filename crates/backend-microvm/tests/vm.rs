@@ -66,6 +66,7 @@ async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
                 cwd: None,
                 timeout_ms: 20_000,
                 stdin: None,
+                user: None,
             },
             None,
         )
@@ -185,6 +186,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
                 env: Default::default(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         )
         .await
@@ -197,6 +199,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
                 env: Default::default(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         )
         .await
@@ -209,6 +212,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
                 env: Default::default(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         )
         .await
@@ -476,6 +480,7 @@ async fn microvm_pause_resume_fork_and_bad_input() {
                 cwd: None,
                 timeout_ms: 1000,
                 stdin: None,
+                user: None,
             },
             None,
         )
@@ -586,6 +591,7 @@ async fn microvm_resume_correctness_cycles() {
                 cwd: None,
                 timeout_ms: 20_000,
                 stdin: None,
+                user: None,
             },
             Some(tx),
         )
@@ -622,6 +628,7 @@ async fn microvm_resume_correctness_cycles() {
                 env: Default::default(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         )
         .await

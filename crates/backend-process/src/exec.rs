@@ -35,10 +35,26 @@ fn default_env() -> BTreeMap<String, String> {
 fn merge_env(
     manifest: &BTreeMap<String, String>,
     req: &BTreeMap<String, String>,
+    user: Option<&str>,
 ) -> Result<Vec<(String, String)>> {
     stasis_core::exec::check_env(req)?;
-    let env = stasis_core::exec::merge_env([&default_env(), manifest, req]);
+    let mut defaults = default_env();
+    if user.is_some() {
+        // The shim takes HOME from the user's passwd entry.
+        defaults.remove("HOME");
+    }
+    let env = stasis_core::exec::merge_env([&defaults, manifest, req]);
     Ok(env.into_iter().collect())
+}
+
+/// The user of one exec or session: its own, else the manifest's; checked
+/// here, resolved by the shim inside the sandbox.
+pub(crate) fn command_user(sb: &Sandbox, user: Option<&str>) -> Result<Option<String>> {
+    let user = user.or(sb.spec.manifest.user.as_deref());
+    if let Some(u) = user {
+        stasis_core::user::UserSpec::parse(u, "user")?;
+    }
+    Ok(user.map(str::to_string))
 }
 
 /// A command's checked environment (the defaults, the manifest's, then the
@@ -49,9 +65,10 @@ pub(crate) fn command_env_cwd(
     argv: &[String],
     env: &BTreeMap<String, String>,
     cwd: Option<&str>,
+    user: Option<&str>,
 ) -> Result<(Vec<(String, String)>, String)> {
     stasis_core::exec::check_argv(argv)?;
-    let env = merge_env(&sb.spec.manifest.env, env)?;
+    let env = merge_env(&sb.spec.manifest.env, env, user)?;
     let cwd = match cwd {
         Some(c) => fsops::normalize(sb.workdir(), c).map_err(|e| e.with_field("cwd"))?,
         None => sb.workdir().to_string(),
@@ -110,6 +127,7 @@ struct Prepared {
 }
 
 /// Make the cgroup leaf of one exec or session and write the shim's config.
+#[allow(clippy::too_many_arguments)]
 async fn prepare_exec(
     sb: &Sandbox,
     leaf: String,
@@ -118,6 +136,7 @@ async fn prepare_exec(
     env: Vec<(String, String)>,
     cwd: String,
     merge_stderr: bool,
+    user: Option<String>,
 ) -> Result<Prepared> {
     let cg = sb.cg.clone();
     let l2 = leaf.clone();
@@ -134,6 +153,7 @@ async fn prepare_exec(
         merge_stderr,
         pty: false,
         init_cgroup: sb.init_cgroup_marker(),
+        user,
     };
     let cfg_fd = config_memfd(&serde_json::to_vec(&cfg)?)?;
     Ok(Prepared {
@@ -156,7 +176,8 @@ pub(crate) async fn exec(
     req: ExecRequest,
     output: Option<mpsc::Sender<ExecChunk>>,
 ) -> Result<ExecResult> {
-    let (env, cwd) = command_env_cwd(sb, &req.argv, &req.env, req.cwd.as_deref())?;
+    let user = command_user(sb, req.user.as_deref())?;
+    let (env, cwd) = command_env_cwd(sb, &req.argv, &req.env, req.cwd.as_deref(), user.as_deref())?;
     let init_pid = sb.pid().await?;
     let Prepared {
         leaf,
@@ -170,6 +191,7 @@ pub(crate) async fn exec(
         env,
         cwd,
         false,
+        user,
     )
     .await?;
     let start = Instant::now();
@@ -248,6 +270,9 @@ pub(crate) async fn exec(
         Some(ExecStatus::Cwd(msg)) => {
             return Err(Error::invalid(msg).with_field("cwd"));
         }
+        Some(ExecStatus::User(msg)) => {
+            return Err(Error::invalid(msg).with_field("user"));
+        }
         Some(ExecStatus::Exec(code, msg)) => {
             res.exit_code = Some(code);
             err.data
@@ -288,17 +313,31 @@ mod tests {
     fn env_layers_defaults_then_manifest_then_request() {
         let manifest = map(&[("HOME", "/work"), ("A", "manifest")]);
         let req = map(&[("A", "request"), ("B", "b")]);
-        let env: BTreeMap<_, _> = merge_env(&manifest, &req).unwrap().into_iter().collect();
+        let env: BTreeMap<_, _> = merge_env(&manifest, &req, None)
+            .unwrap()
+            .into_iter()
+            .collect();
         assert_eq!(env["HOME"], "/work");
         assert_eq!(env["A"], "request");
         assert_eq!(env["B"], "b");
         assert_eq!(env["LANG"], "C.UTF-8");
         assert!(env["PATH"].contains("/usr/bin"));
+        // A named user's HOME comes from its passwd entry (the shim), unless set.
+        let env: BTreeMap<_, _> = merge_env(&BTreeMap::new(), &req, Some("app"))
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert!(!env.contains_key("HOME"));
+        let env: BTreeMap<_, _> = merge_env(&manifest, &req, Some("app"))
+            .unwrap()
+            .into_iter()
+            .collect();
+        assert_eq!(env["HOME"], "/work");
     }
 
     #[test]
     fn a_request_env_with_a_bad_name_is_refused() {
-        let e = merge_env(&BTreeMap::new(), &map(&[("A=B", "x")])).unwrap_err();
+        let e = merge_env(&BTreeMap::new(), &map(&[("A=B", "x")]), None).unwrap_err();
         assert_eq!(e.field.as_deref(), Some("env"));
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use stasis_agent_proto::{Reply, Request};
 use stasis_core::{Error, ErrorCode, PtySize, Result, SessionInfo, SessionOutput, SessionSpec};
 
-use crate::exec::command_env_cwd;
+use crate::exec::{command_env_cwd, command_user};
 use crate::fsops;
 use crate::sandbox::Sandbox;
 
@@ -19,24 +19,41 @@ pub(crate) async fn start(sb: &Sandbox, spec: SessionSpec) -> Result<SessionInfo
     if let Some(size) = spec.pty {
         stasis_core::exec::check_pty_size(size)?;
     }
-    let (mut env, cwd) = command_env_cwd(sb, &spec.argv, &spec.env, spec.cwd.as_deref())?;
+    let user = command_user(sb, spec.user.as_deref())?;
+    let (mut env, cwd) = command_env_cwd(
+        sb,
+        &spec.argv,
+        &spec.env,
+        spec.cwd.as_deref(),
+        user.as_deref(),
+    )?;
     if spec.pty.is_some() && !env.iter().any(|(k, _)| k == "TERM") {
         env.push(("TERM".into(), TERM.into()));
     }
     let init_pid = sb.pid().await?;
     {
-        let c = cwd.clone();
-        let ok = tokio::task::spawn_blocking(move || {
-            fsops::Root::of_pid(init_pid)
-                .and_then(|r| r.list(&c))
-                .is_ok()
+        let (c, u) = (cwd.clone(), user.clone());
+        let (ok, ident) = tokio::task::spawn_blocking(move || {
+            let root = fsops::Root::of_pid(init_pid);
+            let ok = root.as_ref().is_ok_and(|r| r.list(&c).is_ok());
+            // A session's shim reports no status to anyone waiting: its
+            // user is resolved here first, in the sandbox's files, so a bad
+            // one is the caller's error, not a session that dies at once.
+            let ident = match (&u, &root) {
+                (Some(u), Ok(r)) => Some(resolve_user(r, u)),
+                _ => None,
+            };
+            (ok, ident)
         })
         .await
-        .unwrap_or(false);
+        .unwrap_or((false, None));
         if !ok {
             return Err(
                 Error::invalid(format!("working directory {cwd} does not exist")).with_field("cwd"),
             );
+        }
+        if let Some(Err(e)) = ident {
+            return Err(Error::invalid(e).with_field("user"));
         }
     }
     let spec = SessionSpec {
@@ -44,6 +61,7 @@ pub(crate) async fn start(sb: &Sandbox, spec: SessionSpec) -> Result<SessionInfo
         env: env.into_iter().collect(),
         cwd: Some(cwd),
         pty: spec.pty,
+        user,
     };
     match sb
         .supervisor_call(Request::SessionStart { spec }, Duration::ZERO)
@@ -120,6 +138,18 @@ pub(crate) async fn kill(sb: &Sandbox, session: &str) -> Result<()> {
         Reply::Ok => Ok(()),
         other => Err(unexpected(other)),
     }
+}
+
+/// `user` resolved in the sandbox's `/etc/passwd` and `/etc/group`.
+fn resolve_user(root: &fsops::Root, user: &str) -> std::result::Result<(), String> {
+    let spec = stasis_core::user::UserSpec::parse(user, "user").map_err(|e| e.message)?;
+    let read = |p: &str| {
+        root.read_file(p, 4 << 20)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    };
+    spec.resolve(&read("/etc/passwd"), &read("/etc/group"))
+        .map(|_| ())
 }
 
 fn unexpected(r: Reply) -> Error {

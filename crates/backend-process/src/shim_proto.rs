@@ -50,6 +50,10 @@ pub(crate) struct ExecConfig {
     pub pty: bool,
     /// `<parent>/<id>/init`: must appear in `/proc/<init_pid>/cgroup`.
     pub init_cgroup: String,
+    /// Run as this `USER[:GROUP]`, resolved in the sandbox's own
+    /// `/etc/passwd` and `/etc/group` (None: the sandbox's root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -61,6 +65,8 @@ pub(crate) enum ExecStatus {
     Cwd(String),
     /// The command could not be executed (not found, not executable).
     Exec(i32, String),
+    /// The user could not be resolved in the sandbox.
+    User(String),
     Setup(String),
 }
 

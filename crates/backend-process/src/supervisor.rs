@@ -507,6 +507,7 @@ impl Sup {
             merge_stderr: true,
             pty: term.is_some(),
             init_cgroup: crate::launch::init_cgroup_marker(&self.cg),
+            user: spec.user.clone(),
         };
         let cfg_fd = crate::launch::config_memfd(&serde_json::to_vec(&exec)?)?;
         let mut cmd =

@@ -91,6 +91,7 @@ async fn works_on_a_current_thread_runtime() {
                 env: Default::default(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         )
         .await

@@ -273,6 +273,7 @@ async fn python_session_keeps_state() {
                 env: BTreeMap::new(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         )
         .await
@@ -338,6 +339,7 @@ async fn python_session_keeps_state() {
                 env: BTreeMap::new(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         )
         .await
@@ -713,6 +715,7 @@ async fn session_buffer_drops_oldest() {
                 env: BTreeMap::new(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         )
         .await

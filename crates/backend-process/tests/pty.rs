@@ -18,6 +18,7 @@ fn spec(argv: &[&str], pty: Option<PtySize>) -> SessionSpec {
         env: BTreeMap::new(),
         cwd: None,
         pty,
+        user: None,
     }
 }
 

@@ -121,6 +121,7 @@ fn session(argv: &[&str]) -> SessionSpec {
         env: BTreeMap::new(),
         cwd: None,
         pty: None,
+        user: None,
     }
 }
 

@@ -383,6 +383,7 @@ impl Backend for FakeBackend {
                     cwd: spec.cwd.clone(),
                     timeout_ms: 1000,
                     stdin: None,
+                    user: spec.user.clone(),
                 };
                 let r = interpret(sb, &req);
                 s.output = [r.stdout, r.stderr].concat();

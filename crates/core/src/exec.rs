@@ -29,6 +29,10 @@ pub struct ExecRequest {
         skip_serializing_if = "Option::is_none"
     )]
     pub stdin: Option<Vec<u8>>,
+    /// Run as this user, `USER[:GROUP]` (see [`crate::user`]); default: the
+    /// manifest's `user`, else root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -69,6 +73,8 @@ pub struct FileEntry {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSpec {
+    /// Empty: the sandbox's default command (`manifest.command`).
+    #[serde(default)]
     pub argv: Vec<String>,
     #[serde(default)]
     pub env: BTreeMap<String, String>,
@@ -78,6 +84,9 @@ pub struct SessionSpec {
     /// terminal; stdin and output go through the terminal). None: pipes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pty: Option<PtySize>,
+    /// Run as this user (as [`ExecRequest::user`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 /// The size of a session's terminal, in character cells.

@@ -8,6 +8,7 @@ pub mod id;
 pub mod lifecycle;
 pub mod manifest;
 pub mod strict;
+pub mod user;
 
 pub use error::{Error, ErrorCode, Result};
 pub use exec::{

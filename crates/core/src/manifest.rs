@@ -203,6 +203,15 @@ pub struct Manifest {
     /// same name) to each exec and session. Values never enter the manifest.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub secrets: Vec<String>,
+    /// The user execs and sessions run as, `USER[:GROUP]` (names or ids,
+    /// resolved in the sandbox's own `/etc/passwd` and `/etc/group`; see
+    /// [`crate::user`]). Default: the image's `USER`, else root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// The default session command: what a session started without a
+    /// command runs. Default: the image's ENTRYPOINT + CMD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
 }
 
 fn default_version() -> u32 {
@@ -226,6 +235,8 @@ impl Default for Manifest {
             outputs: Vec::new(),
             network: NetworkPolicy::default(),
             secrets: Vec::new(),
+            user: None,
+            command: None,
             version: MANIFEST_VERSION,
         }
     }
@@ -411,6 +422,24 @@ impl Manifest {
                 return Err(bad(&format!("env.{k}"), "value has NUL or is over 128 KiB"));
             }
         }
+        if let Some(u) = &self.user {
+            crate::user::UserSpec::parse(u, "user").map_err(|e| {
+                Error::new(ErrorCode::InvalidManifest, e.message).with_field("user")
+            })?;
+        }
+        if let Some(c) = &self.command {
+            let bytes: usize = c.iter().map(|a| a.len() + 1).sum();
+            if c.first().is_none_or(|a| a.is_empty())
+                || c.iter().any(|a| a.contains('\0'))
+                || c.len() > 1024
+                || bytes > 128 * 1024
+            {
+                return Err(bad(
+                    "command",
+                    "must name a command (non-empty, no NUL, at most 1024 arguments and 128 KiB)",
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -478,6 +507,11 @@ mod tests {
                 "network.deny[0]",
             ),
             (json!({"secrets": ["API-KEY"]}), "secrets[0]"),
+            (json!({"user": "root:"}), "user"),
+            (json!({"user": "../x"}), "user"),
+            (json!({"command": []}), "command"),
+            (json!({"command": [""]}), "command"),
+            (json!({"command": ["sh", "a\u{0}b"]}), "command"),
         ];
         for (v, field) in cases {
             let e = Manifest::from_json(v.clone()).unwrap_err();

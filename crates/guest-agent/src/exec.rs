@@ -79,8 +79,16 @@ pub fn command(
     argv: &[String],
     env: &BTreeMap<String, String>,
     cwd: Option<&str>,
+    user: Option<&str>,
 ) -> Result<Command, AgentError> {
     stasis_core::exec::check_argv(argv).map_err(|e| AgentError::invalid(e.message))?;
+    // Resolved in the guest's own /etc/passwd and /etc/group.
+    let ident = match user {
+        Some(u) => {
+            Some(stasis_core::user::resolve_in(Path::new("/"), u).map_err(AgentError::invalid)?)
+        }
+        None => None,
+    };
     let program = &argv[0];
     let cwd = PathBuf::from(cwd.unwrap_or_else(|| default_cwd()));
     if !cwd.is_dir() {
@@ -90,6 +98,11 @@ pub fn command(
         )));
     }
     let mut merged = base_env();
+    if let Some(id) = &ident {
+        merged.insert("HOME".into(), id.home.clone());
+        merged.insert("USER".into(), id.name.clone());
+        merged.insert("LOGNAME".into(), id.name.clone());
+    }
     for (k, v) in env {
         merged.insert(k.clone(), v.clone());
     }
@@ -103,10 +116,12 @@ pub fn command(
         .envs(&merged)
         .current_dir(&cwd);
     scrub_env(merged);
-    // SAFETY: only async-signal-safe calls (setsid, open, write, close) run in
-    // the forked child before exec.
+    let switch = ident.map(|id| (id.uid, id.gid, id.groups));
+    // SAFETY: only async-signal-safe calls (setsid, open, write, close,
+    // setgroups, setgid, setuid) run in the forked child before exec; the
+    // group list was built before the fork.
     unsafe {
-        cmd.pre_exec(|| {
+        cmd.pre_exec(move || {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
@@ -122,6 +137,15 @@ pub fn command(
             }
             // The sandbox's pids cap (when configured).
             crate::boundary::join_sandbox_cgroup_in_child();
+            // Last, as root could still do the above: become the user.
+            if let Some((uid, gid, groups)) = &switch {
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
             Ok(())
         });
     }
@@ -140,8 +164,9 @@ pub fn run(req: ExecRequest, mut emit: Option<Emit<'_>>) -> Result<ExecResult, A
         cwd,
         timeout_ms,
         stdin,
+        user,
     } = req;
-    let built = command(&argv, &env, cwd.as_deref());
+    let built = command(&argv, &env, cwd.as_deref(), user.as_deref());
     scrub_env(env);
     let mut cmd = match built {
         Ok(c) => c,

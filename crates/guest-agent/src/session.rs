@@ -88,6 +88,7 @@ impl Sessions {
             mut env,
             cwd,
             pty,
+            user,
         } = spec;
         if let Some(size) = pty {
             if let Err(e) = stasis_core::exec::check_pty_size(size) {
@@ -97,7 +98,7 @@ impl Sessions {
             env.entry("TERM".into())
                 .or_insert_with(|| crate::pty::TERM.into());
         }
-        let built = command(&argv, &env, cwd.as_deref());
+        let built = command(&argv, &env, cwd.as_deref(), user.as_deref());
         scrub_env(env);
         let mut cmd = built?;
         let dup = |fd: &OwnedFd| {

@@ -57,6 +57,7 @@ fn hello_and_exec() {
             cwd: Some("/tmp".into()),
             timeout_ms: 10_000,
             stdin: Some(b"from stdin".to_vec()),
+            user: None,
         },
         stream: false,
     }) {
@@ -115,6 +116,7 @@ fn exec_streaming_and_truncation() {
             cwd: None,
             timeout_ms: 10_000,
             stdin: None,
+            user: None,
         },
         stream: true,
     });
@@ -253,6 +255,7 @@ fn concurrent_requests_and_bad_frames() {
                 cwd: None,
                 timeout_ms: 10_000,
                 stdin: None,
+                user: None,
             },
             stream: false,
         }),
@@ -299,6 +302,7 @@ fn liveness_ping_is_answered_while_many_execs_run() {
                     cwd: None,
                     timeout_ms: 60_000,
                     stdin: None,
+                    user: None,
                 },
                 stream: false,
             }),
@@ -326,6 +330,82 @@ fn liveness_ping_is_answered_while_many_execs_run() {
                 assert!(done.insert(f.id));
             }
             other => panic!("unexpected frame {}: {other:?}", f.id),
+        }
+    }
+}
+
+/// An exec or session naming a user runs as it (resolved in the guest's
+/// own /etc/passwd, here the host's): its ids, HOME and USER; an unknown
+/// user is the caller's error and nothing runs.
+#[test]
+fn exec_and_sessions_run_as_the_named_user() {
+    use stasis_core::SessionSpec;
+    let agent = Arc::new(Agent::new());
+    let mut c = connect(&agent);
+    let exec_as = |c: &mut Client<UnixStream>, user: &str, cmd: &str| {
+        c.reply(Request::Exec {
+            req: ExecRequest {
+                argv: vec!["sh".into(), "-c".into(), cmd.into()],
+                env: Default::default(),
+                cwd: Some("/".into()),
+                timeout_ms: 10_000,
+                stdin: None,
+                user: Some(user.into()),
+            },
+            stream: false,
+        })
+    };
+    match exec_as(&mut c, "nobody", "id -u; id -g; echo $HOME $USER") {
+        Reply::Exec { result } => {
+            assert_eq!(result.exit_code, Some(0), "{result:?}");
+            assert_eq!(
+                String::from_utf8_lossy(&result.stdout),
+                "65534\n65534\n/nonexistent nobody\n"
+            );
+        }
+        r => panic!("{r:?}"),
+    }
+    match exec_as(&mut c, "4242:4243", "id -u; id -G") {
+        Reply::Exec { result } => {
+            assert_eq!(String::from_utf8_lossy(&result.stdout), "4242\n4243\n")
+        }
+        r => panic!("{r:?}"),
+    }
+    let marker = tmpdir("user-ran");
+    match exec_as(&mut c, "nosuchuser", &format!("touch {marker}")) {
+        Reply::Error { code, message } => {
+            assert_eq!(code, "invalid_argument", "{message}");
+            assert!(message.contains("unable to find user"), "{message}");
+        }
+        r => panic!("{r:?}"),
+    }
+    assert!(!std::path::Path::new(&marker).exists());
+    let info = match c.reply(Request::SessionStart {
+        spec: SessionSpec {
+            argv: vec!["sh".into(), "-c".into(), "id -u".into()],
+            env: Default::default(),
+            cwd: Some("/".into()),
+            pty: None,
+            user: Some("nobody".into()),
+        },
+    }) {
+        Reply::Session { info } => info,
+        r => panic!("{r:?}"),
+    };
+    let t = Instant::now();
+    loop {
+        assert!(t.elapsed() < Duration::from_secs(20));
+        match c.reply(Request::SessionRead {
+            session: info.id.clone(),
+            offset: 0,
+            wait_ms: 1000,
+        }) {
+            Reply::SessionOutput { output } if !output.running => {
+                assert_eq!(String::from_utf8_lossy(&output.data), "65534\n");
+                break;
+            }
+            Reply::SessionOutput { .. } => {}
+            r => panic!("{r:?}"),
         }
     }
 }

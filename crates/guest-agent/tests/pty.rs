@@ -32,6 +32,7 @@ fn start(c: &mut Client<UnixStream>, argv: &[&str], pty: Option<PtySize>) -> Ses
             env: [("PS1".to_string(), "PROMPT> ".to_string())].into(),
             cwd: Some("/".into()),
             pty,
+            user: None,
         },
     }) {
         Reply::Session { info } => info,
@@ -153,6 +154,7 @@ fn resizes_refused_with_codes() {
             env: Default::default(),
             cwd: None,
             pty: Some(PtySize { cols: 0, rows: 1 }),
+            user: None,
         },
     });
     assert_eq!(error_code(r), "invalid_argument");

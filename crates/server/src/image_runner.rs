@@ -84,6 +84,8 @@ impl SandboxRunner {
                         cwd: Some(s.workdir.clone()),
                         timeout_ms: RUN_TIMEOUT_MS,
                         stdin: None,
+                        // USER so far; root (the sandbox's) when none.
+                        user: (!s.user.is_empty()).then(|| s.user.clone()),
                     },
                     None,
                 )

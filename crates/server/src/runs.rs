@@ -434,6 +434,7 @@ impl Runs {
             cwd: call.spec.cwd.clone(),
             timeout_ms: call.spec.timeout_ms,
             stdin: None,
+            user: None,
         };
         // Manager::exec resumes a paused sandbox transparently and applies
         // the manifest in force now (its env included).

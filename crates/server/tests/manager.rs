@@ -391,6 +391,7 @@ async fn sessions_files_and_usage_go_through_to_the_backend() {
         env: Default::default(),
         cwd: None,
         pty: None,
+        user: None,
     };
     let s = m.session_start(&ctx(), &rec.id, spec).await.unwrap();
     m.session_write(&ctx(), &rec.id, &s.id, b"hello")

@@ -83,14 +83,33 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
         | CloneFlags::CLONE_NEWCGROUP;
     // setns(pidfd, flags) enters all namespaces at once (Linux 5.8+).
     setns(&pidfd, all).map_err(|e| format!("setns into sandbox: {e}"))?;
-    // setns(mnt) moved our root and cwd to the sandbox's (pivoted) root.
+    // setns(mnt) moved our root and cwd to the sandbox's (pivoted) root:
+    // the user is looked up in the sandbox's own files.
+    let ident = match &cfg.user {
+        Some(u) => match stasis_core::user::resolve_in(std::path::Path::new("/"), u) {
+            Ok(id) => Some(id),
+            Err(e) => return Ok(ExecStatus::User(e)),
+        },
+        None => None,
+    };
+    let mut env = cfg.env.clone();
+    if let Some(id) = &ident {
+        for (k, v) in [
+            ("HOME", &id.home),
+            ("USER", &id.name),
+            ("LOGNAME", &id.name),
+        ] {
+            if !env.iter().any(|(e, _)| e == k) {
+                env.push((k.to_string(), v.clone()));
+            }
+        }
+    }
     let argv: Vec<CString> = cfg
         .argv
         .iter()
         .map(|a| CString::new(a.as_bytes()).map_err(|_| "argv contains NUL".to_string()))
         .collect::<Result<_, _>>()?;
-    let envp: Vec<CString> = cfg
-        .env
+    let envp: Vec<CString> = env
         .iter()
         .map(|(k, v)| CString::new(format!("{k}={v}")).map_err(|_| "env contains NUL".to_string()))
         .collect::<Result<_, _>>()?;
@@ -180,6 +199,23 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
             if let Err(e) = drop_privileges() {
                 fail("setup", 125, e);
             }
+            // Last: the sandbox's root (all it needs is done) becomes the user.
+            if let Some(id) = &ident {
+                // SAFETY: plain syscalls on a list built before the fork.
+                let rc = unsafe {
+                    if libc::setgroups(id.groups.len(), id.groups.as_ptr()) != 0 {
+                        -1
+                    } else if libc::setgid(id.gid) != 0 {
+                        -2
+                    } else {
+                        libc::setuid(id.uid)
+                    }
+                };
+                if rc != 0 {
+                    let e = std::io::Error::last_os_error();
+                    fail("user", 126, format!("cannot become user {}: {e}", id.name));
+                }
+            }
             let prog = &cfg.argv[0];
             let candidates: Vec<String> = if prog.contains('/') {
                 vec![prog.clone()]
@@ -231,6 +267,7 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
                 let text = parts.next().unwrap_or("").to_string();
                 return Ok(match tag {
                     "cwd" => ExecStatus::Cwd(text),
+                    "user" => ExecStatus::User(text),
                     "exec" => ExecStatus::Exec(code, text),
                     _ => ExecStatus::Setup(text),
                 });

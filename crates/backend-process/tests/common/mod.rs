@@ -120,6 +120,7 @@ pub fn req(argv: &[&str]) -> ExecRequest {
         cwd: None,
         timeout_ms: 20_000,
         stdin: None,
+        user: None,
     }
 }
 

@@ -137,6 +137,12 @@ pub(crate) fn interpret(sb: &mut FakeSandbox, req: &ExecRequest) -> ExecResult {
     match argv.as_slice() {
         ["true"] | ["sleep", _] => result(0, "", ""),
         ["false"] => result(1, "", ""),
+        // Who the command runs as: the user the manager handed down.
+        ["whoami"] => result(
+            0,
+            format!("{}\n", req.user.as_deref().unwrap_or("root")),
+            "",
+        ),
         ["echo", rest @ ..] => result(0, format!("{}\n", rest.join(" ")), ""),
         ["cat"] => result(0, req.stdin.clone().unwrap_or_default(), ""),
         ["cat", file] => match sb.read(file) {

@@ -16,6 +16,7 @@ fn req(argv: &[&str]) -> ExecRequest {
         cwd: None,
         timeout_ms: 1000,
         stdin: None,
+        user: None,
     }
 }
 
@@ -104,6 +105,7 @@ async fn sessions_echo_and_end() {
         env: Default::default(),
         cwd: None,
         pty: None,
+        user: None,
     };
     let info = b.session_start(&s.id, cat.clone()).await.unwrap();
     assert!(info.running);

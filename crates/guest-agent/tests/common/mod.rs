@@ -60,6 +60,7 @@ impl<S: Read + Write> Client<S> {
                 cwd: None,
                 timeout_ms,
                 stdin: None,
+                user: None,
             },
             stream: false,
         }) {
@@ -75,6 +76,7 @@ impl<S: Read + Write> Client<S> {
                 env: Default::default(),
                 cwd: None,
                 pty: None,
+                user: None,
             },
         }) {
             Reply::Session { info } => info.id,

@@ -36,6 +36,9 @@ pub struct ExecBody {
     /// Bytes fed to stdin, base64 (instead of `stdin`).
     #[serde(default)]
     pub stdin_b64: Option<String>,
+    /// Run as `USER[:GROUP]` (default: the manifest's `user`, else root).
+    #[serde(default)]
+    pub user: Option<String>,
 }
 
 impl ExecBody {
@@ -58,6 +61,7 @@ impl ExecBody {
             cwd: self.cwd,
             timeout_ms: self.timeout_ms.unwrap_or(60_000),
             stdin,
+            user: self.user,
         })
     }
 }

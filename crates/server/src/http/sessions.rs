@@ -49,7 +49,7 @@ pub struct SessionOutputResponse {
     pub exit_code: Option<i32>,
 }
 
-#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions", request_body(content = Object, description = "{argv, env?, cwd?, pty?: {cols, rows}}"),
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions", request_body(content = Object, description = "{argv? (default: the manifest's command, from the image's ENTRYPOINT + CMD), env?, cwd?, pty?: {cols, rows}, user?}"),
     responses((status = 201, description = "session started")))]
 async fn start_session(
     State(st): State<AppState>,

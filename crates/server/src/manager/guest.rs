@@ -44,6 +44,14 @@ struct Call {
     env: Option<Env>,
 }
 
+/// What the manifest gives an exec or session that names none of its own.
+struct Defaults {
+    /// `manifest.user`.
+    user: Option<String>,
+    /// `manifest.command`: a session's command when it names none.
+    command: Option<Vec<String>>,
+}
+
 /// The audit entry of a guest call, from its result (none: not audited).
 type Audit = Option<(&'static str, serde_json::Value)>;
 
@@ -52,6 +60,14 @@ type Audit = Option<(&'static str, serde_json::Value)>;
 pub(crate) struct InUse {
     _guard: OwnedRwLockReadGuard<()>,
     _permit: Permit,
+}
+
+/// A request's own `user`, checked before anything runs.
+fn check_user(user: Option<&str>) -> Result<()> {
+    if let Some(u) = user {
+        stasis_core::user::UserSpec::parse(u, "user")?;
+    }
+    Ok(())
 }
 
 impl Manager {
@@ -101,19 +117,20 @@ impl Manager {
     where
         Fut: Future<Output = Result<T>>,
     {
-        self.with_running_as(ctx, id, Call::default(), |b, _| call(b), |_| None)
+        self.with_running_as(ctx, id, Call::default(), |b, _, _| call(b), |_| None)
             .await
     }
 
     /// [`Manager::with_running`] with what `how` asks (a reserved slot, the
     /// request's env), and the call audited as `audit` says while the
-    /// sandbox is still held.
+    /// sandbox is still held. The call gets the env and the manifest's
+    /// `user` (the default of an exec's or session's own).
     async fn with_running_as<T, Fut>(
         &self,
         ctx: &Ctx,
         id: &SandboxId,
         how: Call,
-        call: impl FnOnce(Arc<dyn Backend>, Env) -> Fut,
+        call: impl FnOnce(Arc<dyn Backend>, Env, Defaults) -> Fut,
         audit: impl FnOnce(&Result<T>) -> Audit,
     ) -> Result<T>
     where
@@ -124,7 +141,11 @@ impl Manager {
             Some(env) => self.exec_env(&rec, env).await?,
             None => Env::new(),
         };
-        let r = call(self.backend(rec.backend)?.clone(), env).await;
+        let defaults = Defaults {
+            user: rec.manifest.user.clone(),
+            command: rec.manifest.command.clone(),
+        };
+        let r = call(self.backend(rec.backend)?.clone(), env, defaults).await;
         let r = self.done(&rec, r).await;
         if let Some((action, detail)) = audit(&r) {
             self.audit(ctx, action, id.as_str(), detail).await;
@@ -152,6 +173,7 @@ impl Manager {
         permit: Option<Permit>,
     ) -> Result<ExecResult> {
         stasis_core::exec::check_argv(&req.argv)?;
+        check_user(req.user.as_deref())?;
         stasis_core::exec::check_timeout_ms(req.timeout_ms)?;
         stasis_core::exec::check_env(&req.env)?;
         let argv0 = req.argv[0].clone();
@@ -163,8 +185,9 @@ impl Manager {
             ctx,
             id,
             how,
-            move |b, env| {
+            move |b, env, d| {
                 req.env = env;
+                req.user = req.user.or(d.user);
                 async move { b.exec(id, req, output).await }
             },
             |r| {
@@ -224,7 +247,7 @@ impl Manager {
             ctx,
             id,
             Call::default(),
-            |b, _| async move { b.read_file(id, path, max).await },
+            |b, _, _| async move { b.read_file(id, path, max).await },
             |r| {
                 r.is_ok()
                     .then(|| ("download", serde_json::json!({"path": path})))
@@ -300,7 +323,11 @@ impl Manager {
         id: &SandboxId,
         mut spec: SessionSpec,
     ) -> Result<SessionInfo> {
-        stasis_core::exec::check_argv(&spec.argv)?;
+        // An empty argv runs the sandbox's default command.
+        if !spec.argv.is_empty() {
+            stasis_core::exec::check_argv(&spec.argv)?;
+        }
+        check_user(spec.user.as_deref())?;
         stasis_core::exec::check_env(&spec.env)?;
         if let Some(size) = spec.pty {
             stasis_core::exec::check_pty_size(size)?;
@@ -313,9 +340,21 @@ impl Manager {
             ctx,
             id,
             how,
-            move |b, env| {
+            move |b, env, d| {
                 spec.env = env;
-                async move { b.session_start(id, spec).await }
+                spec.user = spec.user.or(d.user);
+                async move {
+                    if spec.argv.is_empty() {
+                        spec.argv = d.command.ok_or_else(|| {
+                            Error::invalid(
+                                "argv must name a command (the sandbox has no default command: \
+                                 its image has no ENTRYPOINT or CMD and its manifest no command)",
+                            )
+                            .with_field("argv")
+                        })?;
+                    }
+                    b.session_start(id, spec).await
+                }
             },
             |r| {
                 let info = r.as_ref().ok()?;

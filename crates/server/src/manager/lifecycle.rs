@@ -83,8 +83,9 @@ impl Manager {
 
     /// Authorize and pin a manifest's `image` for this tenant: a name or id
     /// of the tenant's own or a public image becomes that image's id
-    /// (with `defaults`, the image's ENV and WORKDIR fill what the manifest
-    /// leaves unset); another tenant's image answers as one that does not
+    /// (with `defaults`, the image's ENV, WORKDIR, USER and ENTRYPOINT +
+    /// CMD fill what the manifest leaves unset: `env`, `workdir`, `user`,
+    /// `command`); another tenant's image answers as one that does not
     /// exist. Every path on which a caller's manifest enters (create,
     /// restore, create from a template) goes through here: the backends
     /// load a `sha256:` id with no tenant check of their own.
@@ -123,6 +124,13 @@ impl Manager {
             }
             if !config.working_dir.is_empty() && manifest.workdir == Manifest::default().workdir {
                 manifest.workdir = config.working_dir.clone();
+            }
+            if manifest.user.is_none() && !config.user.is_empty() {
+                manifest.user = Some(config.user.clone());
+            }
+            let command = config.default_command();
+            if manifest.command.is_none() && !command.is_empty() {
+                manifest.command = Some(command);
             }
         }
         manifest.validate()

@@ -34,6 +34,7 @@ async fn attach_replays_pumps_detaches_on_pause_and_reattaches() {
         env: Default::default(),
         cwd: None,
         pty: Some(SIZE),
+        user: None,
     };
     let s = m.session_start(&ctx(), &id, spec).await.unwrap();
     m.session_write(&ctx(), &id, &s.id, b"before")
@@ -145,6 +146,7 @@ async fn resize_needs_a_terminal_session() {
         env: Default::default(),
         cwd: None,
         pty: None,
+        user: None,
     };
     let s = m
         .session_start(&ctx(), &rec.id, spec.clone())

@@ -112,6 +112,7 @@ pub fn req(argv: &[&str]) -> ExecRequest {
         cwd: None,
         timeout_ms: 5000,
         stdin: None,
+        user: None,
     }
 }
 

@@ -151,3 +151,87 @@ async fn another_tenants_image_is_refused_on_every_path() {
     let (_, kids) = m.fork(&ctx(), &src.id, 1).await.unwrap();
     assert_eq!(kids[0].manifest.image.as_deref(), Some(mine.as_str()));
 }
+
+/// An image's USER and ENTRYPOINT + CMD become the sandbox's `user` and
+/// `command` unless its manifest sets them; every exec and session runs as
+/// that user unless it names its own; a session without a command runs the
+/// default one.
+#[tokio::test]
+async fn an_images_user_and_command_are_the_sandboxs_defaults() {
+    use stasis_core::SessionSpec;
+    use stasis_image::store::ImageConfig;
+    let env = Env::process();
+    let m = env.manager().await;
+    let images = Images::open(&env.root.join("images-store")).unwrap();
+    m.set_images(images.clone());
+    let dir = env.root.join("dir-app");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = ImageConfig {
+        user: "app".into(),
+        entrypoint: Some(vec!["whoami".into()]),
+        ..Default::default()
+    };
+    let owner = Owner::Tenant(ctx().tenant.to_string());
+    images
+        .store()
+        .commit(
+            &owner,
+            "app",
+            "1",
+            Some(&dir),
+            vec![],
+            config,
+            vec![],
+            &ApplyOptions::default(),
+        )
+        .unwrap();
+    let mut man = manifest();
+    man.image = Some("app:1".into());
+    let sb = m.create(&ctx(), man.clone()).await.unwrap();
+    assert_eq!(sb.manifest.user.as_deref(), Some("app"));
+    assert_eq!(sb.manifest.command, Some(vec!["whoami".to_string()]));
+    assert_eq!(run(&m, &sb.id, &["whoami"]).await, "app\n");
+    // A request's own user wins.
+    let mut r = req(&["whoami"]);
+    r.user = Some("1000:1000".into());
+    let out = m.exec(&ctx(), &sb.id, r, None).await.unwrap();
+    assert_eq!(out.stdout, b"1000:1000\n");
+    // A malformed one is refused before anything runs.
+    let mut r = req(&["whoami"]);
+    r.user = Some("a:b:c".into());
+    let e = m.exec(&ctx(), &sb.id, r, None).await.unwrap_err();
+    assert_eq!(
+        (e.code, e.field.as_deref()),
+        (ErrorCode::InvalidArgument, Some("user"))
+    );
+    // A session without a command runs the image's ENTRYPOINT + CMD.
+    let spec = SessionSpec {
+        argv: vec![],
+        env: Default::default(),
+        cwd: None,
+        pty: None,
+        user: None,
+    };
+    let s = m.session_start(&ctx(), &sb.id, spec.clone()).await.unwrap();
+    assert_eq!(s.argv, vec!["whoami".to_string()]);
+    let out = m
+        .session_read(&ctx(), &sb.id, &s.id, 0, std::time::Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(out.data, b"app\n");
+
+    // The manifest overrides both; a sandbox with no command refuses an
+    // empty session naming argv.
+    man.user = Some("0".into());
+    man.command = None;
+    let plain = m.create(&ctx(), manifest()).await.unwrap();
+    let e = m
+        .session_start(&ctx(), &plain.id, spec.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(e.field.as_deref(), Some("argv"), "{e:?}");
+    assert!(e.message.contains("no default command"), "{e:?}");
+    let root = m.create(&ctx(), man).await.unwrap();
+    assert_eq!(root.manifest.user.as_deref(), Some("0"));
+    assert_eq!(run(&m, &root.id, &["whoami"]).await, "0\n");
+}

@@ -300,6 +300,7 @@ async fn a_secret_in_memory_or_in_a_session_refuses_the_template() {
             env: Default::default(),
             cwd: None,
             pty: None,
+            user: None,
         },
     )
     .await
