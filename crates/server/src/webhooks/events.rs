@@ -24,6 +24,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "approval.requested",
     "approval.approved",
     "approval.rejected",
+    "run.resumed",
 ];
 
 /// The event type of an audit entry, if it is one.
@@ -31,6 +32,8 @@ pub fn event_type(action: &str, target: &str) -> Option<&'static str> {
     Some(match action {
         "create" => "sandbox.created",
         "pause" => "sandbox.paused",
+        // A run's checkpoint resumed after a restart is not a sandbox resume.
+        "resume" if target.starts_with("run-") => "run.resumed",
         "resume" => "sandbox.resumed",
         "expire" => "sandbox.expired",
         "restore" => "sandbox.restored",
@@ -71,6 +74,8 @@ mod tests {
     #[test]
     fn audit_actions_map_to_events() {
         assert_eq!(event_type("pause", "sb-1"), Some("sandbox.paused"));
+        assert_eq!(event_type("resume", "sb-1"), Some("sandbox.resumed"));
+        assert_eq!(event_type("resume", "run-1"), Some("run.resumed"));
         assert_eq!(event_type("delete", "sb-1"), Some("sandbox.destroyed"));
         assert_eq!(event_type("delete", "snap-1"), Some("snapshot.deleted"));
         assert_eq!(
