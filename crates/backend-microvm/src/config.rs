@@ -59,11 +59,17 @@ pub struct MicrovmConfig {
     /// touches QEMUs whose cwd is below it. When `None`, the parents of the
     /// sandbox dirs this backend has seen are used.
     pub base_dir: Option<PathBuf>,
-    /// Run guests with shared memfd RAM so a snapshot saves RAM as a plain
-    /// sparse file (`memory.ram`, via the `x-ignore-shared` migration
-    /// capability) and restores map it copy-on-write (`memory-backend-file,
-    /// share=off`): forks share unchanged guest pages in the page cache.
+    /// Give every guest that owns its RAM (cold boot, resume) a RAM file of
+    /// its own in its sandbox directory (`memory-backend-file,share=on`): a
+    /// pause saves only the device state (`x-ignore-shared`) and the file is
+    /// the RAM, kept for a local resume and uploaded as it is; restores map
+    /// a snapshot's RAM file copy-on-write (`share=off`), so forks share
+    /// unchanged guest pages in the page cache. False: anonymous RAM, saved
+    /// in the migration stream.
     pub shared_ram: bool,
+    /// Host RAM that sandboxes in standby may hold together (bytes); past
+    /// it, the one that entered standby first is released.
+    pub standby_max_bytes: u64,
     /// TCG translation buffer per guest, MiB (None: QEMU's 1 GiB default).
     /// Bounds the per-sandbox code cache, the main private memory of a fork.
     pub tcg_tb_mb: Option<u32>,
@@ -102,6 +108,7 @@ impl MicrovmConfig {
             probe_timeout: Duration::from_secs(20),
             base_dir: None,
             shared_ram: true,
+            standby_max_bytes: 2 << 30,
             tcg_tb_mb: Some(128),
             mount_roots: Vec::new(),
             mkfs_ext4: "mkfs.ext4".into(),
@@ -125,6 +132,7 @@ impl std::fmt::Debug for MicrovmConfig {
             .field("probe_timeout", &self.probe_timeout)
             .field("base_dir", &self.base_dir)
             .field("shared_ram", &self.shared_ram)
+            .field("standby_max_bytes", &self.standby_max_bytes)
             .field("tcg_tb_mb", &self.tcg_tb_mb)
             .field("mount_roots", &self.mount_roots)
             .field("mkfs_ext4", &self.mkfs_ext4)

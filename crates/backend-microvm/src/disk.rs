@@ -79,16 +79,30 @@ pub(crate) async fn import_disk(
     .await
 }
 
+/// How [`export_disk`] puts a sandbox's disk into an artifact directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Export {
+    /// The guest is stopped for good or held stopped (a pause): a lone
+    /// overlay is hard-linked, nothing copied; the sandbox keeps its disk
+    /// for a local resume. The link stays the QEMU's file (a QEMU held in
+    /// standby may continue on it); whoever uses the artifact later checks
+    /// its header again (`import_disk`).
+    Link,
+    /// The guest runs on afterwards (a snapshot): the disk is copied, and
+    /// the copy becomes the daemon's.
+    Copy,
+}
+
 /// Write the sandbox's disk as one overlay on the image (`rootfs`) into
-/// `out`. With `consume`, the sandbox's own files may be moved (the VM is
-/// gone). The disk was written by the jailed QEMU: every layer is checked
-/// (`check_disk`) before root hands it to `qemu-img` or keeps it as an
-/// artifact; a disk that fails is left where it was.
+/// `out`; the sandbox's own disk files are left as they are. The disk was
+/// written by the jailed QEMU: every layer is checked (`check_disk`) before
+/// root hands it to `qemu-img` or keeps it as an artifact; a disk that
+/// fails is left where it was.
 pub(crate) async fn export_disk(
     img_bin: &Path,
     dir: &Path,
     out: &Path,
-    consume: bool,
+    how: Export,
     rootfs: &Path,
 ) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
@@ -109,44 +123,42 @@ pub(crate) async fn export_disk(
     };
     if !has_base {
         check_disk(img_bin, &disk, rootfs).await?;
-        if consume {
-            // The overlay belonged to the jailed QEMU's uid; an artifact
-            // is the daemon's (later forks only read it).
-            util::move_file(&disk, &dst)?;
-        } else {
-            let (d, o) = (disk.clone(), dst.clone());
-            tokio::task::spawn_blocking(move || std::fs::copy(d, o))
-                .await
-                .map_err(|e| Error::internal(e.to_string()))??;
+        if how == Export::Link {
+            let f = jail::trust::open_regular(&disk)?;
+            return crate::util::link_open_file(&f, &dst);
         }
+        let (d, o) = (disk.clone(), dst.clone());
+        tokio::task::spawn_blocking(move || std::fs::copy(d, o))
+            .await
+            .map_err(|e| Error::internal(e.to_string()))??;
         jail::disown(&dst)?;
         // What is kept is checked again (a QEMU that still runs may
         // have rewritten the header between the check and the copy).
         if let Err(e) = check_disk(img_bin, &dst, rootfs).await {
-            if consume {
-                let _ = util::move_file(&dst, &disk);
-            } else {
-                let _ = std::fs::remove_file(&dst);
-            }
+            let _ = std::fs::remove_file(&dst);
             return Err(e);
         }
         return Ok(());
     }
     // Flatten overlay -> base -> image into a single overlay on the image:
-    // copy base (it may be a hard link to someone else's artifact), then
-    // commit the top layer into the copy.
+    // copy base (it may be a hard link to someone else's artifact) and the
+    // top (the sandbox keeps its own), then commit the top into the copy.
     let tmp_base = out.join(".base.qcow2");
     let tmp_top = out.join(".top.qcow2");
-    let (b, tb) = (base.clone(), tmp_base.clone());
-    tokio::task::spawn_blocking(move || std::fs::copy(b, tb))
-        .await
-        .map_err(|e| Error::internal(e.to_string()))??;
-    if consume {
-        util::move_file(&disk, &tmp_top)?;
-        failpoint::hit("pause.disk-top-moved");
-    } else {
-        std::fs::copy(&disk, &tmp_top)?;
-    }
+    let (b, tb, d, tt) = (
+        base.clone(),
+        tmp_base.clone(),
+        disk.clone(),
+        tmp_top.clone(),
+    );
+    tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+        std::fs::copy(b, tb)?;
+        std::fs::copy(d, tt)?;
+        Ok(())
+    })
+    .await
+    .map_err(|e| Error::internal(e.to_string()))??;
+    failpoint::hit("pause.disk-top-copied");
     let r = async {
         // Both layers as root will read them: the base on the image, the
         // top on the base (`import_disk` made it so), neither with an
@@ -188,10 +200,6 @@ pub(crate) async fn export_disk(
         Ok(())
     }
     .await;
-    if r.is_err() && consume {
-        // The sandbox's only copy of its top layer: put it back.
-        let _ = util::move_file(&tmp_top, &disk);
-    }
     let _ = std::fs::remove_file(&tmp_top);
     let _ = std::fs::remove_file(&tmp_base);
     r

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use stasis_core::ErrorCode;
 
+use crate::disk::Export;
 use crate::{qemu, AccelChoice, MicrovmBackend, MicrovmConfig, DISK_ARTIFACT};
 
 struct Fixture {
@@ -140,14 +141,13 @@ impl Fixture {
 #[tokio::test]
 async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
     let f = fixture();
-    for consume in [true, false] {
+    for how in [Export::Link, Export::Copy] {
         for (case, plant) in f.hostile(qemu::DISK) {
             plant();
             let before = std::fs::read(f.sb.join(qemu::DISK)).unwrap();
-            let e =
-                crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, consume, &f.rootfs)
-                    .await
-                    .unwrap_err();
+            let e = crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, how, &f.rootfs)
+                .await
+                .unwrap_err();
             assert_eq!(e.code, ErrorCode::IntegrityError, "{case}: {e}");
             f.assert_host_untouched(&case);
             // The sandbox keeps its disk (nothing lost, nothing half-kept).
@@ -177,9 +177,15 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
     );
     for (case, plant) in f.hostile(qemu::DISK) {
         plant();
-        let e = crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, true, &f.rootfs)
-            .await
-            .unwrap_err();
+        let e = crate::disk::export_disk(
+            &f.b.config().qemu_img,
+            &f.sb,
+            &f.out,
+            Export::Link,
+            &f.rootfs,
+        )
+        .await
+        .unwrap_err();
         assert_eq!(e.code, ErrorCode::IntegrityError, "base, {case}: {e}");
         f.assert_host_untouched(&case);
         assert!(f.sb.join(qemu::DISK).is_file(), "base, {case}: disk lost");
@@ -202,16 +208,28 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
             "1M",
         ],
     );
-    crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, true, &f.rootfs)
-        .await
-        .unwrap();
+    crate::disk::export_disk(
+        &f.b.config().qemu_img,
+        &f.sb,
+        &f.out,
+        Export::Link,
+        &f.rootfs,
+    )
+    .await
+    .unwrap();
     crate::jail::trust::check_disk(&f.out.join(DISK_ARTIFACT), &f.rootfs).unwrap();
     std::fs::remove_file(f.out.join(DISK_ARTIFACT)).unwrap();
     std::fs::remove_file(f.sb.join(qemu::BASE_DISK)).unwrap();
     std::os::unix::fs::symlink(&f.shadow, f.sb.join(qemu::BASE_DISK)).unwrap();
-    let e = crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, true, &f.rootfs)
-        .await
-        .unwrap_err();
+    let e = crate::disk::export_disk(
+        &f.b.config().qemu_img,
+        &f.sb,
+        &f.out,
+        Export::Link,
+        &f.rootfs,
+    )
+    .await
+    .unwrap_err();
     assert_eq!(e.code, ErrorCode::IntegrityError, "{e}");
     f.assert_host_untouched("symlinked base");
     std::fs::remove_file(f.sb.join(qemu::BASE_DISK)).unwrap();
@@ -230,9 +248,15 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
             qemu::DISK,
         ],
     );
-    crate::disk::export_disk(&f.b.config().qemu_img, &f.sb, &f.out, true, &f.rootfs)
-        .await
-        .unwrap();
+    crate::disk::export_disk(
+        &f.b.config().qemu_img,
+        &f.sb,
+        &f.out,
+        Export::Link,
+        &f.rootfs,
+    )
+    .await
+    .unwrap();
     let sb2 = f.sb.with_file_name("sb2");
     std::fs::create_dir_all(&sb2).unwrap();
     crate::disk::import_disk(&f.b.config().qemu_img, &f.out, &sb2, &f.rootfs)

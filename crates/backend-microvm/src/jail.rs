@@ -410,16 +410,25 @@ impl JailSpec {
 
     /// Give the jail uid what it writes in the sandbox directory: the
     /// directory (group, sticky, so the daemon's files stay the daemon's) and
-    /// the writable disk.
-    pub fn prepare_dir(&self, disk: &Path, image_dir: &Path) -> Result<()> {
+    /// the writable files (the disk, and the RAM file of a guest that owns
+    /// its RAM).
+    pub fn prepare_dir(&self, writable: &[PathBuf], image_dir: &Path) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         std::os::unix::fs::chown(&self.cwd, Some(0), Some(self.gid))
             .map_err(|e| Error::backend(format!("chown {}: {e}", self.cwd.display())))?;
         std::fs::set_permissions(&self.cwd, std::fs::Permissions::from_mode(0o1770))?;
         // Through descriptors opened O_NOFOLLOW: a name planted in the
         // (QEMU-writable) directory is refused, never followed.
-        let disk = absolute(&self.cwd, disk);
-        trust::fix_mode(&disk, Some((self.uid, self.gid)), |_| 0o600)?;
+        for w in writable {
+            let w = absolute(&self.cwd, w);
+            if trust::within(&w, &[&self.cwd]).is_err() {
+                return Err(Error::backend(format!(
+                    "{} is outside the sandbox directory: QEMU may not write it",
+                    w.display()
+                )));
+            }
+            trust::fix_mode(&w, Some((self.uid, self.gid)), |_| 0o600)?;
+        }
         // What it only reads stays root's; a file written under a strict
         // umask (0600) gets the read bits the QEMU uid needs. (Its contents
         // are no secret from the guest whose disk or memory it is.) Only
@@ -584,7 +593,8 @@ mod tests {
             cwd: sb.clone(),
             reads: vec![ram.clone()],
         };
-        spec.prepare_dir(Path::new("disk.qcow2"), d.path()).unwrap();
+        spec.prepare_dir(&[PathBuf::from("disk.qcow2")], d.path())
+            .unwrap();
         let md = |p: &Path| std::fs::metadata(p).unwrap();
         assert_eq!(
             (md(&sb).uid(), md(&sb).gid(), md(&sb).mode() & 0o7777),
@@ -679,7 +689,7 @@ mod tests {
                 cwd: sb.clone(),
                 reads: vec![read.clone()],
             };
-            let r = spec.prepare_dir(Path::new("disk.qcow2"), &img);
+            let r = spec.prepare_dir(&[PathBuf::from("disk.qcow2")], &img);
             assert_eq!(r.is_err(), read.ends_with("input.ext4"), "{read:?}: {r:?}");
             assert_eq!(std::fs::metadata(&shadow).unwrap().mode() & 0o777, 0o600);
         }
@@ -695,7 +705,9 @@ mod tests {
             cwd: sb.clone(),
             reads: vec![],
         };
-        assert!(spec.prepare_dir(Path::new("disk.qcow2"), &img).is_err());
+        assert!(spec
+            .prepare_dir(&[PathBuf::from("disk.qcow2")], &img)
+            .is_err());
         let md = std::fs::metadata(&shadow).unwrap();
         assert_eq!((md.uid(), md.mode() & 0o777), (0, 0o600));
     }

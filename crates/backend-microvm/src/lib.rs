@@ -54,13 +54,16 @@ mod disk_trust_tests;
 mod guest;
 mod image;
 pub mod jail;
+mod local;
 mod migration;
 pub mod net;
 pub mod outputs;
 mod ports;
 pub mod qemu;
 pub mod qmp;
+mod resume;
 mod snapshot;
+mod standby;
 mod state;
 pub mod util;
 mod vm;
@@ -78,7 +81,7 @@ use stasis_backend::{
 };
 use stasis_core::{
     BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, PtySize, Result, SandboxId,
-    SessionInfo, SessionOutput, SessionSpec,
+    SessionInfo, SessionOutput, SessionSpec, SnapshotId,
 };
 
 pub use accel::{kvm_is_pvm, probe_accelerator, AccelReport};
@@ -115,6 +118,9 @@ impl MicrovmBackend {
             timings: Mutex::default(),
             verified: Mutex::default(),
             ports: Mutex::default(),
+            standby: Mutex::default(),
+            ops: Mutex::default(),
+            accepted: Mutex::default(),
         }
     }
 
@@ -447,11 +453,62 @@ impl Backend for MicrovmBackend {
     }
 
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
-        migration::pause(self, id, out, keep_memory).await
+        migration::pause(self, id, out, keep_memory, migration::After::Quit).await
+    }
+
+    async fn pause_standby(
+        &self,
+        id: &SandboxId,
+        out: &Path,
+        keep_for: Duration,
+    ) -> Result<Vec<Artifact>> {
+        let after = migration::After::Standby(keep_for);
+        migration::pause(self, id, out, true, after).await
+    }
+
+    async fn pause_stored(&self, spec: &SandboxSpec, snapshot: &SnapshotId) {
+        let lock = state::op_lock(self, &spec.id);
+        let _op = lock.lock().await;
+        standby::note_stored(self, &spec.id, snapshot);
+        match local::bind(&spec.dir, snapshot) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::info!(sandbox = %spec.id, "local pause files incomplete: not kept for a local resume")
+            }
+            Err(e) => tracing::warn!(sandbox = %spec.id, "binding the local pause files: {e}"),
+        }
+    }
+
+    fn standby(&self, id: &SandboxId) -> Option<stasis_backend::Standby> {
+        standby::info(self, id)
+    }
+
+    fn standby_all(&self) -> Vec<(SandboxId, stasis_backend::Standby)> {
+        standby::all(self)
+    }
+
+    async fn release_standby(&self, id: &SandboxId) -> Result<bool> {
+        standby::release(self, id).await
+    }
+
+    async fn evict(&self, spec: &SandboxSpec) -> Result<()> {
+        standby::evict(self, spec).await
+    }
+
+    async fn housekeeping(&self) -> Vec<SandboxId> {
+        standby::housekeeping(self).await
+    }
+
+    fn op_timings(&self, id: &SandboxId) -> std::collections::BTreeMap<String, u64> {
+        self.timings(id).as_map()
     }
 
     async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
-        vm::resume(self, spec, artifacts).await
+        resume::resume(self, spec, artifacts).await
+    }
+
+    async fn resume_needs_artifacts(&self, spec: &SandboxSpec, snapshot: &SnapshotId) -> bool {
+        resume::needs_artifacts(self, spec, snapshot).await
     }
 
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
@@ -459,12 +516,17 @@ impl Backend for MicrovmBackend {
     }
 
     async fn restore(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
-        vm::restore(self, spec, artifacts).await
+        resume::restore(self, spec, artifacts).await
     }
 
     async fn destroy(&self, id: &SandboxId, dir: &Path) -> Result<()> {
+        let lock = state::op_lock(self, id);
+        let _op = lock.lock().await;
+        local::unbind(dir);
+        let _ = std::fs::remove_file(dir.join(standby::MARKER));
+        let held = standby::take(self, id).map(|h| h.vm);
         let vm = self.vms.lock().unwrap().remove(id);
-        if let Some(vm) = vm {
+        for vm in [vm, held].into_iter().flatten() {
             vm.proc.lock().await.kill().await;
         }
         if let Some(mut p) = qemu::QemuProc::adopt(dir, id.as_str()) {
@@ -474,11 +536,43 @@ impl Backend for MicrovmBackend {
         cleanup_dir_files(dir);
         self.timings.lock().unwrap().remove(id);
         self.ports.lock().unwrap().remove(id);
+        self.accepted.lock().unwrap().remove(id);
+        drop(_op);
+        self.ops.lock().unwrap().remove(id);
         Ok(())
     }
 
     async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered> {
         state::remember_parent(self, &spec.dir);
+        // Held in standby by this daemon (a pause whose upload failed is
+        // settled): continued, it runs as before the pause.
+        let held = {
+            let lock = state::op_lock(self, &spec.id);
+            let _op = lock.lock().await;
+            standby::take(self, &spec.id)
+        };
+        if let Some(h) = held {
+            return match standby::continue_held(self, spec, h).await {
+                Ok(()) => Ok(Recovered::Running),
+                Err(e) => {
+                    tracing::warn!(sandbox = %spec.id, "recover: {e}");
+                    Ok(Recovered::NotRunning)
+                }
+            };
+        }
+        // Held in standby by a daemon that is gone: whether it is still the
+        // sandbox's current state is not known here; it goes, its local
+        // files stay for a resume that finds them bound.
+        if spec.dir.join(standby::MARKER).exists() {
+            if let Some(mut p) = qemu::QemuProc::adopt(&spec.dir, spec.id.as_str()) {
+                p.kill().await;
+            }
+            let _ = std::fs::remove_file(spec.dir.join(standby::MARKER));
+            vm::detach(self, &spec.id);
+            cleanup_dir_files(&spec.dir);
+            standby::disown_own_files(&spec.dir, &RamBacking::SharedFile(qemu::RAM_FILE.into()));
+            return Ok(Recovered::NotRunning);
+        }
         let known = self.vms.lock().unwrap().get(&spec.id).cloned();
         if let Some(vm) = known {
             let alive = vm.proc.lock().await.alive();
@@ -554,7 +648,9 @@ impl Backend for MicrovmBackend {
     }
 
     async fn usage(&self, id: &SandboxId) -> Result<Usage> {
-        let pid = self.vms.lock().unwrap().get(id).map(|v| v.pid);
+        // A sandbox in standby holds its RAM (and no CPU) until released.
+        let held = self.standby.lock().unwrap().get(id).map(|h| h.vm.pid);
+        let pid = self.vms.lock().unwrap().get(id).map(|v| v.pid).or(held);
         Ok(match pid {
             Some(pid) if util::pid_alive(pid) => Usage {
                 cpu_ns: util::cpu_ns(pid),

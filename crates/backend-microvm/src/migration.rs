@@ -12,28 +12,37 @@ use stasis_agent_proto::Request;
 use stasis_backend::{failpoint, Artifact, SandboxSpec};
 use stasis_core::{Error, Result, SandboxId};
 
-use crate::disk;
+use crate::disk::{self, Export};
 use crate::guest::{self, expect_ok};
 use crate::image::Image;
+use crate::local;
 use crate::net::Nic;
 use crate::qemu::{self, cleanup_dir_files, RamBacking};
 use crate::qmp::MigrationStatus;
 use crate::snapshot::{
     self, hash_file, SnapshotMeta, DISK_ARTIFACT, MEMORY_RAM, MEMORY_STATE, META, META_FORMAT,
 };
+use crate::standby;
 use crate::state::{self, MicrovmBackend, Vm};
 use crate::vm;
 
 /// Flush the guest, stop it and migrate its state into `out/memory.state`.
 /// Leaves the VM stopped on success; on error the VM is running again
 /// (`Ok(false)` inside the error message tells whether it still runs).
-pub(crate) async fn save_memory(b: &MicrovmBackend, vm: &Vm, out: &Path) -> Result<(u64, bool)> {
+/// With `ram_copy` (a snapshot: the VM runs on afterwards) the guest's own
+/// RAM file is copied into `out`; without (a pause) it is linked there.
+pub(crate) async fn save_memory(
+    b: &MicrovmBackend,
+    vm: &Vm,
+    out: &Path,
+    ram_copy: bool,
+) -> Result<(u64, bool)> {
     let t = Instant::now();
     let state = out.join(MEMORY_STATE);
     let mut qmp = vm.qmp.lock().await;
     qmp.execute("stop", None).await?;
     failpoint::hit("save.stopped");
-    let ram_file = vm.ram == RamBacking::SharedMemfd;
+    let ram_file = vm.ram.is_shared();
     let r: Result<()> = async {
         // Always set it: a VM re-attached after a daemon restart may run
         // on a RAM file while recorded as anonymous, and QEMU keeps the
@@ -79,14 +88,9 @@ pub(crate) async fn save_memory(b: &MicrovmBackend, vm: &Vm, out: &Path) -> Resu
         }
         failpoint::hit("save.migrated");
         if ram_file {
-            // The VM is stopped: its RAM is consistent. Copy the memfd out
-            // (only its allocated pages: the copy is sparse).
-            let src = memfd_path(vm.pid)?;
-            let dst = out.join(MEMORY_RAM);
-            tokio::task::spawn_blocking(move || copy_data_extents(&src, &dst))
-                .await
-                .map_err(|e| Error::internal(e.to_string()))??;
-            failpoint::hit("save.ram-copied");
+            // The VM is stopped: its RAM is consistent.
+            save_ram(vm, out, ram_copy).await?;
+            failpoint::hit("save.ram-saved");
         }
         Ok(())
     }
@@ -119,6 +123,27 @@ pub(crate) async fn save_memory(b: &MicrovmBackend, vm: &Vm, out: &Path) -> Resu
     Ok((size, ram_file))
 }
 
+/// Put a stopped guest's RAM into `out/memory.ram`: its own RAM file
+/// linked (a pause: nothing is copied or read) or copied (a snapshot: the
+/// guest runs on and writes its file), only the allocated extents of it,
+/// so the copy stays sparse; a memfd is always copied.
+async fn save_ram(vm: &Vm, out: &Path, copy: bool) -> Result<()> {
+    let dst = out.join(MEMORY_RAM);
+    let src = match &vm.ram {
+        RamBacking::SharedFile(p) if !copy => {
+            // The name is in a directory QEMU may write: the file is opened
+            // without following a planted link and must be the guest's own.
+            let f = crate::jail::trust::open_regular(&vm.dir.join(p))?;
+            return crate::util::link_open_file(&f, &dst);
+        }
+        RamBacking::SharedFile(p) => vm.dir.join(p),
+        _ => memfd_path(vm.pid)?,
+    };
+    tokio::task::spawn_blocking(move || copy_data_extents(&src, &dst))
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
+}
+
 /// Write `out/meta.json` (atomically: a crash leaves the old file or
 /// none), with the blake3 and size of the memory files already in `out`.
 /// Needs no disk: a pause writes it while QEMU still holds the state.
@@ -128,6 +153,7 @@ pub(crate) fn write_meta(
     out: &Path,
     memory: bool,
     ram_file: bool,
+    ram_copied: bool,
 ) -> Result<()> {
     // A guest restored from a format 2 snapshot without a NIC still has
     // none: its artifacts stay format 2 (format 3 always has a NIC).
@@ -154,7 +180,10 @@ pub(crate) fn write_meta(
         let (hash, size) = hash_file(&out.join(MEMORY_STATE))?;
         meta.memory_state_blake3 = Some(hash);
         meta.memory_state_bytes = size;
-        if ram_file {
+        // The guest's own RAM file carries no hash (format 4, see
+        // `snapshot`); a copy does, and format 2 always did.
+        let own = matches!(vm.ram, RamBacking::SharedFile(_)) && !ram_copied;
+        if ram_file && (!own || meta.format < 4) {
             meta.memory_ram_blake3 = Some(hash_file(&out.join(MEMORY_RAM))?.0);
         }
     }
@@ -190,10 +219,14 @@ pub(crate) async fn op_failed(vm: &Vm, out: &Path, e: Error, op: &str) -> Error 
 
 /// Finish a pause whose QEMU is gone (a daemon killed mid-pause) from
 /// what it left: `out/meta.json` is written only once the memory state is
-/// complete, and the files must match its blake3; the disk overlay is
-/// then in `out` (done), in the sandbox dir (not moved yet) or in
-/// `out/.top.qcow2` (flatten interrupted: put back and redone; the flatten
-/// never empties it). `None` when nothing in `out` is provably complete.
+/// complete, and the state must match its blake3 (and a copied RAM file
+/// its own); the guest's own RAM file is whole by construction (its QEMU
+/// was stopped before the state was saved and never continued while the
+/// stage exists). The disk is then in `out` (done) or still only in the
+/// sandbox dir (exported now; a flatten interrupted half-way is redone from
+/// the sandbox's own files, which it never changes; `out/.top.qcow2` left
+/// by an older daemon that moved the top is put back first). `None` when
+/// nothing in `out` is provably complete.
 pub(crate) async fn finish_pause(
     b: &MicrovmBackend,
     spec: &SandboxSpec,
@@ -220,8 +253,13 @@ pub(crate) async fn finish_pause(
         )
         .await;
         if r.is_ok() && meta.ram_file {
-            let want = meta.memory_ram_blake3.clone().unwrap_or_default();
-            r = snapshot::verify(&b.verified, &out.join(MEMORY_RAM), &want, None).await;
+            r = match meta.memory_ram_blake3.clone() {
+                Some(want) => {
+                    snapshot::verify(&b.verified, &out.join(MEMORY_RAM), &want, None).await
+                }
+                None if out.join(MEMORY_RAM).is_file() => Ok(()),
+                None => Err(Error::integrity("memory.ram is missing")),
+            };
         }
         if let Err(e) = r {
             tracing::warn!(sandbox = %spec.id, "interrupted pause left no usable memory state: {e}");
@@ -238,19 +276,31 @@ pub(crate) async fn finish_pause(
             tracing::warn!(sandbox = %spec.id, "interrupted pause: its disk is nowhere");
             return Ok(None);
         }
+        for f in [".top.qcow2", ".base.qcow2"] {
+            let _ = std::fs::remove_file(out.join(f));
+        }
         let image = Image::resolve_with(
             &b.config.images_dir,
             b.config.image_store.as_deref(),
             spec.manifest.image.as_deref(),
         )?;
-        disk::export_disk(&b.config.qemu_img, &spec.dir, out, true, &image.rootfs()).await?;
-    }
-    for f in [qemu::BASE_DISK, MEMORY_RAM] {
-        let _ = std::fs::remove_file(spec.dir.join(f));
+        disk::export_disk(
+            &b.config.qemu_img,
+            &spec.dir,
+            out,
+            Export::Link,
+            &image.rootfs(),
+        )
+        .await?;
     }
     cleanup_dir_files(&spec.dir);
+    let _ = std::fs::remove_file(spec.dir.join(standby::MARKER));
+    standby::disown_own_files(&spec.dir, &RamBacking::SharedFile(qemu::RAM_FILE.into()));
     for f in [".top.qcow2", ".base.qcow2", ".meta.json.tmp"] {
         let _ = std::fs::remove_file(out.join(f));
+    }
+    if let Err(e) = local::keep_pause_files(&spec.dir, out) {
+        tracing::warn!(sandbox = %spec.id, "interrupted pause: local files not kept: {e}");
     }
     snapshot::artifacts_of(out).map(Some)
 }
@@ -302,28 +352,48 @@ pub(crate) fn copy_data_extents(src: &Path, dst: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What a pause does with QEMU once the state is saved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum After {
+    /// QEMU quits: nothing of the sandbox runs or holds RAM.
+    Quit,
+    /// QEMU stays, stopped, for this long (see `standby`).
+    Standby(Duration),
+}
+
+/// Pause: sync, stop, save the device state (and RAM: the guest's own RAM
+/// file is linked, not copied), write meta.json, then quit QEMU or hold it
+/// in standby, and put the disk in `out` (linked, or flattened from a
+/// resumed chain). The sandbox directory keeps its RAM file, disk and
+/// `local/` for a local resume (`local`), bound to the stored snapshot
+/// later by `pause_stored`. On an error before QEMU quit, the sandbox runs
+/// on (or the error says it is lost).
 pub(crate) async fn pause(
     b: &MicrovmBackend,
     id: &SandboxId,
     out: &Path,
     keep_memory: bool,
+    after: After,
 ) -> Result<Vec<Artifact>> {
     let vm = state::vm(b, id)?;
+    let lock = state::op_lock(b, id);
+    let _op = lock.lock().await;
+    local::unbind(&vm.dir);
     std::fs::create_dir_all(out)?;
     let t = Instant::now();
     let saved: Result<()> = async {
         let r = guest::call(b, &vm, Request::Sync, None, Duration::ZERO).await;
         expect_ok(r?).map_err(|e| e.context("sync"))?;
         let ram_file = if keep_memory {
-            save_memory(b, &vm, out).await?.1
+            save_memory(b, &vm, out, false).await?.1
         } else {
             false
         };
-        // meta.json, with the blake3 of the memory files, is written
+        // meta.json, with the blake3 of the memory state, is written
         // while QEMU still holds the state: once QEMU is gone, a
         // meta.json that verifies is the proof that the memory state is
         // complete (see `pause_leftovers`).
-        if let Err(e) = write_meta(b, &vm, out, keep_memory, ram_file) {
+        if let Err(e) = write_meta(b, &vm, out, keep_memory, ram_file, false) {
             if keep_memory {
                 let _ = vm.qmp.lock().await.execute("cont", None).await;
             }
@@ -336,27 +406,49 @@ pub(crate) async fn pause(
     if let Err(e) = saved {
         return Err(op_failed(&vm, out, e, "pause").await);
     }
+    let rootfs = vm.image.rootfs();
+    if let (After::Standby(keep_for), true) = (after, keep_memory) {
+        // QEMU stays, stopped; its block devices were flushed and let go
+        // by the completed migration, so the disk is stable to link.
+        let td = Instant::now();
+        let r = async {
+            disk::export_disk(&b.config.qemu_img, &vm.dir, out, Export::Link, &rootfs).await?;
+            local::keep_pause_files(&vm.dir, out)?;
+            snapshot::artifacts_of(out)
+        }
+        .await;
+        let arts = match r {
+            Ok(a) => a,
+            Err(e) => {
+                let e = e.context("pause: writing the disk");
+                let _ = vm.qmp.lock().await.execute("cont", None).await;
+                return Err(op_failed(&vm, out, e, "pause").await);
+            }
+        };
+        note_disk_ms(b, id, td);
+        standby::enter(b, vm, keep_for).await?;
+        tracing::info!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "paused into standby");
+        return Ok(arts);
+    }
     // From here the VM goes away; the artifacts are complete once the disk
-    // has been moved out.
+    // is in `out`.
     b.vms.lock().unwrap().remove(id);
     vm::quit_vm(&vm).await;
     vm::detach(b, id);
     failpoint::hit("pause.quit");
     let td = Instant::now();
     let r = async {
-        disk::export_disk(&b.config.qemu_img, &vm.dir, out, true, &vm.image.rootfs()).await?;
+        disk::export_disk(&b.config.qemu_img, &vm.dir, out, Export::Link, &rootfs).await?;
         failpoint::hit("pause.disk-exported");
+        local::keep_pause_files(&vm.dir, out)?;
         snapshot::artifacts_of(out)
     }
     .await;
     cleanup_dir_files(&vm.dir);
-    let _ = std::fs::remove_file(vm.dir.join(qemu::BASE_DISK));
-    let _ = std::fs::remove_file(vm.dir.join(MEMORY_RAM));
+    standby::disown_own_files(&vm.dir, &vm.ram);
     match r {
         Ok(arts) => {
-            let mut tm = b.timings.lock().unwrap();
-            let e = tm.entry(id.clone()).or_default();
-            e.disk_ms = td.elapsed().as_millis() as u64;
+            note_disk_ms(b, id, td);
             tracing::info!(sandbox = %id, ms = t.elapsed().as_millis() as u64, "paused");
             Ok(arts)
         }
@@ -364,6 +456,11 @@ pub(crate) async fn pause(
             "pause: QEMU has exited but the artifacts could not be written; the sandbox is not running",
         )),
     }
+}
+
+fn note_disk_ms(b: &MicrovmBackend, id: &SandboxId, since: Instant) {
+    let mut tm = b.timings.lock().unwrap();
+    tm.entry(id.clone()).or_default().disk_ms = since.elapsed().as_millis() as u64;
 }
 
 pub(crate) async fn snapshot(
@@ -376,7 +473,7 @@ pub(crate) async fn snapshot(
     let saved: Result<bool> = async {
         let r = guest::call(b, &vm, Request::Sync, None, Duration::ZERO).await;
         expect_ok(r?).map_err(|e| e.context("sync"))?;
-        Ok(save_memory(b, &vm, out).await?.1)
+        Ok(save_memory(b, &vm, out, true).await?.1)
     }
     .await;
     let ram_file = match saved {
@@ -386,7 +483,14 @@ pub(crate) async fn snapshot(
     // The VM is stopped and its block devices flushed/inactivated by the
     // completed migration: copy the disk now, then continue.
     let td = Instant::now();
-    let disk = disk::export_disk(&b.config.qemu_img, &vm.dir, out, false, &vm.image.rootfs()).await;
+    let disk = disk::export_disk(
+        &b.config.qemu_img,
+        &vm.dir,
+        out,
+        Export::Copy,
+        &vm.image.rootfs(),
+    )
+    .await;
     let cont = vm.qmp.lock().await.execute("cont", None).await;
     if let Err(e) = cont {
         guest::fail_vm(&vm, &format!("cont after snapshot: {}", e.message)).await;
@@ -400,15 +504,10 @@ pub(crate) async fn snapshot(
         let _ = std::fs::remove_file(out.join(MEMORY_RAM));
         return Err(e.context("snapshot: disk copy failed; the sandbox still runs"));
     }
-    b.timings
-        .lock()
-        .unwrap()
-        .entry(id.clone())
-        .or_default()
-        .disk_ms = td.elapsed().as_millis() as u64;
+    note_disk_ms(b, id, td);
     // Guest time jumped by the stop: put it right.
     let _ = guest::set_time(b, &vm).await;
-    write_meta(b, &vm, out, true, ram_file)?;
+    write_meta(b, &vm, out, true, ram_file, true)?;
     snapshot::artifacts_of(out)
 }
 

@@ -13,6 +13,12 @@ use crate::util;
 /// File names inside a sandbox directory (QEMU runs with that directory as cwd).
 pub const DISK: &str = "disk.qcow2";
 pub const BASE_DISK: &str = "base.qcow2";
+/// The guest RAM file of a sandbox that owns its RAM (`RamBacking::SharedFile`).
+pub const RAM_FILE: &str = "memory.ram";
+/// A link to a snapshot's RAM file that a restored sandbox maps copy-on-write
+/// (`RamBacking::PrivateFile`): shared with the snapshot and its other forks,
+/// never written.
+pub const BASE_RAM: &str = "base.ram";
 pub const CONSOLE_LOG: &str = "console.log";
 pub const QEMU_LOG: &str = "qemu.log";
 pub const AGENT_SOCK: &str = "agent.sock";
@@ -57,6 +63,19 @@ pub enum RamBacking {
     /// `memory-backend-file,share=off`: a private copy-on-write mapping of a
     /// saved RAM file, shared in the page cache between forks.
     PrivateFile(PathBuf),
+    /// `memory-backend-file,share=on`: the sandbox's own RAM file, written in
+    /// place. A pause saves only the device state (`x-ignore-shared`): the
+    /// file is the RAM, kept on the host for a local resume and uploaded as
+    /// it is.
+    SharedFile(PathBuf),
+}
+
+impl RamBacking {
+    /// RAM that a migration leaves out of its stream (`x-ignore-shared`):
+    /// saved as a file of its own.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, RamBacking::SharedMemfd | RamBacking::SharedFile(_))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -133,6 +152,14 @@ impl Launch {
                 let obj = format!(
                     "memory-backend-memfd,id=mem,size={}M,share=on",
                     self.memory_mb
+                );
+                push(&["-object", &obj]);
+            }
+            RamBacking::SharedFile(p) => {
+                let obj = format!(
+                    "memory-backend-file,id=mem,size={}M,mem-path={},share=on",
+                    self.memory_mb,
+                    p.display()
                 );
                 push(&["-object", &obj]);
             }
@@ -442,7 +469,11 @@ pub fn prepare_jail(
         image_dir,
     };
     let spec = JailSpec::plan(lease.0, &needs)?;
-    spec.prepare_dir(Path::new(DISK), image_dir)?;
+    let mut writable = vec![PathBuf::from(DISK)];
+    if let RamBacking::SharedFile(p) = &launch.ram {
+        writable.push(p.clone());
+    }
+    spec.prepare_dir(&writable, image_dir)?;
     Ok((lease, spec))
 }
 

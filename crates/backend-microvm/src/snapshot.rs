@@ -7,13 +7,20 @@
 //! | file | present | content |
 //! |---|---|---|
 //! | `memory.state` | `memory` | QEMU migration stream: device state, plus guest RAM unless `ram_file` |
-//! | `memory.ram` | `memory && ram_file` | guest RAM as a sparse file (the memfd's allocated extents) |
+//! | `memory.ram` | `memory && ram_file` | guest RAM as a sparse file (the guest's own RAM file, or a copy of its allocated extents) |
 //! | `disk.qcow2` | always | one qcow2 overlay whose backing file is the image's `rootfs.qcow2` |
 //! | `meta.json` | always | [`SnapshotMeta`], written last (atomically, through `.meta.json.tmp`) |
 //!
 //! `meta.json` is written only once the memory files are complete and carries
-//! their blake3 (and the state's size): a `meta.json` that verifies is the
-//! proof that the memory state is whole.
+//! the blake3 of `memory.state` (and its size): a `meta.json` that verifies
+//! is the proof that the memory state is whole. From format 4, `memory.ram`
+//! carries no blake3 when it is the guest's own RAM file (a pause writes no
+//! copy of it and reads none of it): the file is whole by construction (the
+//! guest is stopped before the state is saved and is never continued while
+//! the artifacts exist), the snapshot store verifies every chunk of it on
+//! the way back (keyed blake3 address, AEAD), and on the host that wrote it
+//! a local resume trusts it only through `local` (the record binding the
+//! files, unchanged, to the stored snapshot).
 //!
 //! ## Version
 //! `meta.json`'s `format` is the version of the whole artifact format
@@ -27,6 +34,8 @@
 //!   `network: true` (a memory state loads only into the devices it was
 //!   saved with), so an old guest without one restores without network
 //!   and without ports.
+//! * 4: `memory.ram` may be the guest's own RAM file, without a blake3 (see
+//!   above). Formats 2 and 3 still load.
 //!
 //! [`check_format`] refuses any other version (older or newer) with
 //! `unsupported` before anything is started or touched. Fields added within
@@ -50,10 +59,10 @@ pub const MEMORY_STATE: &str = "memory.state";
 pub const MEMORY_RAM: &str = "memory.ram";
 pub const DISK_ARTIFACT: &str = "disk.qcow2";
 pub const META: &str = "meta.json";
-/// meta.json format written: 3 = every guest has a NIC.
-pub const META_FORMAT: u32 = 3;
+/// meta.json format written: 4 = the RAM file may carry no blake3.
+pub const META_FORMAT: u32 = 4;
 /// Formats this backend loads (see the version history above).
-pub const LOADABLE_FORMATS: &[u32] = &[2, META_FORMAT];
+pub const LOADABLE_FORMATS: &[u32] = &[2, 3, META_FORMAT];
 
 /// Identity of a file version: device, inode, size, mtime, ctime.
 pub(crate) type FileKey = (u64, u64, u64, i64, i64);
@@ -85,7 +94,8 @@ pub struct SnapshotMeta {
     pub memory_state_blake3: Option<String>,
     #[serde(default)]
     pub memory_state_bytes: u64,
-    /// blake3 of memory.ram (when `ram_file`).
+    /// blake3 of memory.ram (when `ram_file` and it was copied; none when it
+    /// is the guest's own RAM file, format 4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_ram_blake3: Option<String>,
     pub workdir: String,
@@ -350,11 +360,14 @@ mod tests {
     }
 
     /// Format 2 (the NIC only with an allowlist) still loads, with or
-    /// without a NIC; format 3 always has one, and a format 3 meta that
-    /// says otherwise is refused.
+    /// without a NIC; formats 3 and 4 always have one, and a meta of those
+    /// that says otherwise is refused.
     #[test]
-    fn format_2_loads_and_format_3_always_has_a_nic() {
-        assert_eq!(META_FORMAT, 3);
+    fn format_2_loads_and_later_formats_always_have_a_nic() {
+        assert_eq!(META_FORMAT, 4);
+        let mut m = meta();
+        m.format = 3;
+        check_format(&m).unwrap();
         for network in [false, true] {
             let mut m = meta();
             m.format = 2;

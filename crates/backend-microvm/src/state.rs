@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use stasis_core::{Error, Manifest, Result, SandboxId};
+use stasis_core::{Error, Manifest, Result, SandboxId, SnapshotId};
 
 use crate::accel::{probe_accelerator, AccelReport};
 use crate::agent::AgentConn;
@@ -36,7 +36,12 @@ pub(crate) struct VmRecord {
     pub(crate) accelerator: Accel,
     pub(crate) boot_id: String,
     pub(crate) workdir: String,
+    /// Shared memfd RAM (QEMUs started before guests owned a RAM file).
     pub(crate) shared_ram: bool,
+    /// The guest's own RAM file (`memory-backend-file,share=on`), relative
+    /// to the sandbox directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ram_file: Option<PathBuf>,
     #[serde(default)]
     pub(crate) inputs: Vec<boundary::InputDisk>,
     #[serde(default = "one_vcpu")]
@@ -68,6 +73,33 @@ pub struct OpTimings {
     /// Outgoing migration (pause/snapshot).
     pub migrate_ms: u64,
     pub disk_ms: u64,
+    /// Which way the last resume went: "standby", "local" or "store".
+    #[serde(default)]
+    pub resume_path: String,
+}
+
+impl OpTimings {
+    /// The phases as a map (the `Backend::op_timings` view); the resume
+    /// path as a flag `path_<name>` = 1.
+    pub fn as_map(&self) -> std::collections::BTreeMap<String, u64> {
+        let mut m: std::collections::BTreeMap<String, u64> = [
+            ("qemu_start_ms", self.start_ms),
+            ("state_load_ms", self.incoming_ms),
+            ("net_ms", self.net_ms),
+            ("prepare_ms", self.prepare_ms),
+            ("agent_finish_ms", self.finish_ms),
+            ("migrate_ms", self.migrate_ms),
+            ("disk_ms", self.disk_ms),
+        ]
+        .into_iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        if !self.resume_path.is_empty() {
+            m.insert(format!("path_{}", self.resume_path), 1);
+        }
+        m
+    }
 }
 
 pub(crate) struct Vm {
@@ -108,6 +140,41 @@ pub struct MicrovmBackend {
     /// Forwarded guest ports of paused sandboxes, added again to the QEMU
     /// that resumes them.
     pub(crate) ports: Mutex<HashMap<SandboxId, BTreeSet<u16>>>,
+    /// Paused sandboxes whose stopped QEMU is kept (see `standby`).
+    pub(crate) standby: Mutex<HashMap<SandboxId, Held>>,
+    /// One operation at a time on a sandbox's standby and local state: the
+    /// server serializes its own calls per sandbox, but housekeeping runs
+    /// beside them.
+    pub(crate) ops: Mutex<HashMap<SandboxId, Arc<tokio::sync::Mutex<()>>>>,
+    /// The snapshot whose local state `resume_needs_artifacts` accepted for
+    /// the resume that follows it.
+    pub(crate) accepted: Mutex<HashMap<SandboxId, SnapshotId>>,
+}
+
+/// A sandbox held in standby (see `standby`).
+pub(crate) struct Held {
+    pub(crate) vm: Arc<Vm>,
+    pub(crate) since_ms: i64,
+    pub(crate) until_ms: i64,
+    pub(crate) ram_bytes: u64,
+    /// The stored snapshot of the pause that put it here (`pause_stored`):
+    /// only a resume of that snapshot may continue it.
+    pub(crate) snapshot: Option<SnapshotId>,
+}
+
+impl Held {
+    pub(crate) fn info(&self) -> stasis_backend::Standby {
+        stasis_backend::Standby {
+            ram_bytes: self.ram_bytes,
+            since_ms: self.since_ms,
+            until_ms: self.until_ms,
+        }
+    }
+}
+
+/// The lock of one sandbox's standby and local state.
+pub(crate) fn op_lock(b: &MicrovmBackend, id: &SandboxId) -> Arc<tokio::sync::Mutex<()>> {
+    b.ops.lock().unwrap().entry(id.clone()).or_default().clone()
 }
 
 /// The accelerator report, probing on first use.
@@ -156,6 +223,10 @@ pub(crate) fn write_record(vm: &Vm) -> Result<()> {
         boot_id: vm.boot_id.clone(),
         workdir: vm.workdir.clone(),
         shared_ram: vm.ram == RamBacking::SharedMemfd,
+        ram_file: match &vm.ram {
+            RamBacking::SharedFile(p) => Some(p.clone()),
+            _ => None,
+        },
         inputs: vm.inputs.clone(),
         vcpus: vm.vcpus,
         nic: Some(vm.nic),

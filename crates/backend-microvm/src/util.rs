@@ -225,6 +225,36 @@ pub fn which(p: &Path) -> Option<PathBuf> {
     })
 }
 
+/// A hard link at `dst` to the open file `f`: `linkat` of
+/// `/proc/self/fd/N` with `AT_SYMLINK_FOLLOW` links the file the
+/// descriptor holds (checked when opened), not whatever its name points to
+/// by now.
+pub fn link_open_file(f: &std::fs::File, dst: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let src = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .map_err(|e| Error::internal(e.to_string()))?;
+    let dst_c = std::ffi::CString::new(dst.as_os_str().as_bytes())
+        .map_err(|e| Error::internal(e.to_string()))?;
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            libc::AT_FDCWD,
+            dst_c.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(Error::backend(format!(
+            "linking {}: {}",
+            dst.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

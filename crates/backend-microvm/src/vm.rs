@@ -12,20 +12,19 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stasis_agent_proto::Request;
 use stasis_backend::SandboxSpec;
 use stasis_core::{Error, Manifest, Result};
 
 use crate::agent::connect_agent;
 use crate::boundary;
-use crate::disk::{self, qemu_img};
-use crate::guest::{self, expect_ok};
+use crate::disk::qemu_img;
+use crate::guest;
 use crate::image::{kernel_append, Image};
 use crate::net::Nic;
 use crate::ports;
 use crate::qemu::{self, cleanup_dir_files, diagnostics, Accel, RamBacking};
 use crate::qmp::{MigrationStatus, Qmp};
-use crate::snapshot::{self, check_devices, same_qemu, SnapshotMeta, MEMORY_RAM, MEMORY_STATE};
+use crate::snapshot::{SnapshotMeta, MEMORY_STATE};
 use crate::state::{self, MicrovmBackend, OpTimings, Vm, VmRecord, VM_RECORD};
 use crate::util;
 
@@ -33,9 +32,32 @@ use crate::util;
 pub(crate) enum StartKind<'a> {
     Cold,
     Incoming {
+        /// Holds `memory.state` (the device state, and the RAM unless
+        /// `meta.ram_file`).
         artifacts: &'a Path,
         meta: &'a SnapshotMeta,
+        /// Where the guest's RAM lives: the saved RAM file itself (its own,
+        /// shared; or a snapshot's, copy-on-write), or a fresh one the
+        /// stream fills.
+        ram: RamBacking,
     },
+}
+
+/// The RAM of a guest that owns it, when the backend gives guests RAM
+/// files: a fresh, sparse `memory.ram` of `memory_mb` in `dir` (whatever
+/// was under the name is unlinked, never followed or written).
+pub(crate) fn fresh_ram(b: &MicrovmBackend, dir: &Path, memory_mb: u64) -> Result<RamBacking> {
+    if !b.config.shared_ram {
+        return Ok(RamBacking::Anonymous);
+    }
+    let p = dir.join(qemu::RAM_FILE);
+    stasis_backend::fsafe::remove_nofollow(&p)?;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&p)?;
+    f.set_len(memory_mb << 20)?;
+    Ok(RamBacking::SharedFile(qemu::RAM_FILE.into()))
 }
 
 /// Start a QEMU in `spec.dir` (disk already in place) and bring it to a
@@ -110,28 +132,19 @@ async fn start_vm_inner(
         StartKind::Incoming { meta, .. } => meta.vcpus.max(1),
     };
     let (incoming, ram, expect_boot) = match &kind {
-        StartKind::Cold => {
-            let ram = if b.config.shared_ram {
-                RamBacking::SharedMemfd
-            } else {
-                RamBacking::Anonymous
-            };
-            (None, ram, None)
-        }
-        StartKind::Incoming { artifacts, meta } => {
+        StartKind::Cold => (None, fresh_ram(b, &dir, memory_mb)?, None),
+        StartKind::Incoming {
+            artifacts,
+            meta,
+            ram,
+        } => {
             // QEMU reads the state through a descriptor we pass it.
             let state = std::fs::File::open(artifacts.join(MEMORY_STATE))?;
-            let ram = if meta.ram_file {
-                // Keep our own link so the server may delete the artifacts.
-                let local = dir.join(MEMORY_RAM);
-                util::link_or_copy(&artifacts.join(MEMORY_RAM), &local)?;
-                RamBacking::PrivateFile(local)
-            } else {
-                RamBacking::Anonymous
-            };
-            (Some(state), ram, Some(meta.boot_id.clone()))
+            (Some(state), ram.clone(), Some(meta.boot_id.clone()))
         }
     };
+    // The saved RAM is a file of its own (not in the stream): QEMU maps it.
+    let ram_in_file = matches!(&kind, StartKind::Incoming { meta, .. } if meta.ram_file);
     let launch = qemu::Launch {
         qemu: b.config.qemu.clone(),
         name: spec.id.to_string(),
@@ -244,7 +257,7 @@ async fn start_vm_inner(
     let mut incoming_ms = 0;
     if let Some(state) = &incoming {
         let r = async {
-            if let RamBacking::PrivateFile(_) = &ram {
+            if ram_in_file {
                 qmp.execute(
                     "migrate-set-capabilities",
                     Some(serde_json::json!({"capabilities": [
@@ -337,109 +350,6 @@ async fn start_vm_inner(
         },
     );
     Ok(vm)
-}
-
-/// Shared by resume and restore: validate artifacts, place the disk,
-/// start QEMU (incoming or cold).
-pub(crate) async fn start_from_artifacts(
-    b: &MicrovmBackend,
-    spec: &SandboxSpec,
-    artifacts: &Path,
-) -> Result<(Arc<Vm>, bool)> {
-    state::remember_parent(b, &spec.dir);
-    let t0 = Instant::now();
-    let meta = snapshot::read_meta(artifacts)?;
-    let image = Image::resolve_with(
-        &b.config.images_dir,
-        b.config.image_store.as_deref(),
-        spec.manifest.image.as_deref(),
-    )?;
-    let has_state = artifacts.join(MEMORY_STATE).is_file();
-    if has_state && meta.is_none() {
-        return Err(Error::integrity(
-            "memory.state without meta.json: refusing to load an unverifiable memory state",
-        ));
-    }
-    let with_memory = has_state && meta.as_ref().is_some_and(|m| m.memory);
-    if let Some(m) = &meta {
-        snapshot::check_format(m)?;
-        // A memory image loads only into the QEMU version that saved it:
-        // microvm is not a versioned machine type, so nothing promises
-        // that another version reads the device state (a disk-only
-        // snapshot has none and is portable). Refused before anything
-        // starts; the snapshot is left as it is.
-        if with_memory && !same_qemu(&m.qemu_version, &b.qemu_version) {
-            return Err(Error::incompatible_snapshot(format!(
-                "snapshot memory was saved by QEMU {} and this node runs QEMU {}: a memory image loads only into the QEMU version that saved it",
-                m.qemu_version, b.qemu_version
-            )));
-        }
-        if m.image_digest != image.digest {
-            return Err(Error::backend(format!(
-                "snapshot was taken on image {:?} (digest {}), but {:?} is now {}: refusing",
-                m.image,
-                &m.image_digest[..12.min(m.image_digest.len())],
-                image.name,
-                &image.digest[..12]
-            )));
-        }
-        if with_memory {
-            let want = m.memory_state_blake3.clone().unwrap_or_default();
-            snapshot::verify(
-                &b.verified,
-                &artifacts.join(MEMORY_STATE),
-                &want,
-                Some(m.memory_state_bytes),
-            )
-            .await?;
-            if m.ram_file {
-                let want = m.memory_ram_blake3.clone().unwrap_or_default();
-                snapshot::verify(&b.verified, &artifacts.join(MEMORY_RAM), &want, None).await?;
-            }
-        }
-    }
-    std::fs::create_dir_all(&spec.dir)?;
-    let inputs = prepare_inputs(b, spec).await?;
-    if let (Some(m), true) = (&meta, with_memory) {
-        check_devices(m, &spec.manifest)?;
-    }
-    disk::import_disk(&b.config.qemu_img, artifacts, &spec.dir, &image.rootfs()).await?;
-    let prepare_ms = t0.elapsed().as_millis() as u64;
-    let accel = match &meta {
-        Some(m) if with_memory => m.accelerator,
-        _ => state::accelerator(b).await,
-    };
-    let memory_mb = match &meta {
-        Some(m) if with_memory => m.memory_mb,
-        _ => spec.manifest.resources.memory_mb,
-    };
-    let r = if with_memory {
-        let meta = meta.as_ref().unwrap();
-        start_vm(
-            b,
-            spec,
-            image,
-            accel,
-            memory_mb,
-            StartKind::Incoming { artifacts, meta },
-            inputs,
-        )
-        .await
-    } else {
-        start_vm(b, spec, image, accel, memory_mb, StartKind::Cold, inputs).await
-    };
-    match r {
-        Ok(vm) => {
-            if let Some(t) = b.timings.lock().unwrap().get_mut(&spec.id) {
-                t.prepare_ms = prepare_ms;
-            }
-            Ok((vm, with_memory))
-        }
-        Err(e) => {
-            cleanup_dir_files(&spec.dir);
-            Err(e)
-        }
-    }
 }
 
 /// Validate the mount sources and build (or reuse) their input disks.
@@ -613,10 +523,10 @@ pub(crate) async fn reattach(
         manifest: spec.manifest.clone(),
         inputs: rec.inputs,
         vcpus: rec.vcpus,
-        ram: if rec.shared_ram {
-            RamBacking::SharedMemfd
-        } else {
-            RamBacking::Anonymous
+        ram: match (&rec.ram_file, rec.shared_ram) {
+            (Some(p), _) => RamBacking::SharedFile(p.clone()),
+            (None, true) => RamBacking::SharedMemfd,
+            (None, false) => RamBacking::Anonymous,
         },
         boot_id: boot,
         nic,
@@ -691,102 +601,6 @@ pub(crate) async fn create(b: &MicrovmBackend, spec: &SandboxSpec) -> Result<()>
     if let Err(e) = guest::after_cold_boot(b, &vm).await {
         abandon(b, &vm).await;
         return Err(e.context("create"));
-    }
-    state::insert(b, vm)
-}
-
-pub(crate) async fn resume(b: &MicrovmBackend, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
-    if b.vms.lock().unwrap().contains_key(&spec.id) {
-        return Err(Error::state(format!("sandbox {} already runs", spec.id)));
-    }
-    let (vm, with_memory) = start_from_artifacts(b, spec, artifacts)
-        .await
-        .map_err(|e| e.context("resume"))?;
-    let tf = Instant::now();
-    let r = if with_memory {
-        let saved = snapshot::read_meta(artifacts)?;
-        async {
-            guest::set_time(b, &vm).await?;
-            let inputs = saved.as_ref().map(|m| m.inputs.clone());
-            guest::configure(b, &vm, false, inputs.as_deref()).await?;
-            if saved.as_ref().is_some_and(legacy_relays) {
-                guest::drop_relay_addresses(b, &vm).await?;
-            }
-            Ok(())
-        }
-        .await
-    } else {
-        guest::after_cold_boot(b, &vm).await
-    };
-    state::note_finish(b, &spec.id, tf);
-    if let Err(e) = r {
-        abandon(b, &vm).await;
-        return Err(e.context("resume"));
-    }
-    state::insert(b, vm)
-}
-
-/// A format 2 guest with a NIC was saved with the relays of that time: the
-/// agent had put every non-loopback destination's address on the guest's
-/// `lo`, which would now catch the guest's connections to it.
-fn legacy_relays(m: &SnapshotMeta) -> bool {
-    m.format == 2 && m.network
-}
-
-pub(crate) async fn restore(
-    b: &MicrovmBackend,
-    spec: &SandboxSpec,
-    artifacts: &Path,
-) -> Result<()> {
-    if b.vms.lock().unwrap().contains_key(&spec.id) {
-        return Err(Error::state(format!("sandbox {} already runs", spec.id)));
-    }
-    let (vm, with_memory) = start_from_artifacts(b, spec, artifacts)
-        .await
-        .map_err(|e| e.context("restore"))?;
-    let tf = Instant::now();
-    let r = async {
-        // A restored guest must not share identity with its siblings: new
-        // hostname (the sandbox id), machine-id and kernel entropy.
-        use rand::RngCore;
-        let mut entropy = vec![0u8; 64];
-        rand::thread_rng().fill_bytes(&mut entropy);
-        let mut mid = [0u8; 16];
-        rand::thread_rng().fill_bytes(&mut mid);
-        let machine_id: String = mid.iter().map(|b| format!("{b:02x}")).collect();
-        let hostname: String = spec.id.as_str().chars().take(63).collect();
-        if !with_memory {
-            guest::after_cold_boot(b, &vm).await?;
-        }
-        let r = guest::call(
-            b,
-            &vm,
-            Request::SetIdentity {
-                hostname,
-                machine_id,
-                entropy,
-            },
-            None,
-            Duration::ZERO,
-        )
-        .await?;
-        expect_ok(r)?;
-        if with_memory {
-            guest::set_time(b, &vm).await?;
-            let saved = snapshot::read_meta(artifacts)?;
-            let inputs = saved.as_ref().map(|m| m.inputs.clone());
-            guest::configure(b, &vm, false, inputs.as_deref()).await?;
-            if saved.as_ref().is_some_and(legacy_relays) {
-                guest::drop_relay_addresses(b, &vm).await?;
-            }
-        }
-        Ok::<(), Error>(())
-    }
-    .await;
-    state::note_finish(b, &spec.id, tf);
-    if let Err(e) = r {
-        abandon(b, &vm).await;
-        return Err(e.context("restore"));
     }
     state::insert(b, vm)
 }

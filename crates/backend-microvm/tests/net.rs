@@ -423,7 +423,7 @@ async fn microvm_fail_closed_and_snapshots_without_nic() {
         serde_json::from_slice(&std::fs::read(snap.join("meta.json")).unwrap()).unwrap();
     assert_eq!(
         (meta["format"].as_u64(), meta["network"].as_bool()),
-        (Some(3), Some(true))
+        (Some(4), Some(true))
     );
     meta["format"] = 2.into();
     std::fs::write(snap.join("meta.json"), serde_json::to_vec(&meta).unwrap()).unwrap();

@@ -69,7 +69,7 @@ use stasis_backend::{
 };
 use stasis_core::{
     BackendKind, ExecRequest, ExecResult, FileEntry, PtySize, Result, SandboxId, SessionInfo,
-    SessionOutput, SessionSpec,
+    SessionOutput, SessionSpec, SnapshotId,
 };
 
 pub use config::ProcessConfig;
@@ -176,8 +176,8 @@ impl Backend for ProcessBackend {
         lifecycle::resume(self, spec, artifacts).await
     }
 
-    async fn resume_needs_artifacts(&self, id: &SandboxId) -> bool {
-        lifecycle::resume_needs_artifacts(self, id).await
+    async fn resume_needs_artifacts(&self, spec: &SandboxSpec, _snapshot: &SnapshotId) -> bool {
+        lifecycle::resume_needs_artifacts(self, &spec.id).await
     }
 
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {

@@ -218,7 +218,10 @@ async fn sessions_and_processes_survive_a_daemon_restart() {
         .await
         .unwrap();
     assert!(frozen.running && !frozen.data.is_empty());
-    assert!(!be2.resume_needs_artifacts(id).await);
+    assert!(
+        !be2.resume_needs_artifacts(&spec, &stasis_core::SnapshotId::generate())
+            .await
+    );
     be2.resume(&spec, &arts).await.unwrap();
     be2.session_write(id, &py.id, b"print('after', x)\n")
         .await
@@ -255,7 +258,10 @@ async fn frozen_sandbox_stays_paused_across_a_restart() {
     let be2 = ProcessBackend::new(e.be.config().clone());
     assert_eq!(be2.recover(&spec).await.unwrap(), Recovered::NotRunning);
     assert!(!host_pids_with("sleep 106").is_empty());
-    assert!(!be2.resume_needs_artifacts(id).await);
+    assert!(
+        !be2.resume_needs_artifacts(&spec, &stasis_core::SnapshotId::generate())
+            .await
+    );
     be2.resume(&spec, &arts).await.unwrap();
     be2.session_write(id, &py.id, b"print('x is', x * 2)\n")
         .await

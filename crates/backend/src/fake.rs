@@ -33,16 +33,18 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::{
-    Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
+    Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Standby,
+    Usage,
 };
 use stasis_core::{
     now_ms, BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, FileKind, PtySize,
-    Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, Stream,
+    Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, Stream,
 };
 
 mod artifacts;
 mod outputs;
 mod sandbox;
+mod standby;
 
 pub use artifacts::{FS_ARTIFACT, MEMORY_ARTIFACT, META_ARTIFACT};
 use sandbox::{interpret, session_info};
@@ -68,6 +70,8 @@ struct State {
     /// Ports the sandboxes serve: where `connect_port` connects (a
     /// listener on the host's loopback standing in for the sandbox's).
     ports: BTreeMap<(SandboxId, u16), std::net::SocketAddr>,
+    /// Sandboxes held in standby (see `standby`).
+    standby: BTreeMap<SandboxId, standby::Held>,
 }
 
 /// The in-memory backend; clones share one state.
@@ -145,7 +149,9 @@ impl FakeBackend {
     /// Every sandbox's compute dies (see the module docs).
     pub fn lose_compute(&self) {
         let keep_files = self.kind == BackendKind::Process;
-        for sb in self.lock().sandboxes.values_mut() {
+        let mut st = self.lock();
+        st.standby.clear();
+        for sb in st.sandboxes.values_mut() {
             sb.running = false;
             sb.memory.clear();
             sb.sessions.clear();
@@ -508,8 +514,57 @@ impl Backend for FakeBackend {
 
     async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
         self.step("resume").await?;
-        self.start_from(spec, artifacts, "resume")?;
+        let continued = standby::resume(&mut self.lock(), spec, artifacts);
+        if continued {
+            self.step("resume.standby").await?;
+        } else {
+            self.start_from(spec, artifacts, "resume")?;
+        }
         self.step("resume.done").await
+    }
+
+    async fn resume_needs_artifacts(&self, spec: &SandboxSpec, snapshot: &SnapshotId) -> bool {
+        !standby::holds(&self.lock(), &spec.id, snapshot)
+    }
+
+    async fn pause_standby(
+        &self,
+        id: &SandboxId,
+        out: &Path,
+        keep_for: Duration,
+    ) -> Result<Vec<Artifact>> {
+        self.step("pause").await?;
+        let arts = self.with_running(id, |sb| artifacts::write(sb, out, true))?;
+        standby::enter(&mut self.lock(), id, keep_for);
+        self.step("pause.done").await?;
+        Ok(arts)
+    }
+
+    async fn pause_stored(&self, spec: &SandboxSpec, snapshot: &SnapshotId) {
+        if let Some(h) = self.lock().standby.get_mut(&spec.id) {
+            h.snapshot = Some(snapshot.clone());
+        }
+    }
+
+    fn standby(&self, id: &SandboxId) -> Option<Standby> {
+        self.lock().standby.get(id).map(standby::Held::info)
+    }
+
+    fn standby_all(&self) -> Vec<(SandboxId, Standby)> {
+        let st = self.lock();
+        st.standby
+            .iter()
+            .map(|(id, h)| (id.clone(), h.info()))
+            .collect()
+    }
+
+    async fn release_standby(&self, id: &SandboxId) -> Result<bool> {
+        self.step("release_standby").await?;
+        Ok(self.lock().standby.remove(id).is_some())
+    }
+
+    async fn housekeeping(&self) -> Vec<SandboxId> {
+        standby::expire(&mut self.lock(), now_ms())
     }
 
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
@@ -530,12 +585,18 @@ impl Backend for FakeBackend {
 
     async fn destroy(&self, id: &SandboxId, _dir: &Path) -> Result<()> {
         self.step("destroy").await?;
-        self.lock().sandboxes.remove(id);
+        {
+            let mut st = self.lock();
+            st.sandboxes.remove(id);
+            st.standby.remove(id);
+        }
         self.step("destroy.done").await
     }
 
     async fn recover(&self, spec: &SandboxSpec) -> Result<Recovered> {
         self.step("recover").await?;
+        // Held in standby (a pause whose upload failed): continued.
+        standby::continue_any(&mut self.lock(), &spec.id);
         Ok(match self.lock().sandboxes.get(&spec.id) {
             Some(sb) if sb.running => Recovered::Running,
             _ => Recovered::NotRunning,

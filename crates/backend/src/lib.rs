@@ -21,7 +21,7 @@ use tokio::sync::mpsc;
 use stasis_core::manifest::NetworkPolicy;
 use stasis_core::{
     BackendKind, ExecRequest, ExecResult, FileEntry, Manifest, PtySize, Result, SandboxId,
-    SessionInfo, SessionOutput, SessionSpec, Stream,
+    SessionInfo, SessionOutput, SessionSpec, SnapshotId, Stream,
 };
 
 /// The host uids (= gids) the microVM backend's QEMU jail runs under:
@@ -108,6 +108,17 @@ pub struct Usage {
     /// Equal to `rss_bytes` where the backend cannot tell.
     #[serde(default)]
     pub pss_bytes: u64,
+}
+
+/// A paused sandbox's compute kept stopped on this host (standby).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Standby {
+    /// Host RAM it holds (resident set of its stopped compute), bytes.
+    pub ram_bytes: u64,
+    /// When it entered standby (ms since the epoch).
+    pub since_ms: i64,
+    /// When it is released at the latest (ms since the epoch).
+    pub until_ms: i64,
 }
 
 /// What `recover` found for a sandbox after a daemon restart.
@@ -271,11 +282,69 @@ pub trait Backend: Send + Sync + 'static {
     /// the server has placed in `artifacts` (the same names `pause` returned).
     async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()>;
 
-    /// Whether `resume` will read the pause artifacts. False when the paused
-    /// sandbox's state is still held live on this host (e.g. a frozen cgroup),
-    /// so the server can skip fetching them from the snapshot store.
-    async fn resume_needs_artifacts(&self, _id: &SandboxId) -> bool {
+    /// Whether `resume` will read the pause artifacts of `snapshot` (the
+    /// sandbox's last pause, as the server recorded it). False when the
+    /// paused sandbox's state is still held on this host and is provably
+    /// that snapshot's (a frozen cgroup, a microVM in standby, local files
+    /// bound to it by [`Backend::pause_stored`]), so the server skips
+    /// fetching them from the snapshot store.
+    async fn resume_needs_artifacts(&self, _spec: &SandboxSpec, _snapshot: &SnapshotId) -> bool {
         true
+    }
+
+    /// A memory pause that keeps the stopped compute and its RAM on this host
+    /// (standby) for up to `keep_for` after the artifacts are written, so a
+    /// resume in that window continues the same compute. The artifacts are
+    /// complete as for [`Backend::pause`]; the store stays the source of
+    /// truth. A backend without standby pauses as `pause(id, out, true)`.
+    async fn pause_standby(
+        &self,
+        id: &SandboxId,
+        out: &Path,
+        _keep_for: Duration,
+    ) -> Result<Vec<Artifact>> {
+        self.pause(id, out, true).await
+    }
+
+    /// The artifacts of the sandbox's last pause are now the store's
+    /// snapshot `snapshot`: a backend that keeps local state binds it to that
+    /// id (see [`Backend::resume_needs_artifacts`]). Never fails the pause.
+    async fn pause_stored(&self, _spec: &SandboxSpec, _snapshot: &SnapshotId) {}
+
+    /// What the sandbox holds in standby now (None: not in standby).
+    fn standby(&self, _id: &SandboxId) -> Option<Standby> {
+        None
+    }
+
+    /// Every sandbox this backend holds in standby now.
+    fn standby_all(&self) -> Vec<(SandboxId, Standby)> {
+        Vec::new()
+    }
+
+    /// Release a sandbox's standby (its stopped compute goes; its local
+    /// state stays for a local resume). True if it was in standby.
+    async fn release_standby(&self, _id: &SandboxId) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// Drop what this host holds of a paused sandbox beyond the store's copy
+    /// (its standby, its local pause files), so that its next resume comes
+    /// from the store: frees the node's RAM and disk. Idempotent.
+    async fn evict(&self, _spec: &SandboxSpec) -> Result<()> {
+        Ok(())
+    }
+
+    /// Periodic work of the backend (the server's reaper calls it on every
+    /// pass): standbys past their window released, node caps enforced.
+    /// Returns the sandboxes whose standby it released.
+    async fn housekeeping(&self) -> Vec<SandboxId> {
+        Vec::new()
+    }
+
+    /// How the last lifecycle operation on a sandbox spent its time, by
+    /// phase, in milliseconds (for benches and logs; empty when unknown).
+    fn op_timings(&self, _id: &SandboxId) -> std::collections::BTreeMap<String, u64> {
+        Default::default()
     }
 
     /// Write a snapshot of a running sandbox into `out` without stopping it for

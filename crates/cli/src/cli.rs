@@ -83,7 +83,14 @@ pub enum Cmd {
         /// Keep only the filesystem.
         #[arg(long)]
         filesystem_only: bool,
+        /// Keep the stopped compute and its RAM on the node for the sandbox's
+        /// standby window, as an idle pause does (the pause is stored as always).
+        #[arg(long)]
+        standby: bool,
     },
+    /// Drop this node's standby and local files of a paused sandbox (its
+    /// next resume comes from the snapshot store).
+    Evict { id: String },
     /// Resume a paused sandbox (any request does this transparently too).
     Resume { id: String },
     /// Destroy a sandbox.

@@ -377,12 +377,15 @@ impl Client {
         }
     }
 
-    pub async fn pause(&self, id: &str, keep_memory: Option<bool>) -> Result<Sandbox> {
-        let body = match keep_memory {
-            Some(k) => json!({ "keep_memory": k }),
-            None => json!({}),
-        };
+    /// Pause with a request body of one's own (`standby`, `keep_memory`).
+    pub async fn pause_body(&self, id: &str, body: Value) -> Result<Sandbox> {
         self.post_as(&format!("/v1/sandboxes/{id}/pause"), body)
+            .await
+    }
+
+    /// Drop this node's standby and local pause files of a paused sandbox.
+    pub async fn evict(&self, id: &str) -> Result<Sandbox> {
+        self.post_as(&format!("/v1/sandboxes/{id}/evict"), json!({}))
             .await
     }
 

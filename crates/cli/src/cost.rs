@@ -45,6 +45,9 @@ pub struct CostArgs {
     /// Idle window before the sandbox is paused, seconds [default: 5, the manifest default].
     #[arg(long)]
     idle_secs: Option<f64>,
+    /// Standby window after each pause, seconds [default: 60, the daemon's default].
+    #[arg(long)]
+    standby_secs: Option<f64>,
     /// Price of a vCPU-second [default: 0.04048/3600, an example list price].
     #[arg(long)]
     price_vcpu_second: Option<f64>,
@@ -69,6 +72,7 @@ impl CostArgs {
             ram_gib: self.ram_gib.unwrap_or(d.ram_gib),
             vcpus: self.vcpus.unwrap_or(d.vcpus),
             idle_timeout_secs: self.idle_secs.unwrap_or(d.idle_timeout_secs),
+            standby_secs: self.standby_secs.unwrap_or(d.standby_secs),
         }
     }
 

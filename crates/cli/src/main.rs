@@ -89,7 +89,9 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Pause {
             id,
             filesystem_only,
-        } => sandbox::pause(&c, id, filesystem_only, json).await?,
+            standby,
+        } => sandbox::pause(&c, id, filesystem_only, standby, json).await?,
+        Cmd::Evict { id } => sandbox::evict(&c, id, json).await?,
         Cmd::Resume { id } => sandbox::resume(&c, id, json).await?,
         Cmd::Rm { id } => sandbox::rm(&c, id, json).await?,
         Cmd::Snapshot { id, ttl_secs } => snapshots::snapshot(&c, id, ttl_secs, json).await?,

@@ -67,10 +67,16 @@ mod tests {
             recovered_at_ms: None,
             progress_lost_ms: None,
             node: None,
+            standby: Some(stasis_backend::Standby {
+                ram_bytes: 4,
+                since_ms: 5,
+                until_ms: 6,
+            }),
             timing: Some(OpTiming {
                 backend_ms: 1,
                 store_ms: 2,
                 total_ms: 3,
+                breakdown: [("qemu_start_ms".to_string(), 4)].into(),
             }),
         }
     }

@@ -53,6 +53,13 @@ fn sandbox_line(v: &Sandbox) -> String {
         v.backend,
         fmt_ms(v.running_ms),
     );
+    if let Some(h) = &v.standby {
+        let left = (h.until_ms - stasis_core::now_ms()).max(0) / 1000;
+        s.push_str(&format!(
+            "  standby ({} MiB held, {left}s left)",
+            h.ram_bytes >> 20
+        ));
+    }
     if let Some(exp) = v.expires_at_ms {
         let left = (exp - stasis_core::now_ms()) / 1000;
         s.push_str(&format!("  expires in {left}s"));
@@ -164,10 +171,18 @@ pub async fn get(c: &Client, id: String, json: bool) -> Result<()> {
 }
 
 /// `stasis pause`.
-pub async fn pause(c: &Client, id: String, filesystem_only: bool, json: bool) -> Result<()> {
-    let v = c
-        .pause(&id, if filesystem_only { Some(false) } else { None })
-        .await?;
+pub async fn pause(
+    c: &Client,
+    id: String,
+    filesystem_only: bool,
+    standby: bool,
+    json: bool,
+) -> Result<()> {
+    let mut body = serde_json::json!({"standby": standby});
+    if filesystem_only {
+        body["keep_memory"] = false.into();
+    }
+    let v = c.pause_body(&id, body).await?;
     print_value(json, &v, |v| {
         format!("{} paused in {} ms", v.id, total_ms(v))
     });
@@ -179,6 +194,15 @@ pub async fn resume(c: &Client, id: String, json: bool) -> Result<()> {
     let v = c.resume(&id).await?;
     print_value(json, &v, |v| {
         format!("{} resumed in {} ms", v.id, total_ms(v))
+    });
+    Ok(())
+}
+
+/// `stasis evict`.
+pub async fn evict(c: &Client, id: String, json: bool) -> Result<()> {
+    let v = c.evict(&id).await?;
+    print_value(json, &v, |v| {
+        format!("{}: this node's standby and local files dropped", v.id)
     });
     Ok(())
 }

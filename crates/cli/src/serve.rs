@@ -82,6 +82,16 @@ pub struct ServeArgs {
     /// sandboxes (`mounts[].source` must lie under one). Repeatable; none: no mounts.
     #[arg(long = "allow-mount", value_name = "DIR")]
     allow_mount: Vec<PathBuf>,
+    /// After an idle pause, keep a microVM's stopped QEMU and its RAM this
+    /// many seconds (standby) so the next request continues it at once; the
+    /// pause is stored as always. A manifest's `lifecycle.standby_secs`
+    /// overrides it; 0 = off.
+    #[arg(long, default_value_t = stasis_server::manager::DEFAULT_STANDBY_SECS, value_parser = clap::value_parser!(u64).range(0..=86400))]
+    standby_secs: u64,
+    /// Host RAM (MiB) all sandboxes in standby may hold together; past it,
+    /// the one that entered standby first is released.
+    #[arg(long, default_value_t = 2048)]
+    standby_max_mb: u64,
     /// Requests (exec, files, sessions) that may run in one sandbox at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_inflight: u32,
@@ -186,6 +196,8 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         per_sec: a.rate_limit_per_sec,
         burst: a.rate_limit_burst,
     };
+    cfg.standby = Duration::from_secs(a.standby_secs);
+    cfg.standby_max_bytes = a.standby_max_mb.saturating_mul(1 << 20);
     cfg.inflight = stasis_server::inflight::InflightLimits {
         max_inflight: a.max_inflight as usize,
         max_queued: a.max_queued as usize,

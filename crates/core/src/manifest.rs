@@ -101,6 +101,13 @@ pub struct LifecyclePolicy {
     /// manifest when 0, so existing manifests keep their digest.
     #[serde(skip_serializing_if = "is_zero")]
     pub checkpoint_secs: u64,
+    /// After an idle pause, keep the stopped compute and its RAM on the node
+    /// this long (standby), so a request in that window continues the same
+    /// VM at once; 0 = off; unset: the daemon's default. The pause is
+    /// complete and stored as always. Left out of the serialized manifest
+    /// when unset, so existing manifests keep their digest.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub standby_secs: Option<u64>,
 }
 
 /// The policy's deadlines on the daemon's millisecond clock. Checked: a
@@ -140,12 +147,15 @@ impl Default for LifecyclePolicy {
             paused_ttl_secs: 7 * 24 * 3600,
             max_lifetime_secs: 0,
             checkpoint_secs: 0,
+            standby_secs: None,
         }
     }
 }
 
 /// Largest `lifecycle.idle_timeout_secs` and `lifecycle.checkpoint_secs`: 30 days.
 pub const MAX_IDLE_TIMEOUT_SECS: u64 = 30 * 24 * 3600;
+/// Largest `lifecycle.standby_secs`: one day.
+pub const MAX_STANDBY_SECS: u64 = 24 * 3600;
 /// Largest `lifecycle.paused_ttl_secs` and `lifecycle.max_lifetime_secs`: 365 days.
 pub const MAX_TTL_SECS: u64 = 365 * 24 * 3600;
 
@@ -354,6 +364,12 @@ impl Manifest {
             return Err(bad(
                 "lifecycle.checkpoint_secs",
                 format!("must be at most {MAX_IDLE_TIMEOUT_SECS} (30 days; 0 = off)"),
+            ));
+        }
+        if l.standby_secs.is_some_and(|s| s > MAX_STANDBY_SECS) {
+            return Err(bad(
+                "lifecycle.standby_secs",
+                format!("must be at most {MAX_STANDBY_SECS} (one day; 0 = off)"),
             ));
         }
         if l.paused_ttl_secs == 0 || l.paused_ttl_secs > MAX_TTL_SECS {
@@ -586,6 +602,7 @@ mod tests {
                 "checkpoint_secs",
                 MAX_IDLE_TIMEOUT_SECS,
             ),
+            ("lifecycle.standby_secs", "standby_secs", MAX_STANDBY_SECS),
         ] {
             Manifest::from_json(json!({"lifecycle": {key: max}})).unwrap();
             for v in [
@@ -635,6 +652,7 @@ mod tests {
                 paused_ttl_secs: secs,
                 max_lifetime_secs: secs,
                 checkpoint_secs: secs,
+                standby_secs: Some(secs),
             };
             for elapsed in [0, 1, 2000, ten_years_ms] {
                 assert!(!p.lifetime_over(elapsed), "{secs} {elapsed}");
@@ -649,6 +667,7 @@ mod tests {
             paused_ttl_secs: 60,
             max_lifetime_secs: 30,
             checkpoint_secs: 10,
+            standby_secs: None,
         };
         assert!(!p.lifetime_over(29_999) && p.lifetime_over(30_000));
         assert!(!p.idle_over(4_999) && p.idle_over(5_000));

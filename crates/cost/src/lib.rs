@@ -18,6 +18,13 @@
 //!   When `burst + idle timeout + pause + resume` does not fit in a period the
 //!   sandbox never pauses and both strategies cost the same.
 //!
+//! **Standby**: after each pause the sandbox's stopped compute may be kept
+//! for `standby_secs` (stasis's default 60 s). In that time it pays the host
+//! memory the standby really holds (measured) and no CPU; a burst that comes
+//! while it is held waits only for the standby resume (measured), else for
+//! a resume from the node's local files. Standby trades a little memory for
+//! latency: with a gap far longer than the window its cost is small.
+//!
 //! Steady state is assumed: every period has one resume and one pause (the
 //! first create and the final destroy are left out of both sides), and disk of
 //! a running sandbox is not priced on either side.
@@ -50,6 +57,9 @@ pub struct Profile {
     pub vcpus: f64,
     /// Idle window after which stasis pauses the sandbox.
     pub idle_timeout_secs: f64,
+    /// Standby window after each pause (0: none).
+    #[serde(default)]
+    pub standby_secs: f64,
 }
 
 impl Profile {
@@ -64,6 +74,7 @@ impl Profile {
             ram_gib: 1.0,
             vcpus: 1.0,
             idle_timeout_secs: 5.0,
+            standby_secs: 60.0,
         }
     }
 
@@ -79,6 +90,7 @@ impl Profile {
         positive("ram_gib", self.ram_gib)?;
         positive("vcpus", self.vcpus)?;
         non_negative("idle_timeout_secs", self.idle_timeout_secs)?;
+        non_negative("standby_secs", self.standby_secs)?;
         if self.burst_secs > self.period_secs {
             return Err(Error::invalid(format!(
                 "a burst of {} s does not fit in a period of {} s",
@@ -147,6 +159,13 @@ pub struct Measured {
     pub paused_resident_bytes: f64,
     /// vCPU-seconds a paused sandbox uses per second.
     pub paused_vcpus: f64,
+    /// Host memory a sandbox in standby holds (0 where not measured).
+    #[serde(default)]
+    pub standby_resident_bytes: f64,
+    /// Resume of a sandbox in standby until the first exec has answered
+    /// (None: as `resume_secs`).
+    #[serde(default)]
+    pub standby_resume_secs: Option<f64>,
 }
 
 impl Measured {
@@ -173,6 +192,10 @@ impl Measured {
             snapshot_stored_bytes: num(&["snapshot_bytes", "stored"])?,
             paused_resident_bytes: num(&["paused", "host_rss_bytes"])?,
             paused_vcpus: num(&["paused", "cpu_ms_per_s"])? / 1000.0,
+            standby_resident_bytes: num(&["standby", "host_rss_bytes"]).unwrap_or(0.0),
+            standby_resume_secs: num(&["median_ms", "standby_resume_to_first_exec"])
+                .ok()
+                .map(|ms| ms / 1000.0),
         };
         m.validate()?;
         Ok(m)
@@ -184,7 +207,12 @@ impl Measured {
         non_negative("snapshot_raw_bytes", self.snapshot_raw_bytes)?;
         non_negative("snapshot_stored_bytes", self.snapshot_stored_bytes)?;
         non_negative("paused_resident_bytes", self.paused_resident_bytes)?;
-        non_negative("paused_vcpus", self.paused_vcpus)
+        non_negative("paused_vcpus", self.paused_vcpus)?;
+        non_negative("standby_resident_bytes", self.standby_resident_bytes)?;
+        if let Some(s) = self.standby_resume_secs {
+            non_negative("standby_resume_secs", s)?;
+        }
+        Ok(())
     }
 }
 
@@ -223,6 +251,9 @@ pub struct Report {
     /// Seconds per period the pause-on-idle sandbox runs (billed as running).
     pub running_secs_per_cycle: f64,
     pub paused_secs_per_cycle: f64,
+    /// Of the paused time, seconds per period held in standby.
+    #[serde(default)]
+    pub standby_secs_per_cycle: f64,
     /// Latency the first request of each burst waits for the resume.
     pub added_latency_secs_per_burst: f64,
     pub always_running: Costs,
@@ -250,23 +281,32 @@ pub fn compare(profile: &Profile, prices: &Prices, measured: &Measured) -> Resul
         0.0,
         0.0,
     );
-    let busy = p.burst_secs + p.idle_timeout_secs + measured.pause_secs + measured.resume_secs;
+    // The gap a pause would fill: does the next burst come while the
+    // sandbox is still held in standby?
+    let gap = p.period_secs - (p.burst_secs + p.idle_timeout_secs + measured.pause_secs);
+    let resume = match measured.standby_resume_secs {
+        Some(s) if gap <= p.standby_secs => s,
+        _ => measured.resume_secs,
+    };
+    let busy = p.burst_secs + p.idle_timeout_secs + measured.pause_secs + resume;
     let pauses = busy < p.period_secs;
-    let (running_per_cycle, paused_per_cycle, pause_costs) = if pauses {
+    let (running_per_cycle, paused_per_cycle, standby_per_cycle, pause_costs) = if pauses {
         let running = cycles * busy;
         let paused = cycles * (p.period_secs - busy);
+        let held = cycles * (p.period_secs - busy).min(p.standby_secs);
         let costs = Costs::new(
             running * p.vcpus * prices.vcpu_second
                 + paused * measured.paused_vcpus * prices.vcpu_second,
             running * p.ram_gib * prices.gib_second
-                + paused * (measured.paused_resident_bytes / GIB) * prices.gib_second,
+                + (paused - held) * (measured.paused_resident_bytes / GIB) * prices.gib_second
+                + held * (measured.standby_resident_bytes / GIB) * prices.gib_second,
             (measured.snapshot_stored_bytes / GIB) * p.horizon_secs * prices.storage_gib_month
                 / MONTH_SECS,
             cycles * prices.per_resume,
         );
-        (busy, p.period_secs - busy, costs)
+        (busy, p.period_secs - busy, held / cycles, costs)
     } else {
-        (p.period_secs, 0.0, always.clone())
+        (p.period_secs, 0.0, 0.0, always.clone())
     };
     Ok(Report {
         profile: p.clone(),
@@ -276,7 +316,8 @@ pub fn compare(profile: &Profile, prices: &Prices, measured: &Measured) -> Resul
         pauses,
         running_secs_per_cycle: running_per_cycle,
         paused_secs_per_cycle: paused_per_cycle,
-        added_latency_secs_per_burst: if pauses { measured.resume_secs } else { 0.0 },
+        standby_secs_per_cycle: standby_per_cycle,
+        added_latency_secs_per_burst: if pauses { resume } else { 0.0 },
         ratio: ratio(always.total, pause_costs.total),
         always_running: always,
         pause_on_idle: pause_costs,
@@ -322,14 +363,15 @@ pub fn render(r: &Report) -> String {
         .map(|a| format!(" ({a})"))
         .unwrap_or_default();
     s.push_str(&format!(
-        "workload: {} s bursts every {} s for {} h, {} vCPU, {} GiB, idle {:.1}% of the time; idle timeout {} s\n",
+        "workload: {} s bursts every {} s for {} h, {} vCPU, {} GiB, idle {:.1}% of the time; idle timeout {} s, standby {} s\n",
         p.burst_secs,
         p.period_secs,
         p.horizon_secs / 3600.0,
         p.vcpus,
         p.ram_gib,
         p.idle_fraction() * 100.0,
-        p.idle_timeout_secs
+        p.idle_timeout_secs,
+        p.standby_secs
     ));
     s.push_str(&format!(
         "measured on {}{accel}: pause {:.3} s, resume to first exec {:.3} s, snapshot {:.1} MB raw / {:.1} MB stored, paused: {:.1} MB resident, {:.4} vCPU\n",
@@ -341,10 +383,18 @@ pub fn render(r: &Report) -> String {
         m.paused_resident_bytes / 1e6,
         m.paused_vcpus
     ));
+    if m.standby_resident_bytes > 0.0 {
+        s.push_str(&format!(
+            "standby: {:.1} MB resident, no CPU; resume from standby to first exec {:.3} s\n",
+            m.standby_resident_bytes / 1e6,
+            m.standby_resume_secs.unwrap_or(m.resume_secs)
+        ));
+    }
     s.push_str(&format!(
-        "per burst: running {:.1} s, paused {:.1} s{}\n\n",
+        "per burst: running {:.1} s, paused {:.1} s (of it {:.1} s in standby){}\n\n",
         r.running_secs_per_cycle,
         r.paused_secs_per_cycle,
+        r.standby_secs_per_cycle,
         if r.pauses {
             ""
         } else {

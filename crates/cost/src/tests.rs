@@ -28,6 +28,8 @@ fn zero_measured() -> Measured {
         snapshot_stored_bytes: 0.0,
         paused_resident_bytes: 0.0,
         paused_vcpus: 0.0,
+        standby_resident_bytes: 0.0,
+        standby_resume_secs: None,
     }
 }
 
@@ -41,6 +43,7 @@ fn round_case() -> (Profile, Prices, Measured) {
         ram_gib: 2.0,
         vcpus: 1.0,
         idle_timeout_secs: 30.0,
+        standby_secs: 0.0,
     };
     let prices = Prices {
         vcpu_second: 0.001,
@@ -127,6 +130,7 @@ fn idle_95() -> Profile {
         ram_gib: 1.0,
         vcpus: 1.0,
         idle_timeout_secs: 0.0,
+        standby_secs: 0.0,
     }
 }
 
@@ -243,4 +247,34 @@ fn table_shows_both_totals_and_the_ratio() {
     assert!(t.contains("7.200000"), "{t}");
     assert!(t.contains("1.263600"), "{t}");
     assert!(t.contains("5.70x"), "{t}");
+}
+
+/// Standby: the held RAM is paid for the window (no CPU); a burst that
+/// comes while the sandbox is held waits only for the standby resume.
+#[test]
+fn standby_pays_its_memory_and_shortens_the_resume_it_covers() {
+    let (mut p, prices, mut m) = round_case();
+    m.standby_resident_bytes = 0.5 * GIB;
+    m.standby_resume_secs = Some(0.1);
+    // Window 100 s, gap 505 s: held 100 s per period; the next burst finds
+    // it released (resume 5 s).
+    p.standby_secs = 100.0;
+    let r = compare(&p, &prices, &m).unwrap();
+    let busy = 60.0 + 30.0 + 5.0 + 5.0;
+    assert_close!(r.running_secs_per_cycle, busy);
+    assert_close!(r.standby_secs_per_cycle, 100.0);
+    let cycles = 6.0;
+    let memory = cycles * busy * 2.0 * 0.0005 + cycles * 100.0 * 0.5 * 0.0005;
+    assert_close!(r.pause_on_idle.memory, memory);
+    assert_close!(r.added_latency_secs_per_burst, 5.0);
+    // A window longer than the gap: held all the paused time, the burst
+    // waits 0.1 s.
+    p.standby_secs = 1000.0;
+    let r = compare(&p, &prices, &m).unwrap();
+    let busy = 60.0 + 30.0 + 5.0 + 0.1;
+    assert_close!(r.running_secs_per_cycle, busy);
+    assert_close!(r.standby_secs_per_cycle, 600.0 - busy);
+    assert_close!(r.added_latency_secs_per_burst, 0.1);
+    let memory = cycles * busy * 2.0 * 0.0005 + cycles * (600.0 - busy) * 0.5 * 0.0005;
+    assert_close!(r.pause_on_idle.memory, memory);
 }

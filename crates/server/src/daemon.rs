@@ -79,6 +79,11 @@ pub struct DaemonConfig {
     /// The egress service: operator deny list (`--egress-deny`), upstream
     /// resolver (`--egress-upstream`), hosts view (`--egress-hosts`).
     pub egress: stasis_net::EgressConfig,
+    /// Standby window after an idle pause when a manifest sets none
+    /// (`--standby-secs`; 0 = off).
+    pub standby: Duration,
+    /// Host RAM sandboxes in standby may hold together (`--standby-max-mb`).
+    pub standby_max_bytes: u64,
 }
 
 impl DaemonConfig {
@@ -107,6 +112,8 @@ impl DaemonConfig {
             inflight: Default::default(),
             webhook_allow: Vec::new(),
             egress: stasis_net::EgressConfig::default(),
+            standby: Duration::from_secs(crate::manager::DEFAULT_STANDBY_SECS),
+            standby_max_bytes: 2 << 30,
         }
     }
 }
@@ -199,6 +206,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     mcfg.accel = cfg.accel;
     mcfg.base_dir = Some(data_dir.join("sandboxes"));
     mcfg.mount_roots = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
+    mcfg.standby_max_bytes = cfg.standby_max_bytes;
     let microvm = Arc::new(MicrovmBackend::new(mcfg));
     let accel = microvm.init().await;
     info!(accelerator = ?accel.accelerator, reason = %accel.reason, "microVM accelerator");
@@ -209,6 +217,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     mc.default_backend = cfg.default_backend;
     mc.max_file_bytes = cfg.max_file_bytes;
     mc.reaper_interval = cfg.reaper_interval;
+    mc.standby = cfg.standby;
     cfg.inflight.validate()?;
     mc.inflight = cfg.inflight;
     mc.allow_mounts = crate::mounts::allowed_roots(&cfg.allow_mounts)?;

@@ -22,6 +22,9 @@
 //! | `stasis_http_requests_total` | counter | `method`, `route` (the route template, `unmatched` for none), `status` |
 //! | `stasis_http_request_duration_seconds` | histogram | `method`, `route` |
 //! | `stasis_metrics_source_errors_total` | counter | `source` (meta, store): a part of a scrape that could not be read |
+//! | `stasis_standby` | gauge | `what` (sandboxes, ram_bytes): paused sandboxes this node holds in standby, and the host RAM they hold |
+//! | `stasis_standby_released_total` | counter | standbys ended by their window or the node's RAM cap |
+//! | `stasis_resumes_total` | counter | `path` (standby, local, store): which way resumes went |
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -105,6 +108,9 @@ struct Inner {
     http_duration: HistogramVec,
     source_errors: IntCounterVec,
     egress: IntCounterVec,
+    standby: IntGaugeVec,
+    standby_released: IntCounter,
+    resumes: IntCounterVec,
     store_cache: StdMutex<Option<StoreCache>>,
     /// One scrape at a time recomputes the scrape-time gauges.
     scrape: tokio::sync::Mutex<()>,
@@ -121,6 +127,9 @@ impl Default for Metrics {
         Self::new()
     }
 }
+
+/// The `path` labels of `stasis_resumes_total`.
+pub const RESUME_PATHS: [&str; 3] = ["standby", "local", "store"];
 
 /// The `event` labels of `stasis_egress_total`.
 const EGRESS_EVENTS: [&str; 5] = [
@@ -282,6 +291,42 @@ impl Metrics {
         for e in EGRESS_EVENTS {
             egress.with_label_values(&[e]);
         }
+        let standby = reg(
+            &r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "stasis_standby",
+                    "Paused sandboxes this node holds in standby (stopped, no CPU) and the host RAM they hold.",
+                ),
+                &["what"],
+            )
+            .expect("metric"),
+        );
+        let standby_released = reg(
+            &r,
+            IntCounter::new(
+                "stasis_standby_released_total",
+                "Standbys ended by their window or by the node's cap on standby RAM.",
+            )
+            .expect("metric"),
+        );
+        let resumes = reg(
+            &r,
+            IntCounterVec::new(
+                Opts::new(
+                    "stasis_resumes_total",
+                    "Resumes by the way they went: standby (the held VM continued), local (this node's files), store (fetched).",
+                ),
+                &["path"],
+            )
+            .expect("metric"),
+        );
+        for w in ["sandboxes", "ram_bytes"] {
+            standby.with_label_values(&[w]);
+        }
+        for p in RESUME_PATHS {
+            resumes.with_label_values(&[p]);
+        }
         Metrics {
             inner: Arc::new(Inner {
                 registry: r,
@@ -297,6 +342,9 @@ impl Metrics {
                 http_duration,
                 source_errors,
                 egress,
+                standby,
+                standby_released,
+                resumes,
                 store_cache: StdMutex::new(None),
                 scrape: tokio::sync::Mutex::new(()),
             }),
@@ -357,8 +405,23 @@ impl Metrics {
             "idle_destroyed" => self.inner.idle_hits.with_label_values(&["destroy"]).inc(),
             "ttl_expired" => self.inner.ttl_expiries.inc(),
             "lifetime_expired" => self.inner.lifetime_expiries.inc(),
+            "standby_released" => self.inner.standby_released.inc(),
             other => warn!(action = other, "reaper action without a metric"),
         }
+    }
+
+    /// A resume went `path` (one of [`RESUME_PATHS`]).
+    pub fn resumed_by(&self, path: &str) {
+        if RESUME_PATHS.contains(&path) {
+            self.inner.resumes.with_label_values(&[path]).inc();
+        }
+    }
+
+    /// What this node holds in standby now (set before a scrape).
+    pub fn set_standby(&self, sandboxes: usize, ram_bytes: u64) {
+        let g = &self.inner.standby;
+        g.with_label_values(&["sandboxes"]).set(sandboxes as i64);
+        g.with_label_values(&["ram_bytes"]).set(ram_bytes as i64);
     }
 
     /// This node took over a sandbox's lease from another node.

@@ -21,6 +21,8 @@ mod network;
 mod ports;
 #[path = "manager/reaper.rs"]
 mod reaper;
+#[path = "manager/standby.rs"]
+mod standby;
 #[path = "manager/templates.rs"]
 mod templates;
 

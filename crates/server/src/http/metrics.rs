@@ -18,6 +18,9 @@ pub async fn handler(State(st): State<AppState>) -> Response {
     if let Some(e) = st.manager.egress() {
         st.manager.metrics().egress(e.totals());
     }
+    let held = st.manager.standby_all();
+    let bytes = held.iter().map(|(_, s)| s.ram_bytes).sum();
+    st.manager.metrics().set_standby(held.len(), bytes);
     match st
         .manager
         .metrics()

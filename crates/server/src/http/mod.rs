@@ -224,6 +224,7 @@ mod tests {
             "get /v1/sandboxes/{id}/sessions/{session}/attach",
             "post /v1/sandboxes/{id}/pause",
             "post /v1/sandboxes/{id}/resume",
+            "post /v1/sandboxes/{id}/evict",
             "get /v1/sandboxes/{id}/usage",
             "post /v1/sandboxes/{id}/snapshots",
             "post /v1/sandboxes/{id}/fork",

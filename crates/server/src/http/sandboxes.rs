@@ -82,6 +82,12 @@ pub struct Sandbox {
     /// Node running the sandbox (several daemons sharing one database).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<String>,
+    /// A paused sandbox whose stopped compute this node still holds
+    /// (standby: no CPU, `ram_bytes` of host RAM, until `until_ms`): the next
+    /// request continues it at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Object)]
+    pub standby: Option<stasis_backend::Standby>,
     /// Timing of the operation that produced this response, when it was a lifecycle change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
@@ -112,7 +118,16 @@ impl Sandbox {
             recovered_at_ms: r.recovered_at_ms,
             progress_lost_ms: r.progress_lost_ms,
             node: r.owner,
+            standby: None,
             timing: None,
+        }
+    }
+    /// The record as this node sees it: with what it holds in standby.
+    pub fn of(m: &crate::Manager, r: SandboxRecord) -> Self {
+        let standby = m.standby_of(&r);
+        Sandbox {
+            standby,
+            ..Self::from_record(r)
         }
     }
     fn timed(mut self, t: OpTiming) -> Self {
@@ -135,6 +150,11 @@ pub struct PauseBody {
     /// false: keep only the filesystem. Default: the sandbox's policy.
     #[serde(default)]
     pub keep_memory: Option<bool>,
+    /// Keep the stopped compute and its RAM on the node for the sandbox's
+    /// standby window (`lifecycle.standby_secs`), as an idle pause does; the
+    /// pause is stored as always. Default false: an explicit pause frees it.
+    #[serde(default)]
+    pub standby: bool,
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -189,7 +209,9 @@ async fn list_sandboxes(
     let state = q.state.as_deref().map(SandboxState::parse).transpose()?;
     let recs = st.manager.list(&ctx, state).await?;
     Ok(axum::Json(
-        recs.into_iter().map(Sandbox::from_record).collect(),
+        recs.into_iter()
+            .map(|r| Sandbox::of(&st.manager, r))
+            .collect(),
     ))
 }
 
@@ -200,9 +222,8 @@ async fn get_sandbox(
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<Sandbox>> {
     let ctx = auth.ctx();
-    Ok(axum::Json(Sandbox::from_record(
-        st.manager.get(&ctx, &sandbox_id(&id)?).await?,
-    )))
+    let rec = st.manager.get(&ctx, &sandbox_id(&id)?).await?;
+    Ok(axum::Json(Sandbox::of(&st.manager, rec)))
 }
 
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
@@ -229,9 +250,9 @@ async fn pause(
     let body: PauseBody = optional_json(&body)?;
     let (rec, t) = st
         .manager
-        .pause(&ctx, &sandbox_id(&id)?, body.keep_memory)
+        .pause_with(&ctx, &sandbox_id(&id)?, body.keep_memory, body.standby)
         .await?;
-    Ok(axum::Json(Sandbox::from_record(rec).timed(t)))
+    Ok(axum::Json(Sandbox::of(&st.manager, rec).timed(t)))
 }
 
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/resume", responses((status = 200, body = Sandbox), (status = 409, body = ErrorBody)))]
@@ -243,6 +264,18 @@ async fn resume(
     let ctx = auth.ctx();
     let (rec, t) = st.manager.resume(&ctx, &sandbox_id(&id)?).await?;
     Ok(axum::Json(Sandbox::from_record(rec).timed(t)))
+}
+
+#[utoipa::path(post, path = "/v1/sandboxes/{id}/evict",
+    responses((status = 200, body = Sandbox, description = "this node's standby and local pause files of the paused sandbox dropped; its next resume comes from the store"), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn evict(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<Sandbox>> {
+    let ctx = auth.ctx();
+    let rec = st.manager.evict(&ctx, &sandbox_id(&id)?).await?;
+    Ok(axum::Json(Sandbox::of(&st.manager, rec)))
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/usage", responses((status = 200, description = "host CPU time, RSS and process count of the sandbox")))]
@@ -308,6 +341,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(get_sandbox, destroy_sandbox))
         .routes(routes!(pause))
         .routes(routes!(resume))
+        .routes(routes!(evict))
         .routes(routes!(usage))
         .routes(routes!(fork))
         .routes(routes!(sandbox_outputs))

@@ -301,16 +301,42 @@ impl Manager {
         Ok((backend, spec, rec))
     }
 
-    /// Explicit pause. `keep_memory` None follows the sandbox's policy.
+    /// Explicit pause. `keep_memory` None follows the sandbox's policy; an
+    /// explicit pause frees the compute unless `standby` asks to keep it for
+    /// the sandbox's standby window (see [`Manager::standby_window`]).
     pub async fn pause(
         &self,
         ctx: &Ctx,
         id: &SandboxId,
         keep_memory: Option<bool>,
     ) -> Result<(SandboxRecord, OpTiming)> {
+        self.pause_with(ctx, id, keep_memory, false).await
+    }
+
+    /// [`Manager::pause`], keeping the compute in standby when `standby`.
+    pub async fn pause_with(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        keep_memory: Option<bool>,
+        standby: bool,
+    ) -> Result<(SandboxRecord, OpTiming)> {
         let (guard, rec) = self.exclusive(ctx, id).await?;
         let keep = keep_memory.unwrap_or(rec.manifest.lifecycle.on_idle != OnIdle::PauseFilesystem);
-        self.do_pause(ctx, rec, keep, "explicit", guard).await
+        let standby = self.standby_window(&rec).filter(|_| standby && keep);
+        self.do_pause(ctx, rec, keep, standby, "explicit", guard)
+            .await
+    }
+
+    /// How long a memory pause of `rec` keeps its stopped compute: its
+    /// manifest's `lifecycle.standby_secs`, else the daemon's default; None
+    /// when that is 0.
+    pub(super) fn standby_window(&self, rec: &SandboxRecord) -> Option<std::time::Duration> {
+        let d = match rec.manifest.lifecycle.standby_secs {
+            Some(s) => std::time::Duration::from_secs(s),
+            None => self.cfg.standby,
+        };
+        (!d.is_zero()).then_some(d)
     }
 
     pub(super) async fn do_pause(
@@ -318,6 +344,7 @@ impl Manager {
         ctx: &Ctx,
         rec: SandboxRecord,
         keep_memory: bool,
+        standby: Option<std::time::Duration>,
         why: &str,
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<(SandboxRecord, OpTiming)> {
@@ -336,7 +363,11 @@ impl Manager {
         // The stage outlives a failed pause: settling it may still upload it.
         let work = async {
             let tb = std::time::Instant::now();
-            let artifacts = match backend.pause(&rec.id, &stage, keep_memory).await {
+            let paused = match standby.filter(|_| keep_memory) {
+                Some(d) => backend.pause_standby(&rec.id, &stage, d).await,
+                None => backend.pause(&rec.id, &stage, keep_memory).await,
+            };
+            let artifacts = match paused {
                 Ok(a) => a,
                 Err(e) => return Err(self.pause_failed(&rec, &spec, e).await),
             };
@@ -390,13 +421,14 @@ impl Manager {
             backend_ms,
             store_ms,
             total_ms: elapsed_ms(t0),
+            breakdown: backend.op_timings(&rec.id),
         };
-        info!(sandbox = %rec.id, why, kind = kind.as_str(), ms = timing.total_ms, bytes = snap.raw_bytes, "paused");
+        info!(sandbox = %rec.id, why, kind = kind.as_str(), ms = timing.total_ms, bytes = snap.raw_bytes, standby = standby.is_some(), "paused");
         self.audit(
             ctx,
             "pause",
             rec.id.as_str(),
-            serde_json::json!({"why": why, "kind": kind, "snapshot": snap.id, "raw_bytes": snap.raw_bytes, "stored_bytes": snap.stored_bytes}),
+            serde_json::json!({"why": why, "kind": kind, "snapshot": snap.id, "raw_bytes": snap.raw_bytes, "stored_bytes": snap.stored_bytes, "new_stored_bytes": snap.new_stored_bytes, "standby": standby.map(|d| d.as_secs())}),
         )
         .await;
         timer.ok();
@@ -472,11 +504,15 @@ impl Manager {
             .await?;
         let spec = checked;
         let restore_dir = spec.dir.join("resume-stage");
-        let (mut store_ms, mut backend_ms) = (0, 0);
+        let (mut store_ms, mut backend_ms, mut fetched) = (0, 0, true);
         let work = async {
             let ts = std::time::Instant::now();
-            let needs = backend.resume_needs_artifacts(&rec.id).await;
-            let fetched = match rec.pause_snapshot.as_ref().filter(|_| needs) {
+            let needs = match rec.pause_snapshot.as_ref() {
+                Some(snap) => backend.resume_needs_artifacts(&spec, snap).await,
+                None => true,
+            };
+            fetched = needs;
+            let got = match rec.pause_snapshot.as_ref().filter(|_| needs) {
                 Some(snap) => self
                     .snapshots
                     .restore(&rec.tenant, snap, &restore_dir)
@@ -487,7 +523,7 @@ impl Manager {
                     .map_err(Error::from),
             };
             store_ms = elapsed_ms(ts);
-            fetched?;
+            got?;
             let tb = std::time::Instant::now();
             let r = backend.resume(&spec, &restore_dir).await;
             backend_ms = elapsed_ms(tb);
@@ -515,8 +551,11 @@ impl Manager {
                     backend_ms,
                     store_ms,
                     total_ms: elapsed_ms(t0),
+                    breakdown: backend.op_timings(&rec.id),
                 };
-                info!(sandbox = %rec.id, ms = timing.total_ms, "resumed");
+                let path = resume_path(&timing, fetched);
+                self.metrics.resumed_by(path);
+                info!(sandbox = %rec.id, ms = timing.total_ms, path, "resumed");
                 self.audit(
                     ctx,
                     "resume",
@@ -548,6 +587,44 @@ impl Manager {
                 Err(e.context("resume failed"))
             }
         }
+    }
+
+    /// Drop what this node holds of a paused sandbox beyond its stored
+    /// snapshot (standby, local pause files): frees the node's RAM and disk;
+    /// its next resume comes from the store. Audited.
+    pub async fn evict(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
+        let (_guard, rec) = self.exclusive(ctx, id).await?;
+        if rec.state != SandboxState::Paused {
+            return Err(Error::state(format!(
+                "sandbox {id} is {}: only a paused sandbox's node state can be dropped",
+                rec.state
+            )));
+        }
+        let backend = self.backend(rec.backend)?.clone();
+        backend.evict(&self.spec(&rec)).await?;
+        if let Some(c) = self.cluster() {
+            c.note_local_pause(&rec.id, None);
+        }
+        self.audit(ctx, "evict", rec.id.as_str(), serde_json::json!({}))
+            .await;
+        Ok(rec)
+    }
+
+    /// What the sandbox holds in standby on this node (a paused sandbox
+    /// whose stopped compute is kept; see `lifecycle.standby_secs`).
+    pub fn standby_of(&self, rec: &SandboxRecord) -> Option<stasis_backend::Standby> {
+        if rec.state != SandboxState::Paused {
+            return None;
+        }
+        self.backend(rec.backend).ok()?.standby(&rec.id)
+    }
+
+    /// Every sandbox this node holds in standby.
+    pub fn standby_all(&self) -> Vec<(SandboxId, stasis_backend::Standby)> {
+        self.backends
+            .values()
+            .flat_map(|b| b.standby_all())
+            .collect()
     }
 
     pub async fn destroy(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
@@ -628,4 +705,13 @@ impl Manager {
         self.slots.lock().expect("slots lock").remove(&rec.id);
         Ok(rec)
     }
+}
+
+/// The way a resume went, for the metrics: the backend's own word
+/// (`path_<name>` in its breakdown), else whether the store was read.
+fn resume_path(t: &OpTiming, fetched: bool) -> &'static str {
+    crate::metrics::RESUME_PATHS
+        .into_iter()
+        .find(|p| t.breakdown.contains_key(&format!("path_{p}")))
+        .unwrap_or(if fetched { "store" } else { "local" })
 }

@@ -84,6 +84,11 @@ impl Ctx {
     }
 }
 
+/// The daemon's default standby window after an idle pause, seconds: long
+/// enough to cover a model call or a tool call between two requests, short
+/// enough that a sandbox waiting on a person frees its RAM soon.
+pub const DEFAULT_STANDBY_SECS: u64 = 60;
+
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
     pub data_dir: PathBuf,
@@ -100,6 +105,9 @@ pub struct ManagerConfig {
     pub allow_mounts: Vec<PathBuf>,
     /// Limit on requests in flight (and queued) per sandbox.
     pub inflight: crate::inflight::InflightLimits,
+    /// Standby window after an idle pause for sandboxes whose manifest sets
+    /// none (`lifecycle.standby_secs`); 0 = off.
+    pub standby: Duration,
 }
 
 impl ManagerConfig {
@@ -113,6 +121,7 @@ impl ManagerConfig {
             gc_interval: Duration::from_secs(60),
             allow_mounts: Vec::new(),
             inflight: Default::default(),
+            standby: Duration::from_secs(DEFAULT_STANDBY_SECS),
         }
     }
 }
@@ -131,6 +140,10 @@ pub struct OpTiming {
     pub backend_ms: u64,
     pub store_ms: u64,
     pub total_ms: u64,
+    /// The backend's phases (`Backend::op_timings`), in ms; a resume names
+    /// the way it went as `path_standby`, `path_local` or `path_store` = 1.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub breakdown: std::collections::BTreeMap<String, u64>,
 }
 
 pub struct Manager {

@@ -358,6 +358,10 @@ impl Manager {
         if let Some(c) = self.cluster() {
             c.note_local_pause(&rec.id, Some(snap));
         }
+        // What the backend kept of this pause on the host is that snapshot.
+        if let Ok(b) = self.backend(rec.backend) {
+            b.pause_stored(&self.spec(rec), snap).await;
+        }
         let old = intent
             .and_then(|i| i.previous.clone())
             .or_else(|| rec.pause_snapshot.clone());

@@ -143,10 +143,12 @@ impl Manager {
                 continue;
             }
             let r = match reap {
-                Reap::IdlePause { keep_memory } => self
-                    .do_pause(&ctx, rec.clone(), keep_memory, "idle", guard)
-                    .await
-                    .map(|_| ()),
+                Reap::IdlePause { keep_memory } => {
+                    let standby = self.standby_window(&rec);
+                    self.do_pause(&ctx, rec.clone(), keep_memory, standby, "idle", guard)
+                        .await
+                        .map(|_| ())
+                }
                 Reap::LifetimeExpired | Reap::IdleDestroy | Reap::TtlExpired => self
                     .do_destroy(&ctx, rec.clone(), "expire", guard)
                     .await
@@ -161,6 +163,13 @@ impl Manager {
                     warn!(sandbox = %rec.id, error = %e, "TTL destroy failed")
                 }
                 Err(e) => warn!(sandbox = %rec.id, error = %e, "idle policy failed"),
+            }
+        }
+        // The backends' own upkeep: standbys past their window released.
+        for b in self.backends.values() {
+            for id in b.housekeeping().await {
+                self.metrics.reaped("standby_released");
+                done.push((id, "standby_released"));
             }
         }
         if now - self.last_gc_ms.load(Ordering::Relaxed) >= self.cfg.gc_interval.as_millis() as i64

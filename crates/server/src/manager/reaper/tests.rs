@@ -16,6 +16,7 @@ fn policy(on_idle: OnIdle) -> LifecyclePolicy {
         paused_ttl_secs: 3600,
         max_lifetime_secs: 0,
         checkpoint_secs: 0,
+        standby_secs: None,
     }
 }
 
