@@ -21,7 +21,7 @@ use std::time::Instant;
 use serde::Serialize;
 use stasis_core::{Error, Result};
 
-use crate::context::{copy_sources, hash_sources, make_dirs, parse_chown};
+use crate::context::{copy_sources, hash_sources, make_dirs, parse_chown, resolve_in_root};
 use crate::digest::{Digest, Hasher};
 use crate::dockerfile::{self, Command, Instruction, Step};
 use crate::layer::{self, ApplyOptions};
@@ -472,7 +472,7 @@ fn execute(
         Instruction::Workdir(w) => {
             let w = abs_path(&state.config.working_dir, &ex(w)?);
             state.config.working_dir = w.clone();
-            make_dirs(&upper, &w)?;
+            make_dirs(&upper, &resolve_in_root(&state.root()?, &w, false))?;
             true
         }
         Instruction::Cmd(c) => {
@@ -492,8 +492,22 @@ fn execute(
                 .map(parse_chown)
                 .transpose()
                 .map_err(|e| step_err(step, e))?;
-            let dest = abs_path(&state.config.working_dir, &dest)
-                + if dest.ends_with('/') { "/" } else { "" };
+            // Written where the image's symlinks lead; into a directory
+            // (Docker's rules) when the destination says so (`dir/`, `.`,
+            // several sources) or already is one in the image.
+            let root = state.root()?;
+            let abs = abs_path(&state.config.working_dir, &dest);
+            let as_dir = resolve_in_root(&root, &abs, false);
+            let into_dir = dest.ends_with('/')
+                || dest == "."
+                || dest.ends_with("/.")
+                || srcs.len() > 1
+                || root.join(as_dir.trim_start_matches('/')).is_dir();
+            let dest = if into_dir {
+                format!("{}/", as_dir.trim_end_matches('/'))
+            } else {
+                resolve_in_root(&root, &abs, true)
+            };
             // An ADDed archive unpacks under the build's (the tenant's) limits.
             let add = add.then_some(&state.opts);
             copy_sources(context, &srcs, &upper, &dest, owner, add).map_err(|e| Error {

@@ -33,6 +33,46 @@ pub(crate) fn make_dirs(upper: &Path, abs: &str) -> Result<()> {
     Ok(())
 }
 
+/// `abs` (an absolute path in the image) with every component that is a
+/// symlink in `root` followed the way the sandbox will see it: inside the
+/// root, `..` stopping at `/`. A destination under `/bin` on a merged-/usr
+/// Debian lands in `/usr/bin` as Docker puts it, instead of a directory
+/// `bin` in the layer that would replace the image's `/bin` symlink. With
+/// `keep_last`, the last component is left as written (a file to create).
+pub(crate) fn resolve_in_root(root: &Path, abs: &str, keep_last: bool) -> String {
+    let mut queue: std::collections::VecDeque<String> = abs
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::to_string)
+        .collect();
+    let last = if keep_last { queue.pop_back() } else { None };
+    let mut out: Vec<String> = Vec::new();
+    let mut hops = 0;
+    while let Some(c) = queue.pop_front() {
+        if c == ".." {
+            out.pop();
+            continue;
+        }
+        let p = root.join(out.join("/")).join(&c);
+        match fs::read_link(&p) {
+            // Linux's own bound on symlinks followed in one lookup.
+            Ok(target) if hops < 40 => {
+                hops += 1;
+                let t = target.to_string_lossy().into_owned();
+                if t.starts_with('/') {
+                    out.clear();
+                }
+                for part in t.split('/').rev().filter(|c| !c.is_empty() && *c != ".") {
+                    queue.push_front(part.to_string());
+                }
+            }
+            _ => out.push(c),
+        }
+    }
+    out.extend(last);
+    format!("/{}", out.join("/"))
+}
+
 /// `--chown=UID[:GID]`, numeric.
 pub(crate) fn parse_chown(s: &str) -> std::result::Result<(u32, u32), String> {
     let (u, g) = s.split_once(':').unwrap_or((s, s));

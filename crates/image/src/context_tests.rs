@@ -277,3 +277,48 @@ fn a_url_is_refused_saying_the_build_has_no_network() {
         assert!(m.contains("RUN step"), "{m}");
     }
 }
+
+#[test]
+fn destinations_follow_the_images_symlinks_and_directories() {
+    let e = env();
+    // A merged-/usr root: /bin -> usr/bin; /tmp is a directory.
+    let l = e.store.temp_dir("t").unwrap().join("l.tar");
+    fs::write(
+        &l,
+        tar_bytes(&[
+            dir("usr"),
+            dir("usr/bin"),
+            symlink("bin", "usr/bin"),
+            dir("tmp"),
+        ]),
+    )
+    .unwrap();
+    let l = e.store.put_layer(&l).unwrap();
+    e.store
+        .commit(
+            &Owner::Public,
+            "merged",
+            "1",
+            None,
+            vec![l],
+            crate::store::ImageConfig::default(),
+            vec![],
+            &ApplyOptions::default(),
+        )
+        .unwrap();
+    fs::write(e.ctx.join("tool"), b"#!/bin/sh\n").unwrap();
+    fs::write(e.ctx.join("a.txt"), b"a").unwrap();
+    let df = "FROM merged:1\nCOPY tool /bin/\nCOPY a.txt /bin/renamed\nCOPY a.txt /tmp\n\
+              WORKDIR /app\nCOPY a.txt .\n";
+    let r = do_build(&e, df).unwrap();
+    let root = &r.image.rootfs;
+    assert_eq!(
+        fs::read_link(root.join("bin")).unwrap(),
+        Path::new("usr/bin"),
+        "/bin is still the image's symlink"
+    );
+    assert!(root.join("usr/bin/tool").is_file());
+    assert_eq!(fs::read(root.join("usr/bin/renamed")).unwrap(), b"a");
+    assert_eq!(fs::read(root.join("tmp/a.txt")).unwrap(), b"a");
+    assert_eq!(fs::read(root.join("app/a.txt")).unwrap(), b"a");
+}
