@@ -46,12 +46,9 @@ impl Reap {
         }
     }
 
-    /// The state the sandbox must still be in when its lock is taken.
-    pub fn applies_in(self) -> SandboxState {
-        match self {
-            Reap::TtlExpired => SandboxState::Paused,
-            _ => SandboxState::Running,
-        }
+    /// Whether it answers to the idle window (a request in flight defers it).
+    pub fn is_idle(self) -> bool {
+        matches!(self, Reap::IdlePause { .. } | Reap::IdleDestroy)
     }
 }
 
@@ -124,6 +121,11 @@ impl Manager {
             let Some(reap) = decide(now, &rec, last_active_ms) else {
                 continue;
             };
+            // A request in flight (or waiting for a slot) is activity, however
+            // long it runs: an exec longer than the idle window is not idle.
+            if reap.is_idle() && (slot.inflight.in_flight() > 0 || slot.inflight.queued() > 0) {
+                continue;
+            }
             // Never under a request in flight. Wait as long as one read of
             // an attached terminal may hold the sandbox (such reads are not
             // activity, and the lock queues the next one behind this).
@@ -132,8 +134,12 @@ impl Manager {
             else {
                 continue;
             };
+            // Decide again under the lock: the requests that held the
+            // sandbox while this pass waited have touched it on their way
+            // out, and the record may have moved on.
             let rec = self.meta.get(&rec.id).await?;
-            if rec.state != reap.applies_in() {
+            let last_active_ms = slot.last_active_ms.load(Ordering::Relaxed);
+            if decide(now_ms(), &rec, last_active_ms) != Some(reap) {
                 continue;
             }
             let r = match reap {

@@ -314,3 +314,32 @@ async fn a_takeover_without_any_snapshot_fails_the_sandbox() {
     assert!(r.reason.unwrap().contains("no snapshot"), "says why");
     assert!(b.fake.held().is_empty());
 }
+
+#[tokio::test]
+async fn an_exec_longer_than_the_idle_window_is_activity_until_it_ends() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let rec = running_with(&m, short_lived(OnIdle::Pause)).await;
+    // The exec runs 2 s, twice the idle window; the last activity before it
+    // was its start.
+    let m2 = m.clone();
+    let id = rec.id.clone();
+    let long = tokio::spawn(async move { m2.exec(&ctx(), &id, req(&["sleep", "2"]), None).await });
+    sleep_ms(1200).await;
+    // Idle by the clock, but a request is in flight: left alone, and the
+    // pass does not wait for it to end and then pause what just worked.
+    let t = std::time::Instant::now();
+    assert!(m.reap_once().await.unwrap().is_empty());
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "{:?}",
+        t.elapsed()
+    );
+    long.await.unwrap().unwrap();
+    // Just ended: its end is activity.
+    assert!(m.reap_once().await.unwrap().is_empty());
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Running);
+    sleep_ms(1100).await;
+    let done = m.reap_once().await.unwrap();
+    assert_eq!(done, vec![(rec.id.clone(), "idle_paused")]);
+}
