@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::archives::{f, l, layers, oci_archive, tar_of};
+use common::archives::{f, import_busybox, l, layers, oci_archive, tar_of};
 use common::{Daemon, Http};
 use serde_json::{json, Value};
 
@@ -311,14 +311,7 @@ async fn the_operator_registers_a_directory_as_a_public_image() {
 async fn build_from_a_dockerfile_and_run_it() {
     let d = Daemon::start(&[]).await;
     let http = d.http();
-    let r = http
-        .raw(
-            "POST",
-            "/v1/images/import?name=mini:1",
-            oci_archive(&layers()),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
+    import_busybox(&http, "mini:1").await;
     let ctx = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(ctx.path().join("src")).unwrap();
     std::fs::write(ctx.path().join("src/app.txt"), "app v1\n").unwrap();
@@ -508,14 +501,7 @@ async fn gc_spares_images_in_use() {
     let d = Daemon::start(&[]).await;
     let http = d.http();
     let admin = d.http_as(Some(&d.admin_token()));
-    let r = http
-        .raw(
-            "POST",
-            "/v1/images/import?name=mini:1",
-            oci_archive(&layers()),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
+    import_busybox(&http, "mini:1").await;
     let sb = http.create(manifest("mini:1")).await;
     http.ok("DELETE", "/v1/images/mini:1", None).await;
     assert_eq!(
@@ -557,15 +543,7 @@ async fn an_imported_image_runs_on_the_microvm_backend() {
     }
     let d = Daemon::start(&[]).await;
     let http = d.http();
-    let r = http
-        .raw(
-            "POST",
-            "/v1/images/import?name=mini:1",
-            oci_archive(&layers()),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
-    let id = r.body["id"].as_str().unwrap().to_string();
+    let id = import_busybox(&http, "mini:1").await;
     let t0 = std::time::Instant::now();
     let sb = http
         .create(

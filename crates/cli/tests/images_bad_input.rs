@@ -9,7 +9,7 @@ mod common;
 
 use std::io::Write;
 
-use common::archives::{f, l, layers, oci_archive, tar_of};
+use common::archives::{f, import_busybox, l, oci_archive, tar_of};
 use common::{Daemon, Http};
 use serde_json::Value;
 
@@ -108,14 +108,7 @@ async fn the_layer_limit_is_a_daemon_setting() {
     );
     nothing_left(&d, &http).await;
     // Within the limit the same paths work (busybox, about 2 MiB).
-    let r = http
-        .raw(
-            "POST",
-            "/v1/images/import?name=mini:1",
-            oci_archive(&layers()),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
+    import_busybox(&http, "mini:1").await;
     let small = gzip(&tar_of(&[f("opt/app.txt", b"small\n", 0o644)]));
     let df = "FROM mini:1\nADD app.tar.gz /\n";
     let ev = build_raw(&http, "ok:1", context(df, &[("app.tar.gz", &small)])).await;
@@ -207,14 +200,7 @@ async fn a_malicious_context_or_added_archive_is_refused_naming_the_entry() {
 async fn concurrent_builds_of_one_image_agree_and_share_one_cache() {
     let d = Daemon::start(&[]).await;
     let http = d.http();
-    let r = http
-        .raw(
-            "POST",
-            "/v1/images/import?name=mini:1",
-            oci_archive(&layers()),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
+    import_busybox(&http, "mini:1").await;
     let ctx = tempfile::tempdir().unwrap();
     std::fs::write(
         ctx.path().join("Dockerfile"),

@@ -103,3 +103,16 @@ pub fn oci_archive(layers: &[Vec<u8>]) -> Vec<u8> {
     }
     b.into_inner().unwrap()
 }
+
+/// Import the busybox image of [`layers`] as `name`; its id.
+pub async fn import_busybox(http: &super::Http, name: &str) -> String {
+    let r = http
+        .raw(
+            "POST",
+            &format!("/v1/images/import?name={name}"),
+            oci_archive(&layers()),
+        )
+        .await;
+    assert_eq!(r.status, 201, "{}", r.body);
+    r.body["id"].as_str().unwrap().to_string()
+}
