@@ -1,7 +1,9 @@
 //! `stasis bench template`: a sandbox started from a template (Python with a
 //! dataset loaded in a warm interpreter session) to its first answer, vs a
-//! cold create plus the same setup to the same answer, in one run on a
-//! temporary daemon, reported as medians and their ratio (never asserted).
+//! cold create plus the same setup to the same answer, on each backend, in
+//! one run on a temporary daemon, reported as medians and their ratio
+//! (never asserted); and the test Dockerfile's build time and image size
+//! ([`crate::bench_image`]).
 //!
 //! The setup writes a JSON dataset of `--rows` records, starts
 //! `python3 -i` in a session that loads it, and waits for it to say so; the
@@ -23,8 +25,12 @@ use crate::measure::{exec_ok, median, ms_since, start_daemon};
 
 #[derive(Args)]
 pub struct TemplateArgs {
-    #[arg(long, default_value = "process")]
+    /// process, microvm, or both.
+    #[arg(long, default_value = "both", value_parser = ["process", "microvm", "both"])]
     backend: String,
+    /// Leave out the image build and size figures.
+    #[arg(long)]
+    no_image_build: bool,
     /// Records in the dataset the interpreter loads.
     #[arg(long, default_value_t = 200_000)]
     rows: u64,
@@ -82,22 +88,47 @@ async fn first_answer(c: &Client, id: &str, session: &str, rows: u64) -> Result<
 pub async fn template(a: TemplateArgs) -> Result<Value> {
     let (d, accel) = start_daemon(a.images.clone(), &a.accel).await?;
     let c = &d.client;
-    let manifest = json!({"backend": a.backend, "lifecycle": {"on_idle": "nothing"}});
+    let backends: &[&str] = match a.backend.as_str() {
+        "both" => &["process", "microvm"],
+        "microvm" => &["microvm"],
+        _ => &["process"],
+    };
+    let image = if a.no_image_build {
+        Value::Null
+    } else {
+        crate::bench_image::figures(c, &d.data_dir, backends.contains(&"microvm")).await?
+    };
+    let mut per_backend = Vec::new();
+    for b in backends {
+        per_backend.push(ratio(c, b, a.rows, a.rounds).await?);
+    }
+    Ok(json!({
+        "accelerator": accel,
+        "rows": a.rows,
+        "rounds": a.rounds,
+        "image": image,
+        "backends": per_backend,
+    }))
+}
+
+/// Cold create + setup + first answer vs from the template, on `backend`.
+async fn ratio(c: &Client, backend: &str, rows: u64, rounds: u32) -> Result<Value> {
+    let manifest = json!({"backend": backend, "lifecycle": {"on_idle": "nothing"}});
     let name = "bench-python-data";
     let (mut cold, mut warm) = (Vec::new(), Vec::new());
     let mut setup_ms = Vec::new();
     let mut restored_session = None;
     let mut template_ms = 0.0;
     let mut template_bytes = 0u64;
-    for round in 0..a.rounds {
+    for round in 0..rounds {
         // Cold: create, write the dataset, load it in a session, first answer.
         let t = Instant::now();
         let sb = c.create(manifest.clone()).await?;
         let t_setup = Instant::now();
-        exec_ok(c, &sb.id, &["python3", "-c", &make_data(a.rows)]).await?;
+        exec_ok(c, &sb.id, &["python3", "-c", &make_data(rows)]).await?;
         let session = warm_session(c, &sb.id).await?;
         setup_ms.push(ms_since(t_setup));
-        first_answer(c, &sb.id, &session, a.rows).await?;
+        first_answer(c, &sb.id, &session, rows).await?;
         cold.push(ms_since(t));
 
         if round == 0 {
@@ -122,17 +153,14 @@ pub async fn template(a: TemplateArgs) -> Result<Value> {
             Some(s) => s.id,
             None => warm_session(c, &sb.id).await?,
         };
-        first_answer(c, &sb.id, &session, a.rows).await?;
+        first_answer(c, &sb.id, &session, rows).await?;
         warm.push(ms_since(t));
         c.destroy(&sb.id).await?;
     }
     c.delete_template(name).await?;
     let (cold_ms, warm_ms) = (median(&mut cold), median(&mut warm));
     Ok(json!({
-        "backend": a.backend,
-        "accelerator": accel,
-        "rows": a.rows,
-        "rounds": a.rounds,
+        "backend": backend,
         "interpreter_state_restored": restored_session,
         "cold_create_setup_first_answer_ms": cold_ms,
         "setup_ms": median(&mut setup_ms),

@@ -53,7 +53,7 @@ pub enum ImageCmd {
     Rm { name: String },
 }
 
-fn enc(s: &str) -> String {
+pub(crate) fn enc(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
@@ -199,8 +199,6 @@ async fn build(
             .ok_or_else(|| Error::invalid(format!("--build-arg {a:?}: expected KEY=value")))?;
         args.insert(k.to_string(), Value::String(v.to_string()));
     }
-    let tmp = tempfile_path();
-    context_tar(&context, &dockerfile, &tmp)?;
     let mut path = format!("/v1/images/build?tag={}", enc(&tag));
     if !args.is_empty() {
         path += &format!("&build_args={}", enc(&Value::Object(args).to_string()));
@@ -216,51 +214,69 @@ async fn build(
         b.enable_steady_tick(std::time::Duration::from_millis(120));
         b
     };
+    let r = build_context(c, &context, &dockerfile, &path, |v| {
+        match v["event"].as_str() {
+            Some("step") => bar.set_message(format!(
+                "[{}/{}] {}",
+                v["index"],
+                v["total"],
+                v["text"].as_str().unwrap_or("")
+            )),
+            Some("cached") => bar.println(format!("[{}] cached", v["index"])),
+            Some("output") => bar.println(v["text"].as_str().unwrap_or("").trim_end()),
+            Some("step_done") => bar.println(format!(
+                "[{}] done in {:.2} s",
+                v["index"],
+                v["seconds"].as_f64().unwrap_or(0.0)
+            )),
+            _ => {}
+        }
+        if json {
+            println!("{v}");
+        }
+    })
+    .await;
+    bar.finish_and_clear();
+    let v = r?;
+    if !json {
+        println!(
+            "built {}:{}  {}  {} steps ({} cached), {} layers, rootfs {} bytes, {:.2} s",
+            v["name"].as_str().unwrap_or("?"),
+            v["tag"].as_str().unwrap_or("?"),
+            v["image"].as_str().unwrap_or("?"),
+            v["steps"],
+            v["cache_hits"],
+            v["layers"],
+            v["rootfs_bytes"],
+            v["seconds"].as_f64().unwrap_or(0.0)
+        );
+    }
+    Ok(())
+}
+
+/// Upload `context` (with `dockerfile`) to the build route `path`, every
+/// event of the stream to `on_event`; the `done` event, or the build's
+/// error with its code.
+pub async fn build_context(
+    c: &Client,
+    context: &Path,
+    dockerfile: &Path,
+    path: &str,
+    mut on_event: impl FnMut(&Value),
+) -> Result<Value> {
+    let tmp = tempfile_path();
+    context_tar(context, dockerfile, &tmp)?;
     let mut last: Option<Value> = None;
     let r = c
-        .post_file_lines(&path, &tmp, |v| {
-            match v["event"].as_str() {
-                Some("step") => bar.set_message(format!(
-                    "[{}/{}] {}",
-                    v["index"],
-                    v["total"],
-                    v["text"].as_str().unwrap_or("")
-                )),
-                Some("cached") => bar.println(format!("[{}] cached", v["index"])),
-                Some("output") => bar.println(v["text"].as_str().unwrap_or("").trim_end()),
-                Some("step_done") => bar.println(format!(
-                    "[{}] done in {:.2} s",
-                    v["index"],
-                    v["seconds"].as_f64().unwrap_or(0.0)
-                )),
-                _ => {}
-            }
-            if json {
-                println!("{v}");
-            }
+        .post_file_lines(path, &tmp, |v| {
+            on_event(&v);
             last = Some(v);
         })
         .await;
     let _ = std::fs::remove_file(&tmp);
-    bar.finish_and_clear();
     r?;
     match last {
-        Some(v) if v["event"] == "done" => {
-            if !json {
-                println!(
-                    "built {}:{}  {}  {} steps ({} cached), {} layers, rootfs {} bytes, {:.2} s",
-                    v["name"].as_str().unwrap_or("?"),
-                    v["tag"].as_str().unwrap_or("?"),
-                    v["image"].as_str().unwrap_or("?"),
-                    v["steps"],
-                    v["cache_hits"],
-                    v["layers"],
-                    v["rootfs_bytes"],
-                    v["seconds"].as_f64().unwrap_or(0.0)
-                );
-            }
-            Ok(())
-        }
+        Some(v) if v["event"] == "done" => Ok(v),
         Some(v) if v["event"] == "error" => {
             let code = serde_json::from_value(v["code"].clone()).unwrap_or(ErrorCode::Internal);
             Err(Error::new(

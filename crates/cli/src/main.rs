@@ -6,6 +6,7 @@
 mod admin;
 mod audit;
 mod bench;
+mod bench_image;
 mod bench_template;
 mod cli;
 mod client;

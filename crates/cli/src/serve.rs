@@ -56,9 +56,15 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 64)]
     max_file_mb: u64,
     /// Largest image upload (`stasis image import` archive, `stasis image
-    /// build` context) in MiB; a bigger one is refused with 413.
-    #[arg(long, default_value_t = 4096)]
+    /// build` context) in MiB, as sent; a bigger one is refused with 413.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     max_upload_mb: u64,
+    /// Most MiB one tar from a tenant may unpack to: each layer of an
+    /// imported image and the import archive itself, a build context, an
+    /// archive a Dockerfile ADDs, the changes of one RUN step. A
+    /// decompression bomb past it is refused with 413 and leaves nothing.
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    max_layer_mb: u64,
     /// Write the bound address here once serving.
     #[arg(long)]
     ready_file: Option<PathBuf>,
@@ -169,7 +175,10 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         _ => return Err(Error::invalid("give only one of --master-key-file, --master-key-env, --insecure-dev-key")),
     };
     cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
-    cfg.max_upload_bytes = a.max_upload_mb.saturating_mul(1024 * 1024);
+    cfg.image_limits = stasis_server::images::ImageLimits {
+        upload_bytes: a.max_upload_mb.saturating_mul(1024 * 1024),
+        layer_bytes: a.max_layer_mb.saturating_mul(1024 * 1024),
+    };
     cfg.ready_file = match &a.ready_file {
         Some(f) => Some(absolute_path("--ready-file", f)?),
         None => None,

@@ -7,108 +7,9 @@
 
 mod common;
 
+use common::archives::{f, import_busybox, l, layers, oci_archive, tar_of};
 use common::{Daemon, Http};
 use serde_json::{json, Value};
-use stasis_image::Digest;
-
-/// One tar entry: (name, kind, data, link target, mode).
-type E<'a> = (&'a str, tar::EntryType, Vec<u8>, &'a str, u32);
-
-fn tar_of(entries: &[E<'_>]) -> Vec<u8> {
-    let mut b = tar::Builder::new(Vec::new());
-    for (name, kind, data, link, mode) in entries {
-        let mut h = tar::Header::new_gnu();
-        {
-            let g = h.as_gnu_mut().unwrap();
-            g.name[..name.len()].copy_from_slice(name.as_bytes());
-            g.linkname[..link.len()].copy_from_slice(link.as_bytes());
-        }
-        h.set_entry_type(*kind);
-        h.set_size(data.len() as u64);
-        h.set_mode(*mode);
-        h.set_mtime(1_700_000_000);
-        h.set_cksum();
-        b.append(&h, &data[..]).unwrap();
-    }
-    b.into_inner().unwrap()
-}
-
-fn f<'a>(name: &'a str, data: &[u8], mode: u32) -> E<'a> {
-    (name, tar::EntryType::Regular, data.to_vec(), "", mode)
-}
-fn l<'a>(name: &'a str, target: &'a str) -> E<'a> {
-    (name, tar::EntryType::Symlink, vec![], target, 0o777)
-}
-
-/// Layer 1: busybox and its applets, /etc/passwd, /etc/gone.
-/// Layer 2: whites out /etc/gone, adds /etc/motd and a symlink to it.
-fn layers() -> Vec<Vec<u8>> {
-    let bb = std::fs::read("/usr/bin/busybox").expect("busybox (static) on the host");
-    let mut l1 = vec![f("bin/busybox", &bb, 0o755)];
-    for a in [
-        "sh", "cat", "ls", "echo", "test", "id", "pwd", "rm", "mkdir",
-    ] {
-        l1.push(l(Box::leak(format!("bin/{a}").into_boxed_str()), "busybox"));
-    }
-    l1.push(f("etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", 0o644));
-    l1.push(f("etc/gone", b"lower layer\n", 0o644));
-    let l2 = vec![
-        f("etc/.wh.gone", b"", 0o644),
-        f("etc/motd", b"from layer two\n", 0o644),
-        l("etc/alias", "motd"),
-    ];
-    vec![tar_of(&l1), tar_of(&l2)]
-}
-
-/// An OCI image layout tar holding `layers`.
-fn oci_archive(layers: &[Vec<u8>]) -> Vec<u8> {
-    let diff_ids: Vec<String> = layers
-        .iter()
-        .map(|l| Digest::of_bytes(l).to_string())
-        .collect();
-    let cfg = serde_json::to_vec(&json!({
-        "architecture": "amd64", "os": "linux",
-        "config": {"Env": ["PATH=/bin", "IMG=oci"], "WorkingDir": "/etc", "Cmd": ["/bin/sh"]},
-        "rootfs": {"type": "layers", "diff_ids": diff_ids}
-    }))
-    .unwrap();
-    let mut blobs: Vec<(Digest, Vec<u8>)> = vec![(Digest::of_bytes(&cfg), cfg.clone())];
-    let mut descs = vec![];
-    for layer in layers {
-        let d = Digest::of_bytes(layer);
-        descs.push(json!({"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d.to_string(), "size": layer.len()}));
-        blobs.push((d, layer.clone()));
-    }
-    let manifest = serde_json::to_vec(&json!({
-        "schemaVersion": 2,
-        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blobs[0].0.to_string(), "size": cfg.len()},
-        "layers": descs
-    }))
-    .unwrap();
-    let md = Digest::of_bytes(&manifest);
-    blobs.push((md.clone(), manifest.clone()));
-    let index = serde_json::to_vec(&json!({"schemaVersion": 2, "manifests": [{
-        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md.to_string(), "size": manifest.len()}]}))
-    .unwrap();
-    let mut entries: Vec<(String, Vec<u8>)> = blobs
-        .into_iter()
-        .map(|(d, b)| (format!("blobs/sha256/{}", d.hex()), b))
-        .collect();
-    entries.push((
-        "oci-layout".into(),
-        br#"{"imageLayoutVersion":"1.0.0"}"#.to_vec(),
-    ));
-    entries.push(("index.json".into(), index));
-    let mut b = tar::Builder::new(Vec::new());
-    for (name, data) in entries {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(data.len() as u64);
-        h.set_mode(0o644);
-        h.set_cksum();
-        b.append_data(&mut h, name, &data[..]).unwrap();
-    }
-    b.into_inner().unwrap()
-}
 
 async fn new_tenant(admin: &Http, id: &str) -> String {
     admin
@@ -410,14 +311,7 @@ async fn the_operator_registers_a_directory_as_a_public_image() {
 async fn build_from_a_dockerfile_and_run_it() {
     let d = Daemon::start(&[]).await;
     let http = d.http();
-    let r = http
-        .raw(
-            "POST",
-            "/v1/images/import?name=mini:1",
-            oci_archive(&layers()),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
+    import_busybox(&http, "mini:1").await;
     let ctx = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(ctx.path().join("src")).unwrap();
     std::fs::write(ctx.path().join("src/app.txt"), "app v1\n").unwrap();
@@ -607,14 +501,7 @@ async fn gc_spares_images_in_use() {
     let d = Daemon::start(&[]).await;
     let http = d.http();
     let admin = d.http_as(Some(&d.admin_token()));
-    let r = http
-        .raw(
-            "POST",
-            "/v1/images/import?name=mini:1",
-            oci_archive(&layers()),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
+    import_busybox(&http, "mini:1").await;
     let sb = http.create(manifest("mini:1")).await;
     http.ok("DELETE", "/v1/images/mini:1", None).await;
     assert_eq!(
@@ -656,15 +543,7 @@ async fn an_imported_image_runs_on_the_microvm_backend() {
     }
     let d = Daemon::start(&[]).await;
     let http = d.http();
-    let r = http
-        .raw(
-            "POST",
-            "/v1/images/import?name=mini:1",
-            oci_archive(&layers()),
-        )
-        .await;
-    assert_eq!(r.status, 201, "{}", r.body);
-    let id = r.body["id"].as_str().unwrap().to_string();
+    let id = import_busybox(&http, "mini:1").await;
     let t0 = std::time::Instant::now();
     let sb = http
         .create(

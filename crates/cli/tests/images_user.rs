@@ -1,8 +1,9 @@
-//! A Dockerfile with RUN, COPY, ENV, WORKDIR, USER and CMD, built FROM the
-//! stasis base (a local context, no network), run on both backends: files,
-//! environment and working directory as built; RUN steps after USER and
-//! every exec and session of the sandbox run as that user; a session with
-//! no command runs the image's CMD; a request may still name root.
+//! A Dockerfile with RUN, COPY, ADD (a local .tar.gz, unpacked), ENV,
+//! WORKDIR, USER and CMD, built FROM the stasis base (a local context, no
+//! network), run on both backends: files, environment and working directory
+//! as built; RUN steps after USER and every exec and session of the sandbox
+//! (on a terminal too) run as that user; a session with no command runs the
+//! image's CMD; a request may still name root.
 //! Needs the guest image (STASIS_IMAGE_DIR, which leaves the stasis base
 //! beside it); without it the test says so and passes.
 
@@ -16,6 +17,7 @@ const DOCKERFILE: &str = "FROM stasis-base:bookworm\n\
     ENV APP_MODE=test\n\
     WORKDIR /home/app/work\n\
     COPY hello.txt ./\n\
+    ADD vendor.tar.gz /opt/vendor/\n\
     RUN chown -R app:app /home/app/work\n\
     USER app\n\
     RUN id -un > built-as.txt && touch /home/app/work/own.txt\n\
@@ -23,8 +25,25 @@ const DOCKERFILE: &str = "FROM stasis-base:bookworm\n\
 
 const CHECK: &str = "id -un; id -u; cat built-as.txt hello.txt; stat -c %U own.txt; \
                      echo $APP_MODE $HOME; pwd; touch new.txt && stat -c %U new.txt; \
-                     touch /etc/x 2>/dev/null || echo no-root";
-const EXPECTED: &str = "app\n1500\napp\nhello\napp\ntest /home/app\n/home/app/work\napp\nno-root\n";
+                     touch /etc/x 2>/dev/null || echo no-root; \
+                     cat /opt/vendor/lib/v.py; stat -c %u /opt/vendor/lib/v.py";
+const EXPECTED: &str = "app\n1500\napp\nhello\napp\ntest /home/app\n/home/app/work\napp\nno-root\n\
+                        VERSION = 2\n4242\n";
+
+/// The archive the Dockerfile ADDs: `lib/v.py`, owned by 4242 (kept).
+fn vendor_tar_gz() -> Vec<u8> {
+    let mut b = tar::Builder::new(Vec::new());
+    let data = b"VERSION = 2\n";
+    let mut h = tar::Header::new_gnu();
+    h.set_size(data.len() as u64);
+    h.set_mode(0o644);
+    h.set_uid(4242);
+    h.set_gid(4242);
+    b.append_data(&mut h, "lib/v.py", &data[..]).unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, &b.into_inner().unwrap()).unwrap();
+    gz.finish().unwrap()
+}
 
 async fn check(http: &Http, sb: &str) {
     assert_eq!(http.sh(sb, CHECK).await, EXPECTED, "on {sb}");
@@ -65,6 +84,19 @@ async fn check(http: &Http, sb: &str) {
     let sid = s["id"].as_str().unwrap();
     http.session_until(sb, sid, 0, "default command as 1500")
         .await;
+    // On a terminal too.
+    let s = http
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{sb}/sessions"),
+            Some(json!({"argv": ["sh", "-c",
+                                 "test -t 1 && echo tty-user=$(id -un) done; sleep 30"],
+                        "pty": {"cols": 80, "rows": 24}})),
+        )
+        .await;
+    let sid = s["id"].as_str().unwrap();
+    let (out, _) = http.session_until(sb, sid, 0, " done").await;
+    assert!(out.contains("tty-user=app done"), "{out:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -82,6 +114,7 @@ async fn a_dockerfile_image_with_user_runs_as_built_on_both_backends() {
     let ctx = tempfile::tempdir().unwrap();
     std::fs::write(ctx.path().join("Dockerfile"), DOCKERFILE).unwrap();
     std::fs::write(ctx.path().join("hello.txt"), "hello\n").unwrap();
+    std::fs::write(ctx.path().join("vendor.tar.gz"), vendor_tar_gz()).unwrap();
     let c = ctx.path().display().to_string();
     let o = d.cli(&["image", "build", "-t", "app:1", &c]);
     assert!(o.status.success(), "{o:?}");

@@ -15,13 +15,13 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
 use stasis_core::{Error, Result};
 
+use crate::context::{copy_sources, hash_sources, make_dirs, parse_chown, resolve_in_root};
 use crate::digest::{Digest, Hasher};
 use crate::dockerfile::{self, Command, Instruction, Step};
 use crate::layer::{self, ApplyOptions};
@@ -274,13 +274,20 @@ fn run_steps(
         };
         let (canon, copy) = match &step.instr {
             Instruction::Copy {
-                srcs, dest, chown, ..
+                srcs,
+                dest,
+                chown,
+                add,
             } => {
+                let kw = if *add { "ADD" } else { "COPY" };
                 let srcs = srcs.iter().map(|s| ex(s)).collect::<Result<Vec<_>>>()?;
+                for s in &srcs {
+                    dockerfile::check_local(step.line, kw, s)?;
+                }
                 let dest = ex(dest)?;
                 let digest = hash_sources(context, &srcs).map_err(|e| step_err(step, e.message))?;
                 (
-                    format!("COPY {chown:?} {srcs:?} {dest} {digest}"),
+                    format!("{kw} {chown:?} {srcs:?} {dest} {digest}"),
                     Some((srcs, dest, chown.clone())),
                 )
             }
@@ -465,7 +472,7 @@ fn execute(
         Instruction::Workdir(w) => {
             let w = abs_path(&state.config.working_dir, &ex(w)?);
             state.config.working_dir = w.clone();
-            make_dirs(&upper, &w)?;
+            make_dirs(&upper, &resolve_in_root(&state.root()?, &w, false))?;
             true
         }
         Instruction::Cmd(c) => {
@@ -478,17 +485,35 @@ fn execute(
         }
         Instruction::Arg { .. } => false,
         Instruction::From(_) => return Err(step_err(step, "a second FROM is not supported")),
-        Instruction::Copy { .. } => {
+        Instruction::Copy { add, .. } => {
             let (srcs, dest, chown) = copy.expect("copy operands");
             let owner = chown
                 .as_deref()
                 .map(parse_chown)
                 .transpose()
                 .map_err(|e| step_err(step, e))?;
-            let dest = abs_path(&state.config.working_dir, &dest)
-                + if dest.ends_with('/') { "/" } else { "" };
-            copy_sources(context, &srcs, &upper, &dest, owner)
-                .map_err(|e| step_err(step, e.message))?;
+            // Written where the image's symlinks lead; into a directory
+            // (Docker's rules) when the destination says so (`dir/`, `.`,
+            // several sources) or already is one in the image.
+            let root = state.root()?;
+            let abs = abs_path(&state.config.working_dir, &dest);
+            let as_dir = resolve_in_root(&root, &abs, false);
+            let into_dir = dest.ends_with('/')
+                || dest == "."
+                || dest.ends_with("/.")
+                || srcs.len() > 1
+                || root.join(as_dir.trim_start_matches('/')).is_dir();
+            let dest = if into_dir {
+                format!("{}/", as_dir.trim_end_matches('/'))
+            } else {
+                resolve_in_root(&root, &abs, true)
+            };
+            // An ADDed archive unpacks under the build's (the tenant's) limits.
+            let add = add.then_some(&state.opts);
+            copy_sources(context, &srcs, &upper, &dest, owner, add).map_err(|e| Error {
+                code: e.code,
+                ..step_err(step, e.message)
+            })?;
             true
         }
         Instruction::Run(cmd) => {
@@ -546,143 +571,6 @@ fn execute(
     layer::write_layer(&upper, &file)?;
     let _ = fs::remove_dir_all(&upper);
     Ok(Some(state.store.put_layer(&file)?))
-}
-
-fn make_dirs(upper: &Path, abs: &str) -> Result<()> {
-    let p = upper.join(abs.trim_start_matches('/'));
-    fs::create_dir_all(&p)?;
-    let mut cur = upper.to_path_buf();
-    for c in Path::new(abs.trim_start_matches('/')).components() {
-        cur.push(c);
-        fs::set_permissions(&cur, fs::Permissions::from_mode(0o755))?;
-    }
-    Ok(())
-}
-
-/// `--chown=UID[:GID]`, numeric.
-fn parse_chown(s: &str) -> std::result::Result<(u32, u32), String> {
-    let (u, g) = s.split_once(':').unwrap_or((s, s));
-    match (u.parse(), g.parse()) {
-        (Ok(u), Ok(g)) => Ok((u, g)),
-        _ => Err(format!("--chown={s}: only numeric UID[:GID] is supported")),
-    }
-}
-
-/// A source path inside the context: no `..` out of it, no absolute path,
-/// and its canonical form (symlinks followed) must stay inside too.
-fn context_path(context: &Path, src: &str) -> Result<PathBuf> {
-    let mut rel = PathBuf::new();
-    for c in Path::new(src).components() {
-        match c {
-            Component::Normal(p) => rel.push(p),
-            Component::CurDir => {}
-            Component::RootDir => {}
-            _ => return Err(Error::invalid(format!("{src:?} leaves the build context"))),
-        }
-    }
-    let p = context.join(&rel);
-    let canon = p
-        .canonicalize()
-        .map_err(|_| Error::invalid(format!("{src:?} is not in the build context")))?;
-    if !canon.starts_with(context) {
-        return Err(Error::invalid(format!(
-            "{src:?} leaves the build context (it resolves to {})",
-            canon.display()
-        )));
-    }
-    Ok(canon)
-}
-
-/// Digest of the sources: relative names, modes, contents, link targets.
-fn hash_sources(context: &Path, srcs: &[String]) -> Result<Digest> {
-    fn walk(h: &mut Hasher, p: &Path, rel: &str) -> Result<()> {
-        let m = fs::symlink_metadata(p)?;
-        h.field(rel.as_bytes());
-        h.field(&m.mode().to_le_bytes());
-        if m.file_type().is_symlink() {
-            h.field(fs::read_link(p)?.as_os_str().as_encoded_bytes());
-        } else if m.is_dir() {
-            let mut names: Vec<_> = fs::read_dir(p)?
-                .map(|e| e.map(|e| e.file_name()))
-                .collect::<std::io::Result<_>>()?;
-            names.sort();
-            for n in names {
-                walk(h, &p.join(&n), &format!("{rel}/{}", n.to_string_lossy()))?;
-            }
-        } else {
-            h.field(&fs::read(p)?);
-        }
-        Ok(())
-    }
-    let mut h = Hasher::default();
-    for s in srcs {
-        let p = context_path(context, s)?;
-        walk(&mut h, &p, s)?;
-    }
-    Ok(h.finish())
-}
-
-/// Copy sources into `upper` at `dest` with Docker's rules: a directory's
-/// contents go into `dest`; several sources or a `dest/` make `dest` a
-/// directory. Symlinks inside are copied as symlinks, never followed.
-fn copy_sources(
-    context: &Path,
-    srcs: &[String],
-    upper: &Path,
-    dest: &str,
-    owner: Option<(u32, u32)>,
-) -> Result<()> {
-    let dest_is_dir = dest.ends_with('/') || srcs.len() > 1;
-    let dest_rel = dest.trim_start_matches('/').trim_end_matches('/');
-    for s in srcs {
-        let p = context_path(context, s)?;
-        let target = if p.is_dir() {
-            upper.join(dest_rel)
-        } else if dest_is_dir {
-            upper.join(dest_rel).join(p.file_name().unwrap_or_default())
-        } else {
-            upper.join(dest_rel)
-        };
-        if let Some(parent) = target.parent() {
-            make_dirs(
-                upper,
-                &parent
-                    .strip_prefix(upper)
-                    .unwrap_or(Path::new(""))
-                    .to_string_lossy(),
-            )?;
-        }
-        copy_rec(&p, &target, owner.unwrap_or((0, 0)))?;
-    }
-    Ok(())
-}
-
-fn copy_rec(src: &Path, dst: &Path, (uid, gid): (u32, u32)) -> Result<()> {
-    let m = fs::symlink_metadata(src)?;
-    if m.file_type().is_symlink() {
-        let _ = fs::remove_file(dst);
-        std::os::unix::fs::symlink(fs::read_link(src)?, dst)?;
-    } else if m.is_dir() {
-        fs::create_dir_all(dst)?;
-        fs::set_permissions(dst, fs::Permissions::from_mode(m.mode() & 0o7777))?;
-        for e in fs::read_dir(src)? {
-            let e = e?;
-            copy_rec(&e.path(), &dst.join(e.file_name()), (uid, gid))?;
-        }
-    } else if m.is_file() {
-        fs::copy(src, dst)?;
-        fs::set_permissions(dst, fs::Permissions::from_mode(m.mode() & 0o7777))?;
-    } else {
-        return Err(Error::invalid(format!(
-            "{} is not a file, directory or symlink",
-            src.display()
-        )));
-    }
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        std::os::unix::fs::lchown(dst, Some(uid), Some(gid))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

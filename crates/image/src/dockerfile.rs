@@ -1,8 +1,9 @@
 //! The Dockerfile subset stasis builds: FROM, RUN, COPY, ADD (local files
-//! only), ENV, WORKDIR, USER, ARG, ENTRYPOINT and CMD. Comments, blank
-//! lines and `\` line continuations as Docker reads them. Anything else --
-//! an unknown instruction, a second FROM (multi-stage), `COPY --from`, an
-//! `ADD` of a URL -- is an error naming the line and the instruction.
+//! and archives only), ENV, WORKDIR, USER, ARG, ENTRYPOINT and CMD.
+//! Comments, blank lines and `\` line continuations as Docker reads them.
+//! Anything else -- an unknown instruction, a second FROM (multi-stage),
+//! `COPY --from`, an `ADD` of a URL (the build has no network but its RUN
+//! steps') -- is an error naming the line and the instruction.
 //! Variables (`$X`, `${X}`, `${X:-default}`, `${X:+alt}`) are expanded at
 //! build time by [`expand`], since ARG values come from the build.
 
@@ -208,13 +209,7 @@ fn copy(line: usize, kw: &str, rest: &str) -> Result<Instruction> {
     }
     let (srcs, dest) = words.split_at(words.len() - 1);
     for s in srcs {
-        if s.contains("://") || s.starts_with("git@") {
-            return Err(err(
-                line,
-                kw,
-                format!("{s:?}: only local files from the build context can be added (no URLs or remote archives)"),
-            ));
-        }
+        check_local(line, kw, s)?;
     }
     Ok(Instruction::Copy {
         srcs: srcs.to_vec(),
@@ -222,6 +217,24 @@ fn copy(line: usize, kw: &str, rest: &str) -> Result<Instruction> {
         chown,
         add: kw == "ADD",
     })
+}
+
+/// `COPY`/`ADD` take local files only: a URL or remote repository (as
+/// written, or once variables are expanded) is refused, saying why.
+pub(crate) fn check_local(line: usize, kw: &str, src: &str) -> Result<()> {
+    if src.contains("://") || src.starts_with("git@") {
+        return Err(err(
+            line,
+            kw,
+            format!(
+                "{src:?}: only local files from the build context can be added, not a URL or \
+                 remote repository: the build itself has no network, only RUN steps reach it \
+                 under the build's network policy (--network-allow); fetch it in a RUN step \
+                 or put it in the context"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn check_var_name(line: usize, kw: &str, name: &str) -> Result<()> {

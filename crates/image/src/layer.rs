@@ -1,6 +1,8 @@
-//! Layers: applying a layer tar (plain, gzip or zstd, sniffed by magic
-//! bytes) onto a root directory without ever writing outside it, and writing
-//! a directory of changes (an overlayfs upper dir) back out as a layer.
+//! Layers: applying a layer tar (plain, gzip, bzip2, xz or zstd, sniffed by
+//! magic bytes) onto a root directory without ever writing outside it, and
+//! writing a directory of changes (an overlayfs upper dir) back out as a
+//! layer. The same rules unpack a build context and a Dockerfile's `ADD` of
+//! a local archive.
 //!
 //! Refused, with the entry named: `..` components, absolute entry names,
 //! relative symlinks that climb out of the root, hardlinks to anything but a
@@ -11,7 +13,9 @@
 //! sandbox's `/`, and nothing here follows a symlink on the host.
 //!
 //! OCI whiteouts: `.wh.NAME` deletes NAME from lower layers, `.wh..wh..opq`
-//! empties its directory of everything lower layers put there.
+//! empties its directory of everything lower layers put there. In a plain
+//! archive (a build context, an `ADD`), where a `.wh.` name could only mean
+//! a file the next layer would turn into a deletion, such names are refused.
 //!
 //! Application is not atomic by itself: [`apply_all_atomic`] builds into a
 //! staging directory beside the destination and renames it into place, so a
@@ -37,13 +41,31 @@ pub struct ApplyOptions {
     pub max_bytes: u64,
     /// Keep setuid/setgid bits (operator sources only); else refuse them.
     pub allow_setid: bool,
+    /// An image layer (`.wh.` entries are OCI whiteouts); false for a plain
+    /// archive, where they are refused.
+    pub whiteouts: bool,
 }
+
+/// The default of [`ApplyOptions::max_bytes`] (the daemon's
+/// `--max-layer-mb`): 8 GiB.
+pub const DEFAULT_MAX_LAYER_BYTES: u64 = 8 << 30;
 
 impl Default for ApplyOptions {
     fn default() -> Self {
         ApplyOptions {
-            max_bytes: 8 << 30,
+            max_bytes: DEFAULT_MAX_LAYER_BYTES,
             allow_setid: false,
+            whiteouts: true,
+        }
+    }
+}
+
+impl ApplyOptions {
+    /// The same limits and trust for a plain archive (no whiteouts).
+    pub fn plain(self) -> ApplyOptions {
+        ApplyOptions {
+            whiteouts: false,
+            ..self
         }
     }
 }
@@ -63,18 +85,53 @@ fn refuse(entry: &str, why: impl std::fmt::Display) -> Error {
     Error::invalid(format!("layer entry {entry:?} refused: {why}"))
 }
 
-/// Wrap a possibly compressed stream: gzip (`1f 8b`), zstd (`28 b5 2f fd`)
-/// or a plain tar.
+/// Wrap a possibly compressed stream: gzip (`1f 8b`), bzip2 (`BZh`), xz
+/// (`fd 37 7a 58 5a 00`), zstd (`28 b5 2f fd`) or a plain tar. Multi-member
+/// gzip and multi-stream bzip2/xz files are read whole, as `tar` does.
 pub fn decompress<'a>(r: impl Read + 'a) -> Result<Box<dyn Read + 'a>> {
     let mut r = BufReader::new(r);
     let head = r.fill_buf()?;
     if head.starts_with(&[0x1f, 0x8b]) {
-        Ok(Box::new(flate2::read::GzDecoder::new(r)))
+        Ok(Box::new(flate2::read::MultiGzDecoder::new(r)))
+    } else if head.starts_with(b"BZh") {
+        Ok(Box::new(bzip2::read::MultiBzDecoder::new(r)))
+    } else if head.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0x00]) {
+        Ok(Box::new(liblzma::read::XzDecoder::new_multi_decoder(r)))
     } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
         Ok(Box::new(zstd::Decoder::with_buffer(r)?))
     } else {
         Ok(Box::new(r))
     }
+}
+
+/// Whether `path` is a tar archive, plain or compressed in a format
+/// [`decompress`] reads: its first 512-byte block (decompressed) is a tar
+/// header with a valid checksum. Anything else (a plain `.gz` of a text
+/// file, a truncated archive) is not, and Docker's `ADD` copies it as is.
+pub fn is_tar(path: &Path) -> Result<bool> {
+    let f = fs::File::open(path)?;
+    let mut block = [0u8; 512];
+    let mut r = decompress(f)?;
+    let mut got = 0;
+    while got < block.len() {
+        match r.read(&mut block[got..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            // Not a stream of its sniffed kind after all.
+            Err(_) => return Ok(false),
+        }
+    }
+    if block.iter().all(|&b| b == 0) {
+        return Ok(false);
+    }
+    let header = tar::Header::from_byte_slice(&block);
+    let Ok(stored) = header.cksum() else {
+        return Ok(false);
+    };
+    let mut computed = header.clone();
+    computed.set_cksum();
+    Ok(computed.cksum().ok() == Some(stored))
 }
 
 /// Counts bytes and fails once more than `limit` pass.
@@ -208,6 +265,12 @@ fn apply_entry<R: Read>(
     let mode = header.mode().map_err(|e| refuse(name, e))?;
     if mode & 0o6000 != 0 && !opts.allow_setid && (kind.is_file() || kind.is_dir()) {
         return Err(refuse(name, "setuid/setgid bit from an untrusted source"));
+    }
+    if !opts.whiteouts && file_name.starts_with(WH_PREFIX) {
+        return Err(refuse(
+            name,
+            "a name starting with .wh. marks a deletion in an image layer; a plain archive cannot carry it",
+        ));
     }
     if file_name == WH_OPAQUE {
         return opaque(&parent, &parent_rel, created);
@@ -433,10 +496,13 @@ fn set_mtime(p: &Path, secs: i64) {
     };
 }
 
-/// Apply `layers` in order on top of a copy of `base` (or an empty root)
-/// into a staging directory beside `dest`, then rename it to `dest`. On any
-/// refusal the staging directory is removed: nothing is left behind. When
-/// `dest` appeared meanwhile (a concurrent materialisation) it is kept.
+/// Apply `layers` in order on top of `base` (or an empty root) into a
+/// staging directory beside `dest`, then rename it to `dest`. The base's
+/// files are hard links where it lies on the same filesystem (see
+/// [`link_tree`]): an image `FROM` another shares every file it does not
+/// change. On any refusal the staging directory is removed: nothing is left
+/// behind. When `dest` appeared meanwhile (a concurrent materialisation) it
+/// is kept.
 pub fn apply_all_atomic(
     base: Option<&Path>,
     layers: &[PathBuf],
@@ -455,7 +521,7 @@ pub fn apply_all_atomic(
     let result = (|| {
         fs::create_dir(&staging)?;
         if let Some(base) = base {
-            copy_tree(base, &staging)?;
+            link_tree(base, &staging)?;
         }
         for l in layers {
             apply_file(l, &staging, opts)?;
@@ -493,9 +559,33 @@ pub fn unique_suffix() -> String {
 /// Copy a directory tree preserving modes, owners, symlinks and hardlinks
 /// (`cp -a`, reflinking where the filesystem can).
 pub fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
+    cp(src, dst, "--reflink=auto")
+}
+
+/// [`copy_tree`], but with every non-directory a hard link to the source's
+/// (`cp -a --link`) when both lie on one filesystem: a root made from
+/// another shares the files it does not change instead of copying them.
+/// Directories are the tree's own. Safe because nothing writes an image's
+/// files in place: a layer applied on top replaces an entry (unlink, then
+/// create), sandboxes see the root read-only under an overlay, and the
+/// microVM disk is made from a copy. Across filesystems it copies.
+pub fn link_tree(src: &Path, dst: &Path) -> Result<()> {
+    let dev = |p: &Path| fs::metadata(p).map(|m| m.dev());
+    let dst_dev = match dev(dst) {
+        Ok(d) => d,
+        Err(_) => dev(dst.parent().unwrap_or(Path::new("/")))?,
+    };
+    if dev(src)? == dst_dev {
+        cp(src, dst, "--link")
+    } else {
+        copy_tree(src, dst)
+    }
+}
+
+fn cp(src: &Path, dst: &Path, how: &str) -> Result<()> {
     let out = std::process::Command::new("cp")
         .arg("-a")
-        .arg("--reflink=auto")
+        .arg(how)
         .arg(format!("{}/.", src.display()))
         .arg(dst)
         .output()
@@ -545,6 +635,12 @@ fn walk<W: Write>(base: &Path, rel: &Path, b: &mut tar::Builder<W>) -> Result<()
         } else if ft.is_char_device() || ft.is_block_device() || ft.is_socket() {
             return Err(Error::invalid(format!(
                 "{} is a device node or socket; layers cannot carry it",
+                r.display()
+            )));
+        } else if n.as_bytes().starts_with(WH_PREFIX.as_bytes()) {
+            // It would read back as a whiteout and delete instead.
+            return Err(Error::invalid(format!(
+                "{} is named like a layer whiteout (.wh.); layers cannot carry it",
                 r.display()
             )));
         } else if ft.is_dir() {

@@ -315,3 +315,24 @@ fn write_layer_turns_overlay_whiteouts_into_oci_ones_and_round_trips() {
     );
     assert_eq!(root.join("etc/removed").exists(), !is_root);
 }
+
+#[test]
+fn a_change_named_like_a_whiteout_cannot_become_a_layer() {
+    // It would read back as the deletion of `data`, not as a file.
+    let tmp = tempfile::tempdir().unwrap();
+    let upper = tmp.path().join("upper");
+    fs::create_dir_all(upper.join("srv")).unwrap();
+    fs::write(upper.join("srv/.wh.data"), b"x").unwrap();
+    let e = write_layer(&upper, &tmp.path().join("l.tar.zst")).unwrap_err();
+    assert!(e.message.contains("srv/.wh.data"), "{}", e.message);
+    // In a plain archive (a context, an ADD) such a name is refused too.
+    let root = tempfile::tempdir().unwrap();
+    let opts = ApplyOptions::default().plain();
+    let e = apply(
+        &tar_bytes(&[file("srv/.wh.data", b"")])[..],
+        root.path(),
+        &opts,
+    )
+    .unwrap_err();
+    assert!(e.message.contains("srv/.wh.data"), "{}", e.message);
+}

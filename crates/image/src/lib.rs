@@ -9,8 +9,11 @@
 //! - [`guest`]: a microVM guest image (qcow2 root disk) made from an image.
 //! - [`build`]: executes a parsed Dockerfile with a per-step cache; `RUN`
 //!   steps go to a [`build::StepRunner`] the daemon implements.
+//! - [`context`]: the build context: sources that cannot leave it, their
+//!   digest, `COPY` and `ADD` (a local archive unpacked) into a step.
 
 pub mod build;
+pub mod context;
 pub mod digest;
 pub mod dockerfile;
 pub mod guest;

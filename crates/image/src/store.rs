@@ -300,8 +300,17 @@ impl ImageStore {
         fs::create_dir_all(&dir)?;
         let rootfs_dir = dir.join("rootfs");
         if (base_dir.is_none() || !layers.is_empty()) && !rootfs_dir.is_dir() {
-            let paths: Vec<PathBuf> = layers.iter().map(|l| self.layer_path(&l.digest)).collect();
-            layer::apply_all_atomic(base_dir, &paths, &rootfs_dir, opts)?;
+            // On the root of the nearest stored ancestor (the image built
+            // FROM, a shared base layer), linked, plus the layers it lacks.
+            let (start, done) = match self.nearest_root(base_dir, &layers) {
+                Some((root, n)) => (Some(root), n),
+                None => (base_dir.map(Path::to_path_buf), 0),
+            };
+            let paths: Vec<PathBuf> = layers[done..]
+                .iter()
+                .map(|l| self.layer_path(&l.digest))
+                .collect();
+            layer::apply_all_atomic(start.as_deref(), &paths, &rootfs_dir, opts)?;
         }
         let rootfs_bytes = if rootfs_dir.is_dir() {
             tree_bytes(&rootfs_dir)
@@ -328,6 +337,40 @@ impl ImageStore {
         fs::create_dir_all(&refdir)?;
         self.write_atomic(&refdir.join(tag), id.as_str().as_bytes())?;
         self.image(&id)
+    }
+
+    /// The materialised root of a stored image with the same base directory
+    /// whose layers are the longest leading part of `layers` (at least
+    /// one), and how many layers it has: a new root starts from it (see
+    /// [`layer::link_tree`]) and applies only the rest. Callers hold the
+    /// store's shared lock, so GC cannot remove it meanwhile; a root exists
+    /// only once complete (renamed into place).
+    fn nearest_root(
+        &self,
+        base_dir: Option<&Path>,
+        layers: &[LayerRef],
+    ) -> Option<(PathBuf, usize)> {
+        let mut best: Option<(PathBuf, usize)> = None;
+        for e in fs::read_dir(self.root.join("images")).ok()?.flatten() {
+            let root = e.path().join("rootfs");
+            let Ok(bytes) = fs::read(e.path().join("image.json")) else {
+                continue;
+            };
+            let Ok(rec) = serde_json::from_slice::<ImageRecord>(&bytes) else {
+                continue;
+            };
+            let n = rec.layers.len();
+            let better = n > best.as_ref().map_or(0, |b| b.1);
+            if better
+                && n <= layers.len()
+                && rec.base_dir.as_deref() == base_dir
+                && rec.layers[..] == layers[..n]
+                && root.is_dir()
+            {
+                best = Some((root, n));
+            }
+        }
+        best
     }
 
     /// At daemon start, before any build or import runs: drop what a crash
@@ -530,7 +573,9 @@ impl ImageStore {
                 }
                 continue;
             }
-            report.bytes_freed += tree_bytes(&e.path());
+            // What goes from the disk: not the files another image's root
+            // still links (see `layer::link_tree`).
+            report.bytes_freed += own_disk_bytes(&e.path());
             fs::remove_dir_all(e.path())?;
             report.images_removed += 1;
         }
@@ -561,6 +606,39 @@ impl ImageStore {
         }
         Ok(report)
     }
+}
+
+/// Disk space (allocated blocks) the tree at `p` holds on its own: every
+/// file with all its hard links inside `p` counts once; a file also linked
+/// from elsewhere (another image's root sharing it) does not. What removing
+/// `p` frees.
+pub fn own_disk_bytes(p: &Path) -> u64 {
+    use std::collections::HashMap;
+    use std::os::unix::fs::MetadataExt;
+    fn walk(p: &Path, seen: &mut HashMap<(u64, u64), (u64, u64)>, total: &mut u64) {
+        let Ok(m) = fs::symlink_metadata(p) else {
+            return;
+        };
+        let bytes = m.blocks() * 512;
+        if m.is_dir() {
+            *total += bytes;
+            for e in fs::read_dir(p).into_iter().flatten().flatten() {
+                walk(&e.path(), seen, total);
+            }
+        } else if m.nlink() <= 1 {
+            *total += bytes;
+        } else {
+            let e = seen.entry((m.dev(), m.ino())).or_insert((m.nlink(), 0));
+            e.1 += 1;
+            if e.1 == e.0 {
+                *total += bytes;
+            }
+        }
+    }
+    let mut seen = HashMap::new();
+    let mut total = 0;
+    walk(p, &mut seen, &mut total);
+    total
 }
 
 /// Apparent bytes of the regular files under `p` (symlinks not followed).

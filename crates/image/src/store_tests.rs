@@ -269,3 +269,84 @@ fn clean_stale_drops_crash_leftovers_only() {
     assert!(s.resolve(&t("a"), "keep:1").is_ok());
     assert!(s.resolve(&t("a"), "_build-123:run").is_err());
 }
+
+/// An image on another shares the files it does not change (hard links to
+/// the nearest stored root, or to a registered directory), holds on disk
+/// only what it changes, never alters the root it started from, and GC
+/// counts only its own blocks as freed.
+#[test]
+fn an_image_shares_its_ancestors_unchanged_files() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ImageStore::open(&tmp.path().join("store")).unwrap();
+    let opts = ApplyOptions::default();
+    let big: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 7 % 251) as u8).collect();
+    let host = tmp.path().join("hostdir");
+    fs::create_dir_all(host.join("etc")).unwrap();
+    fs::write(host.join("etc/big"), &big).unwrap();
+    fs::write(host.join("etc/conf"), b"host").unwrap();
+    let commit = |name: &str, base: Option<&Path>, layers: Vec<LayerRef>| {
+        s.commit(
+            &t("x"),
+            name,
+            "1",
+            base,
+            layers,
+            ImageConfig::default(),
+            vec![],
+            &opts,
+        )
+        .unwrap()
+    };
+    let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+    // On a registered directory (the stasis base's case).
+    let l1 = layer(&s, &[file("etc/conf", b"one")]);
+    let one = commit("one", Some(&host), vec![l1.clone()]);
+    assert_eq!(ino(&one.rootfs.join("etc/big")), ino(&host.join("etc/big")));
+    assert_eq!(fs::read(host.join("etc/conf")).unwrap(), b"host");
+    assert_eq!(fs::read(one.rootfs.join("etc/conf")).unwrap(), b"one");
+    // FROM that image: its root is the start, only the new layer applied.
+    let l2 = layer(&s, &[file("etc/conf", b"two"), file("etc/.wh.big", b"")]);
+    let l3 = layer(&s, &[file("app", b"app")]);
+    let two = commit("two", Some(&host), vec![l1.clone(), l2.clone()]);
+    let three = commit("three", Some(&host), vec![l1.clone(), l3]);
+    assert_eq!(fs::read(one.rootfs.join("etc/conf")).unwrap(), b"one");
+    assert_eq!(fs::read(two.rootfs.join("etc/conf")).unwrap(), b"two");
+    assert!(!two.rootfs.join("etc/big").exists());
+    assert!(
+        one.rootfs.join("etc/big").is_file(),
+        "a whiteout unlinks only its own"
+    );
+    assert_eq!(
+        ino(&three.rootfs.join("etc/big")),
+        ino(&host.join("etc/big"))
+    );
+    assert_eq!(
+        ino(&three.rootfs.join("etc/conf")),
+        ino(&one.rootfs.join("etc/conf"))
+    );
+    // Its disk of its own: directories and `app`, not the 1 MiB file.
+    let own = own_disk_bytes(&three.dir);
+    assert!(own < 256 << 10, "{own}");
+    assert!(tree_bytes(&three.rootfs) > 1 << 20);
+    // Layers alone (no base directory): the same sharing between imports.
+    let base = commit("base", None, vec![layer(&s, &[file("lib/big", &big)])]);
+    let child = commit("child", None, vec![base.record.layers[0].clone(), l1]);
+    assert_eq!(
+        ino(&child.rootfs.join("lib/big")),
+        ino(&base.rootfs.join("lib/big"))
+    );
+    // GC of an image whose files another still links frees only its own.
+    s.delete(&t("x"), "base:1").unwrap();
+    let in_use: HashSet<Digest> = [one.record.id.clone(), two.record.id.clone()].into();
+    s.delete(&t("x"), "one:1").unwrap();
+    s.delete(&t("x"), "two:1").unwrap();
+    s.delete(&t("x"), "three:1").unwrap();
+    let r = s.gc(&in_use).unwrap();
+    assert_eq!(r.images_removed, 2, "base and three: {r:?}");
+    assert!(
+        r.bytes_freed < 1 << 20,
+        "the big file lives on in child: {r:?}"
+    );
+    assert_eq!(fs::read(child.rootfs.join("lib/big")).unwrap(), big);
+}

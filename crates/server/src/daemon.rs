@@ -55,9 +55,9 @@ pub struct DaemonConfig {
     pub lease: Duration,
     pub key: KeySource,
     pub max_file_bytes: u64,
-    /// Largest image upload (an import archive, a build context) in bytes
-    /// (`--max-upload-mb`).
-    pub max_upload_bytes: u64,
+    /// Image limits: the largest upload (`--max-upload-mb`) and what one
+    /// tar may unpack to (`--max-layer-mb`).
+    pub image_limits: crate::images::ImageLimits,
     /// Program + args of the process backend's shim (default: this executable).
     pub process_shim: Option<(PathBuf, Vec<String>)>,
     /// Cgroup parent name of the process backend (tests use unique ones).
@@ -101,7 +101,7 @@ impl DaemonConfig {
             lease: Duration::from_secs(10),
             key: KeySource::InsecureDev,
             max_file_bytes: 64 * 1024 * 1024,
-            max_upload_bytes: crate::images::DEFAULT_UPLOAD_LIMIT,
+            image_limits: Default::default(),
             process_shim: None,
             cgroup_parent: "stasis".into(),
             ready_file: None,
@@ -192,9 +192,11 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     }
     pcfg.images_dir = Some(cfg.images_dir.clone());
     let image_store = data_dir.join("images-store");
-    let images =
-        crate::images::Images::open_with_guest(&image_store, Some(cfg.images_dir.join("default")))?;
-    images.set_upload_limit(cfg.max_upload_bytes);
+    let images = crate::images::Images::open_with_guest(
+        &image_store,
+        Some(cfg.images_dir.join("default")),
+        cfg.image_limits,
+    )?;
     pcfg.image_store = Some(image_store);
     let egress = Arc::new(stasis_net::EgressService::new(cfg.egress.clone())?);
     pcfg.egress = Some(egress.clone() as Arc<dyn stasis_backend::Egress>);

@@ -58,14 +58,36 @@ pub struct Images {
     store: Arc<ImageStore>,
     /// The microVM guest image whose kernel and initrd serve every image.
     default_guest: Option<PathBuf>,
-    /// Limits for layers from tenants (setuid/setgid refused).
+    /// Limits for what tenants send: layers, archives and contexts
+    /// unpacked (setuid/setgid refused).
     tenant_opts: ApplyOptions,
     /// Largest upload (an import archive, a build context) in bytes.
-    upload_limit: std::sync::atomic::AtomicU64,
+    upload_limit: u64,
 }
 
-/// The default of [`Images::upload_limit`] (`--max-upload-mb`): 4 GiB.
+/// The daemon's image limits (`stasis serve` flags).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImageLimits {
+    /// Largest upload, an import archive or a build context, as sent
+    /// (`--max-upload-mb`): a bigger one is 413 and leaves nothing.
+    pub upload_bytes: u64,
+    /// Most bytes one tar may unpack to (`--max-layer-mb`): each layer of
+    /// an import, the import archive itself, a build context, a layer a
+    /// build step makes, an archive a Dockerfile `ADD`s. Past it: 413.
+    pub layer_bytes: u64,
+}
+
+/// The default of [`ImageLimits::upload_bytes`]: 4 GiB.
 pub const DEFAULT_UPLOAD_LIMIT: u64 = 4 << 30;
+
+impl Default for ImageLimits {
+    fn default() -> Self {
+        ImageLimits {
+            upload_bytes: DEFAULT_UPLOAD_LIMIT,
+            layer_bytes: stasis_image::layer::DEFAULT_MAX_LAYER_BYTES,
+        }
+    }
+}
 
 fn owner(t: &TenantId) -> Owner {
     Owner::Tenant(t.as_str().to_string())
@@ -79,32 +101,39 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 
 impl Images {
     pub fn open(root: &Path) -> Result<Arc<Images>> {
-        Images::open_with_guest(root, None)
+        Images::open_with_guest(root, None, ImageLimits::default())
     }
 
     /// With the default microVM guest image (`<images>/default`), so images
-    /// also run on the microVM backend.
-    pub fn open_with_guest(root: &Path, default_guest: Option<PathBuf>) -> Result<Arc<Images>> {
+    /// also run on the microVM backend, and the daemon's limits.
+    pub fn open_with_guest(
+        root: &Path,
+        default_guest: Option<PathBuf>,
+        limits: ImageLimits,
+    ) -> Result<Arc<Images>> {
+        if limits.upload_bytes == 0 || limits.layer_bytes == 0 {
+            return Err(Error::invalid(
+                "image limits must be positive (--max-upload-mb, --max-layer-mb)",
+            ));
+        }
         let store = ImageStore::open(root)?;
         // Nothing builds yet: what is in tmp/ was left by a crash.
         store.clean_stale()?;
         Ok(Arc::new(Images {
             store: Arc::new(store),
             default_guest,
-            tenant_opts: ApplyOptions::default(),
-            upload_limit: DEFAULT_UPLOAD_LIMIT.into(),
+            tenant_opts: ApplyOptions {
+                max_bytes: limits.layer_bytes,
+                ..ApplyOptions::default()
+            },
+            upload_limit: limits.upload_bytes,
         }))
     }
 
     /// Largest upload (an import archive, a build context) in bytes; a
     /// bigger one is 413 `payload_too_large` and leaves nothing behind.
     pub fn upload_limit(&self) -> u64 {
-        self.upload_limit.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    pub fn set_upload_limit(&self, bytes: u64) {
         self.upload_limit
-            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     pub fn root(&self) -> &Path {
@@ -283,8 +312,9 @@ pub const CONTEXT_DOCKERFILE: &str = ".stasis-dockerfile";
 impl Images {
     /// Build `reference` for the tenant from an uploaded context tar (with
     /// the Dockerfile at [`CONTEXT_DOCKERFILE`], else `Dockerfile`), sending
-    /// progress to `tx`. The context is unpacked with the layer rules (no
-    /// escapes, devices or setuid files).
+    /// progress to `tx`. The context is unpacked with the rules of a plain
+    /// archive (no escapes, devices, setuid files or `.wh.` names; at most
+    /// the layer limit), and so is an archive its Dockerfile `ADD`s.
     pub async fn build(
         &self,
         tenant: &TenantId,
@@ -294,15 +324,11 @@ impl Images {
         runner: Arc<dyn StepRunner>,
         tx: tokio::sync::mpsc::Sender<BuildEvent>,
     ) -> Result<ImageInfo> {
-        let (s, o) = (self.store.clone(), owner(tenant));
+        let (s, o, opts) = (self.store.clone(), owner(tenant), self.tenant_opts);
         let id = blocking(move || {
             let dir = s.temp_dir("context")?;
             let r = (|| {
-                let opts = ApplyOptions {
-                    max_bytes: 4 << 30,
-                    allow_setid: false,
-                };
-                stasis_image::layer::apply_file(&context_tar, &dir, &opts)
+                stasis_image::layer::apply_file(&context_tar, &dir, &opts.plain())
                     .map_err(|e| e.context("build context"))?;
                 let df = [CONTEXT_DOCKERFILE, "Dockerfile"]
                     .iter()
@@ -318,7 +344,7 @@ impl Images {
                     dockerfile: &df,
                     context: &dir,
                     build_args,
-                    opts: ApplyOptions::default(),
+                    opts,
                 };
                 stasis_image::build::build(&s, &req, runner.as_ref(), &mut |ev| {
                     let _ = tx.blocking_send(ev);

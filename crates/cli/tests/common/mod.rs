@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub mod archives;
+
 pub const BIN: &str = env!("CARGO_BIN_EXE_stasis");
 
 pub struct Daemon {
