@@ -179,6 +179,9 @@ if ((TESTS)); then
     else
         log "Python client and test dependencies present"
     fi
+    # The Agents SDK's own tests (its sdist, cached in .cache/sdk_suite) for
+    # clients/python/sdk_suite/run.py.
+    "$VENV/bin/python" "$REPO/clients/python/sdk_suite/run.py" --fetch-only
 fi
 
 if ((GUEST)); then

@@ -22,6 +22,9 @@ pub enum ErrorCode {
     InvalidState,
     /// Concurrent operation in progress (409).
     Busy,
+    /// The object exists and the request asked to create it only if it did
+    /// not (a create-exclusive file write) (409).
+    AlreadyExists,
     /// Payload larger than the configured limit (413).
     PayloadTooLarge,
     /// Too many requests (429).
@@ -54,7 +57,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => 401,
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
-            ErrorCode::InvalidState | ErrorCode::Busy => 409,
+            ErrorCode::InvalidState | ErrorCode::Busy | ErrorCode::AlreadyExists => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::IntegrityError | ErrorCode::IncompatibleSnapshot => 422,
             ErrorCode::RateLimited | ErrorCode::Overloaded => 429,
@@ -74,6 +77,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::Busy => "busy",
+            ErrorCode::AlreadyExists => "already_exists",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Overloaded => "overloaded",

@@ -16,6 +16,7 @@ pub mod auth;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod files_more;
 pub mod forward;
 pub mod images;
 pub mod limit;

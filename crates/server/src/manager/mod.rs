@@ -50,6 +50,7 @@ use crate::metrics::Metrics;
 use crate::snapshots::Snapshots;
 
 mod catalog;
+mod files;
 mod guest;
 mod lease;
 mod lifecycle;
@@ -58,6 +59,7 @@ mod network;
 mod pause_recovery;
 mod reaper;
 mod recovery;
+mod settings;
 mod snapshot_ops;
 mod stage;
 mod templates;
@@ -66,6 +68,7 @@ pub use guest::MAX_SESSION_WAIT;
 pub use network::{EgressCounters, NetworkStatus};
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 pub use recovery::ReconcileReport;
+pub use settings::LifecycleChange;
 pub use snapshot_ops::MAX_SNAPSHOT_TTL;
 
 /// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
