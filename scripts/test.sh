@@ -69,6 +69,20 @@ if ((status == 0 && pystatus != 0)); then
     status=$pystatus
     ((failed > 0)) || failed=1
 fi
+# The web console in headless Chromium (tests/console: Selenium driving
+# Debian's chromium against the daemon built above); counts join the total.
+set +e
+STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_CONSOLE_TIMEOUT:-8m}" \
+    "$REPO/.venv/bin/python" -m pytest tests/console -q -p no:cacheprovider 2>&1 | tee "$log"
+cstatus=${PIPESTATUS[0]}
+set -e
+pyline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
+passed=$((passed + $(pycount passed)))
+failed=$((failed + $(pycount failed) + $(pycount error)))
+if ((status == 0 && cstatus != 0)); then
+    status=$cstatus
+    ((failed > 0)) || failed=1
+fi
 rm -f "$log"
 # The source layout counts as one test: no Rust file over 850 lines, no import
 # circle between a crate's modules (scripts/layout-allow.txt names the known

@@ -29,6 +29,7 @@ use stasis_core::{
 };
 
 mod audit;
+pub mod console_sessions;
 pub mod lease;
 mod manifest;
 pub mod port_urls;

@@ -13,6 +13,7 @@
 pub mod attach;
 pub mod audit;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod exec;
 pub mod files;
@@ -119,6 +120,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(runs::routes())
         .merge(ports::routes())
         .merge(images::routes())
+        .merge(console::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -155,6 +157,7 @@ pub fn router(state: AppState) -> Router {
     let doc = axum::Json(finish(doc));
     routes
         .route("/metrics", get(metrics::handler))
+        .merge(console::pages())
         .route(
             "/openapi.json",
             get(move || std::future::ready(doc.clone())),
@@ -287,6 +290,7 @@ mod tests {
             "put /v1/sandboxes/{id}/ports/{port}/{path}",
             "delete /v1/sandboxes/{id}/ports/{port}/{path}",
             "patch /v1/sandboxes/{id}/ports/{port}/{path}",
+            "get /v1/events",
             "get /p/{token}/{path}",
             "post /p/{token}/{path}",
             "put /p/{token}/{path}",
