@@ -98,7 +98,9 @@ class Api:
         return r.json() if r.content and r.headers.get("content-type", "").startswith("application/json") else r
 
     def sandbox(self) -> str:
-        return self.call("POST", "/v1/sandboxes", {"manifest": {"backend": "process"}})["id"]
+        # A long idle timeout: the pages act on a running sandbox.
+        m = {"backend": "process", "lifecycle": {"idle_timeout_secs": 600}}
+        return self.call("POST", "/v1/sandboxes", {"manifest": m})["id"]
 
     def destroy_all(self) -> None:
         for s in self.call("GET", "/v1/sandboxes"):
@@ -212,6 +214,7 @@ class Browser:
             self.one("#login-actor").send_keys(actor)
         self.one("#login-form button[type=submit]").click()
         self.wait(lambda d: self.css("#nav") and self.css("#nav")[0].is_displayed(), what="signed in")
+        self.wait(lambda d: d.execute_script("return document.body.dataset.ready || ''"), what="first page")
 
     def go(self, base: str, hash_: str) -> None:
         """Show a page and wait until it has rendered (after any earlier one)."""

@@ -11,8 +11,11 @@ from selenium.webdriver.common.keys import Keys
 
 
 def held_call(api, run: str, key: str, argv: list[str]) -> dict:
-    return api.call("POST", f"/v1/runs/{run}/tool-calls",
-                    {"idempotency_key": key, "argv": argv, "side_effecting": True, "requires_approval": True})
+    """A side-effecting tool call held for approval, asked for by "billing-agent"."""
+    r = api.http.post(f"/v1/runs/{run}/tool-calls", headers={"x-stasis-actor": "billing-agent"},
+                      json={"idempotency_key": key, "argv": argv, "side_effecting": True, "requires_approval": True})
+    assert r.status_code == 202, r.text
+    return r.json()
 
 
 def card_for(b, call_id: str):
@@ -63,6 +66,7 @@ def test_approve_one_reject_another(daemon, browser, api):
     b.go(daemon.url, "#/approvals")
     card = card_for(b, ok)
     assert "echo paid >> /tmp/approved.log" in card.text and "pay-1" in card.text
+    assert "billing-agent" in card.text
     b.shot("pending")
     card.find_element(By.CSS_SELECTOR, "textarea").send_keys("invoice 42 checked")
     card.find_element(By.CSS_SELECTOR, "button[data-action=approve]").click()

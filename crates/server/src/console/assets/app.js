@@ -9,6 +9,7 @@ const App = {
   events: null,
   refreshTimer: null,
   current: null,
+  generation: 0,
 };
 window.App = App;
 
@@ -193,9 +194,12 @@ async function route(refresh) {
   if (!refresh && App.current && App.current.leave) { App.current.leave(); App.current.leave = null; }
   if (!fn) { App.current = null; App.fail(view, { status: 404, code: "not_found", message: `no page ${page}` }); return; }
   const fresh = el("div", { id: "page-" + page });
+  // Only the newest navigation may fill the view.
+  const gen = ++App.generation;
   try {
     const ctl = (await fn(fresh, arg, refresh)) || {};
     ctl.key = page + "/" + arg;
+    if (gen !== App.generation) { if (ctl.leave) ctl.leave(); return; }
     const cur = App.current;
     if (refresh && cur && cur.key === ctl.key && ctl.sig !== undefined && ctl.sig === cur.sig) {
       // Nothing changed: keep the page as it is (focus, scroll, typing).
@@ -206,6 +210,7 @@ async function route(refresh) {
       view.replaceChildren(fresh);
     }
   } catch (e) {
+    if (gen !== App.generation) return;
     if (App.current && App.current.leave) App.current.leave();
     App.current = null;
     App.fail(view, e);

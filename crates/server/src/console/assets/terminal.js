@@ -45,7 +45,7 @@ App.pages.terminal = async function (view, id) {
   function send(data) {
     if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "input", data }));
   }
-  const form = el("form", { class: "filters" },
+  const form = el("form", { class: "termform" },
     el("div", {}, el("label", { for: "term-line", text: "Command (Enter sends it)" }), line),
     el("div", { class: "actions" }, el("button", { type: "submit" }, "Send"),
       el("button", { type: "button", onclick: () => send("\x03") }, "Ctrl-C")));
