@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use stasis_core::{Result, TenantId};
 use stasis_meta::{AuditEntry, Meta};
@@ -59,10 +60,15 @@ pub async fn after(meta: &Meta, tenant: &TenantId, seq: i64) -> Result<Vec<Event
         .collect())
 }
 
-/// The endless feed of `tenant`'s events after `from`. A failed read is
-/// retried at the next poll.
-pub fn feed(meta: Meta, tenant: TenantId, from: i64) -> impl Stream<Item = Event> + Send {
-    futures::stream::unfold(
+/// The feed of `tenant`'s events after `from`, until `stop` is cancelled
+/// (the daemon stopping). A failed read is retried at the next poll.
+pub fn feed(
+    meta: Meta,
+    tenant: TenantId,
+    from: i64,
+    stop: CancellationToken,
+) -> impl Stream<Item = Event> + Send {
+    let events = futures::stream::unfold(
         (
             meta,
             tenant,
@@ -86,13 +92,13 @@ pub fn feed(meta: Meta, tenant: TenantId, from: i64) -> impl Stream<Item = Event
                 }
             }
         },
-    )
+    );
+    events.take_until(stop.cancelled_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use futures::StreamExt;
     use stasis_meta::NewAuditEntry;
 
     #[tokio::test]
@@ -111,7 +117,8 @@ mod tests {
         meta.audit(entry(&a, "old")).await.unwrap();
         let from = latest(&meta, &a).await.unwrap();
         assert!(from > 0);
-        let mut feed = Box::pin(feed(meta.clone(), a.clone(), from));
+        let stop = CancellationToken::new();
+        let mut feed = Box::pin(feed(meta.clone(), a.clone(), from, stop.clone()));
         meta.audit(entry(&b, "other")).await.unwrap();
         meta.audit(entry(&a, "new")).await.unwrap();
         let e = tokio::time::timeout(Duration::from_secs(5), feed.next())
@@ -119,5 +126,9 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(e.target, "new");
+        // The daemon stopping ends the feed.
+        stop.cancel();
+        let end = tokio::time::timeout(Duration::from_secs(5), feed.next()).await;
+        assert!(matches!(end, Ok(None)));
     }
 }

@@ -20,9 +20,11 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use futures::{Stream, StreamExt};
 use serde::Deserialize;
+use tokio_util::sync::CancellationToken;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -143,14 +145,31 @@ async fn audit_verify(State(st): State<AppState>, headers: HeaderMap) -> ApiResu
 async fn event_stream(
     State(st): State<AppState>,
     auth: Authed,
+    stopping: Option<Extension<CancellationToken>>,
+    headers: HeaderMap,
 ) -> ApiResult<Sse<impl Stream<Item = Result<SseEvent, Infallible>>>> {
     let ctx = auth.ctx();
     let meta = st.manager.meta().clone();
-    let from = events::latest(&meta, &ctx.tenant).await?;
+    // A reconnecting EventSource continues after the last event it got.
+    let resumed = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<i64>().ok())
+        .filter(|n| *n >= 0);
+    let from = match resumed {
+        Some(n) => n,
+        None => events::latest(&meta, &ctx.tenant).await?,
+    };
+    let stop = stopping.map(|Extension(t)| t).unwrap_or_default();
     let hello = futures::stream::once(async move {
-        Ok::<_, Infallible>(SseEvent::default().event("ready").data(from.to_string()))
+        Ok::<_, Infallible>(
+            SseEvent::default()
+                .event("ready")
+                .id(from.to_string())
+                .data(from.to_string()),
+        )
     });
-    let feed = events::feed(meta, ctx.tenant, from).map(|e| {
+    let feed = events::feed(meta, ctx.tenant, from, stop).map(|e| {
         Ok::<_, Infallible>(
             SseEvent::default()
                 .event("audit")
