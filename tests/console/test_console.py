@@ -231,6 +231,9 @@ def test_csrf_and_admin_pages(daemon, browser, api):
         "return fetch(arguments[0], {method: 'POST'}).then(r => r.status)", f"/v1/sandboxes/{sb}/pause")
     assert status == 403
     assert api.call("GET", f"/v1/sandboxes/{sb}")["state"] == "running"
+    # Nor the port proxy: a page a sandbox serves must not act with the session.
+    status = b.d.execute_script("return fetch(arguments[0]).then(r => r.status)", f"/v1/sandboxes/{sb}/ports/8080/")
+    assert status == 403
     # A tenant session cannot use the admin API.
     assert b.d.execute_script("return fetch('/v1/admin/tenants').then(r => r.status)") == 403
     b.go(daemon.url, "#/admin")

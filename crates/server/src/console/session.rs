@@ -242,15 +242,35 @@ pub async fn resolve(meta: &Meta, id: &str) -> Result<(Identity, ConsoleSession)
     Ok((id, s))
 }
 
+/// Whether a session may be used for `path`. Not for the port proxy: a page
+/// a sandbox serves through it would share the daemon's origin, and its
+/// scripts could act with the session. The proxy takes a token or a signed URL.
+pub fn check_path(path: &str) -> Result<()> {
+    let proxied = path
+        .strip_prefix("/v1/sandboxes/")
+        .and_then(|rest| rest.split_once('/'))
+        .is_some_and(|(_, rest)| rest.starts_with("ports/"));
+    if proxied {
+        return Err(Error::new(
+            ErrorCode::Forbidden,
+            "the port proxy takes a token or a signed URL, not a console session",
+        ));
+    }
+    Ok(())
+}
+
 /// Authenticate a request by its session cookie: the session must be live,
-/// the origin the same, and a state-changing request must carry the CSRF token.
+/// the origin the same, the path one a session may use, and a
+/// state-changing request must carry the CSRF token.
 pub async fn identify(
     meta: &Meta,
     method: &Method,
+    path: &str,
     headers: &HeaderMap,
     id: &str,
 ) -> Result<Identity> {
     check_origin(headers)?;
+    check_path(path)?;
     let (ident, _) = resolve(meta, id).await?;
     check_csrf(method, headers, id)?;
     Ok(ident)
@@ -301,6 +321,11 @@ mod tests {
         ]))
         .is_err());
         assert!(check_origin(&hdrs(&[("host", "a"), ("origin", "null")])).is_err());
+        // Not through the port proxy.
+        assert!(check_path("/v1/sandboxes/sb-1/ports/8080/index.html").is_err());
+        assert!(check_path("/v1/sandboxes/sb-1/ports/8080/urls").is_err());
+        assert!(check_path("/v1/sandboxes/sb-1/files").is_ok());
+        assert!(check_path("/v1/sandboxes").is_ok());
         let c = set_cookie(&id, 60, true);
         assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.ends_with("Secure"));
         assert!(!set_cookie(&id, 60, false).contains("Secure"));

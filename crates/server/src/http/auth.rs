@@ -124,8 +124,14 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
     };
     let found = match cookie {
         Some(sid) => {
-            crate::console::session::identify(st.manager.meta(), req.method(), req.headers(), &sid)
-                .await
+            crate::console::session::identify(
+                st.manager.meta(),
+                req.method(),
+                req.uri().path(),
+                req.headers(),
+                &sid,
+            )
+            .await
         }
         None => identify(st.manager.meta(), req.headers()).await,
     };

@@ -130,7 +130,14 @@ async fn logout(State(st): State<AppState>, headers: HeaderMap) -> ApiResult<Res
 
 async fn audit_verify(State(st): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
     let id = current(&headers)?;
-    let ident = session::identify(st.manager.meta(), &Method::GET, &headers, &id).await?;
+    let ident = session::identify(
+        st.manager.meta(),
+        &Method::GET,
+        "/ui/audit-verify",
+        &headers,
+        &id,
+    )
+    .await?;
     let v = st.manager.meta().audit_verify().await?;
     if ident.is_admin {
         return Ok(axum::Json(v).into_response());
