@@ -3,7 +3,6 @@ snapshots, tenancy, CSRF, the terminal, the live feed, accessibility."""
 
 from __future__ import annotations
 
-import time
 import uuid
 
 from selenium.webdriver.common.by import By
@@ -289,13 +288,18 @@ def test_live_updates_audit_and_metrics(daemon, browser, api):
 def test_phone_layout(daemon, browser, api):
     b = browser
     b.d.set_window_size(390, 844)
-    api.sandbox()
-    b.sign_in(daemon.url, daemon.token())
+    sb = api.sandbox()
+    run = api.call("POST", "/v1/runs", {"sandbox": sb})["id"]
+    call = held_call(api, run, "phone-1", ["curl", "-X", "POST", "https://bank.example/transfer"])["call"]["id"]
+    b.sign_in(daemon.url, daemon.token(), "finance-director")
+    fits = "return document.documentElement.scrollWidth <= window.innerWidth + 1"
+    # Nothing wider than the screen but the scrollable tables.
+    b.go(daemon.url, "#/approvals")
+    card_for(b, call)
+    assert b.d.execute_script(fits)
+    b.shot("approvals")
     b.go(daemon.url, "#/sandboxes")
     b.one("#view table")
-    # Nothing wider than the screen but the scrollable tables.
-    wide = b.d.execute_script(
-        "return document.documentElement.scrollWidth <= window.innerWidth + 1")
-    assert wide
+    assert b.d.execute_script(fits)
     b.shot("sandboxes")
-    time.sleep(0.2)
+    api.call("POST", f"/v1/runs/{run}/approvals/{call}/reject", {"reason": "test over"})
