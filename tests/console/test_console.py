@@ -150,9 +150,12 @@ def test_pause_and_resume_a_sandbox(daemon, browser, api):
     b.sign_in(daemon.url, daemon.token())
     b.go(daemon.url, "#/sandboxes")
     b.one(f'tr[data-id="{sb}"] a').click()
+    # The idle countdown runs from the last activity (10 minutes here).
+    assert "pause in 9m" in b.one("#deadlines").text or "pause in 10m" in b.one("#deadlines").text
     b.one("button[data-action=pause]").click()
     b.wait(lambda d: b.css("button[data-action=resume]"), what="paused")
     assert api.call("GET", f"/v1/sandboxes/{sb}")["state"] == "paused"
+    assert "destroyed (TTL) in" in b.one("#deadlines").text
     b.shot("paused")
     b.one("button[data-action=resume]").click()
     b.wait(lambda d: b.css("button[data-action=pause]"), what="running again")

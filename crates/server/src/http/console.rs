@@ -9,6 +9,8 @@
 //! - `GET  /ui/audit-verify` -> the hash chain's verification: whole for an
 //!   admin session, only whether it is intact for a tenant's
 //! - `GET  /v1/events` -> the tenant's live feed as server-sent events
+//! - `GET  /v1/sandboxes/{id}/idle` -> when the idle timeout, the running-time
+//!   limit or the TTL next act on the sandbox (its countdowns)
 //!
 //! The `/ui` paths are outside the API's authentication (they do their own);
 //! the pages call the API with the cookie, which `super::auth` accepts.
@@ -34,7 +36,7 @@ use super::auth::Authed;
 use super::error::{ApiError, ApiJson, ApiResult};
 use super::state::AppState;
 use crate::auth::unauthorized;
-use crate::console::{assets, events, session};
+use crate::console::{assets, events, idle, session};
 
 /// Paths under this prefix are the console's own (not the API's authentication).
 pub const PREFIX: &str = "/ui";
@@ -188,9 +190,30 @@ async fn event_stream(
     Ok(Sse::new(hello.chain(feed)).keep_alive(KeepAlive::default()))
 }
 
-/// The documented API route of the console (the live feed).
+#[utoipa::path(get, path = "/v1/sandboxes/{id}/idle",
+    responses((status = 200, description = "when the lifecycle policies next act: {state, last_active_ms?, on_idle, idle_timeout_secs, idle_deadline_ms?, lifetime_deadline_ms?, expires_at_ms?}; reading it is not activity"),
+        (status = 404, body = super::error::ErrorBody)))]
+async fn sandbox_idle(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+) -> ApiResult<axum::Json<idle::Deadlines>> {
+    let ctx = auth.ctx();
+    let sid = super::sandboxes::sandbox_id(&id)?;
+    let rec = st.manager.get(&ctx, &sid).await?;
+    let last = st.manager.last_active_ms(&sid);
+    Ok(axum::Json(idle::deadlines(
+        &rec,
+        last,
+        stasis_core::now_ms(),
+    )))
+}
+
+/// The documented API routes of the console (the live feed, the countdowns).
 pub fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::new().routes(routes!(event_stream))
+    OpenApiRouter::new()
+        .routes(routes!(event_stream))
+        .routes(routes!(sandbox_idle))
 }
 
 /// The console's own routes under [`PREFIX`].

@@ -291,6 +291,7 @@ mod tests {
             "delete /v1/sandboxes/{id}/ports/{port}/{path}",
             "patch /v1/sandboxes/{id}/ports/{port}/{path}",
             "get /v1/events",
+            "get /v1/sandboxes/{id}/idle",
             "get /p/{token}/{path}",
             "post /p/{token}/{path}",
             "put /p/{token}/{path}",

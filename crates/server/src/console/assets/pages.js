@@ -191,9 +191,19 @@ App.pages.sandboxes = async function (view) {
   return { live: true, leave: ticker(), sig: JSON.stringify(list.map((s) => [s.id, s.state, s.expires_at_ms])) };
 };
 
+// The countdowns of one sandbox from /idle (when its policies next act).
+function deadlineCell(d) {
+  const parts = [];
+  if (d.idle_deadline_ms) parts.push(el("span", {}, `${d.on_idle} in `, countdown(d.idle_deadline_ms), " without activity"));
+  else if (d.state === "running") parts.push(`idle timeout ${fmtDur(d.idle_timeout_secs * 1000)} → ${d.on_idle}`);
+  if (d.lifetime_deadline_ms) parts.push(el("span", {}, " · lifetime ends in ", countdown(d.lifetime_deadline_ms)));
+  if (d.expires_at_ms) parts.push(el("span", {}, "destroyed (TTL) in ", countdown(d.expires_at_ms)));
+  return el("span", { id: "deadlines" }, parts);
+}
+
 App.pages.sandbox = async function (view, id) {
-  const s = await api("GET", `/v1/sandboxes/${enc(id)}`);
   const base = `/v1/sandboxes/${enc(id)}`;
+  const [s, d] = await Promise.all([api("GET", base), api("GET", `${base}/idle`)]);
   const msg = el("p", { class: "error", role: "alert" });
   function action(label, fn, cls) {
     const b = el("button", { type: "button", class: cls || "", "data-action": label.toLowerCase() }, label);
@@ -231,7 +241,7 @@ App.pages.sandbox = async function (view, id) {
     el("div", { class: "card" }, kv([
       ["State", pill(s.state, s.state === "running" ? "ok" : s.state === "paused" ? "warn" : "")],
       ["Reason", s.reason], ["Backend", s.backend], ["Resources", resources(s)],
-      ["Idle / TTL", idleCell(s)], ["Running time", fmtDur(s.running_ms)],
+      ["Idle / TTL", deadlineCell(d)], ["Running time", fmtDur(s.running_ms)],
       ["Created", fmtTime(s.created_at_ms)], ["Paused at", fmtTime(s.paused_at_ms)],
       ["Pause kind", s.pause_kind], ["Source snapshot", s.source_snapshot],
       ["Manifest digest", el("code", { text: s.manifest_digest })], ["Node", s.node],
