@@ -29,7 +29,6 @@ use stasis_core::{
 };
 
 mod audit;
-pub mod console_sessions;
 pub mod lease;
 mod manifest;
 pub mod port_urls;
@@ -43,6 +42,9 @@ pub mod webhooks;
 pub use audit::{AuditEntry, AuditVerification, NewAuditEntry};
 pub use templates::{NewTemplate, TemplateRecord};
 pub use tenants::{hash_token, Tenant, TokenRecord};
+
+/// Web console sessions (only their ids' hashes).
+pub mod console_sessions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

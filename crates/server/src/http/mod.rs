@@ -114,13 +114,13 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(snapshots::routes())
         .merge(templates::routes())
         .merge(audit::routes())
+        .merge(console::routes())
         .merge(tenants::routes())
         .merge(tokens::routes())
         .merge(webhooks::routes())
         .merge(runs::routes())
         .merge(ports::routes())
         .merge(images::routes())
-        .merge(console::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
