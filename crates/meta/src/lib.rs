@@ -45,6 +45,9 @@ pub use labels::{Labels, ListFilter};
 pub use templates::{NewTemplate, TemplateRecord};
 pub use tenants::{hash_token, Tenant, TokenRecord};
 
+/// Web console sessions (only their ids' hashes).
+pub mod console_sessions;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PauseKind {

@@ -347,9 +347,17 @@ pub async fn run(
         std::fs::rename(&tmp, f)?;
     }
     // The client's address, for the port proxy's X-Forwarded-For.
-    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    // Long-lived responses (the console's event feed) end when the daemon
+    // stops, so the graceful shutdown does not wait for them.
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let app = router(state)
+        .layer(axum::Extension(stopping.clone()))
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
     let r = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stopping.cancel();
+        })
         .await
         .map_err(|e| Error::internal(format!("server: {e}")));
     reaper.abort();

@@ -10,6 +10,7 @@ pub mod api;
 pub mod attach;
 pub mod auth;
 pub mod cluster;
+pub mod console;
 pub mod daemon;
 pub mod http;
 pub mod image_runner;

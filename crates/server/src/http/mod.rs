@@ -13,6 +13,7 @@
 pub mod attach;
 pub mod audit;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod exec;
 pub mod files;
@@ -114,6 +115,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(snapshots::routes())
         .merge(templates::routes())
         .merge(audit::routes())
+        .merge(console::routes())
         .merge(tenants::routes())
         .merge(tokens::routes())
         .merge(webhooks::routes())
@@ -156,6 +158,7 @@ pub fn router(state: AppState) -> Router {
     let doc = axum::Json(finish(doc));
     routes
         .route("/metrics", get(metrics::handler))
+        .merge(console::pages())
         .route(
             "/openapi.json",
             get(move || std::future::ready(doc.clone())),
@@ -288,6 +291,8 @@ mod tests {
             "put /v1/sandboxes/{id}/ports/{port}/{path}",
             "delete /v1/sandboxes/{id}/ports/{port}/{path}",
             "patch /v1/sandboxes/{id}/ports/{port}/{path}",
+            "get /v1/events",
+            "get /v1/sandboxes/{id}/idle",
             "get /p/{token}/{path}",
             "post /p/{token}/{path}",
             "put /p/{token}/{path}",

@@ -49,6 +49,7 @@ use crate::inflight::Inflight;
 use crate::metrics::Metrics;
 use crate::snapshots::Snapshots;
 
+mod activity;
 mod catalog;
 mod files;
 mod guest;
