@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 
+import { applyDiff } from '@openai/agents';
 import { Manifest, SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, file } from '@openai/agents/sandbox';
 
 import { StasisClient } from '../dist/index.js';
@@ -108,6 +109,30 @@ for (const backend of backends()) {
       restored.state.onDelete = 'destroy';
       await provider2.delete(restored.state);
       assert.equal((await api.get(restored.state.sandboxId)).state, 'destroyed');
+    });
+
+    it('applies patches (apply_patch) and shows images (view_image)', { skip: onlyFullOnMicrovm(backend) }, async () => {
+      const provider = new StasisSandboxClient(d.conn());
+      const session = await provider.create({ manifest: new Manifest(), options: { ...OPTIONS, recordRun: false } });
+      const editor = session.createEditor();
+      assert.equal((await editor.createFile({ type: 'create_file', path: 'src/a.txt', diff: '+one\n+two\n' })).status, 'completed');
+      const created = applyDiff('', '+one\n+two\n', 'create');
+      assert.equal(Buffer.from(await session.readFile({ path: 'src/a.txt' })).toString(), created);
+      const again = await editor.createFile({ type: 'create_file', path: 'src/a.txt', diff: '+other\n' });
+      assert.equal(again.status, 'failed');
+      const up = await editor.updateFile({ type: 'update_file', path: 'src/a.txt', diff: '@@\n one\n-two\n+three\n', moveTo: 'src/b.txt' });
+      assert.equal(up.status, 'completed');
+      assert.equal(Buffer.from(await session.readFile({ path: 'src/b.txt' })).toString(), applyDiff(created, '@@\n one\n-two\n+three\n'));
+      assert.equal(await session.pathExists('src/a.txt'), false);
+      assert.equal((await editor.deleteFile({ type: 'delete_file', path: 'src/b.txt' })).status, 'completed');
+      assert.equal((await editor.deleteFile({ type: 'delete_file', path: 'src/b.txt' })).status, 'failed');
+      // A 1x1 PNG.
+      const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==', 'base64');
+      await session.writeFile('img/dot.png', png);
+      const img = await session.viewImage({ path: 'img/dot.png' });
+      assert.equal(img.type, 'image');
+      assert.match(JSON.stringify(img), /image\/png/);
+      await session.delete();
     });
 
     it('refuses what stasis does not provide', async () => {

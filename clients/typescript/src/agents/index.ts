@@ -41,6 +41,7 @@ import {
   type ExposedPortEndpoint,
   type ListDirectoryArgs,
   type ReadFileArgs,
+  type ViewImageArgs,
   type SandboxClient,
   type SandboxClientCreateArgs,
   type SandboxClientOptions,
@@ -53,10 +54,13 @@ import {
   type WorkspaceArchiveData,
   type WriteStdinArgs,
 } from '@openai/agents/sandbox';
+import { applyDiff, type Editor, type ToolOutputImage } from '@openai/agents';
 import {
+  MAX_VIEW_IMAGE_BYTES,
   deserializeManifest,
   elapsedSeconds,
   formatExecResponse,
+  imageOutputFromBytes,
   serializeManifestRecord,
   truncateOutput,
 } from '@openai/agents-core/sandbox/internal';
@@ -297,6 +301,53 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       if (e instanceof StasisError && (e.code === 'not_found' || e.code === 'invalid_argument')) return false;
       throw e;
     }
+  }
+
+  /** An image in the sandbox for the model (the filesystem capability's view_image). */
+  async viewImage(args: ViewImageArgs): Promise<ToolOutputImage> {
+    const bytes = await this.readFile({ path: args.path, maxBytes: MAX_VIEW_IMAGE_BYTES + 1 });
+    if (bytes.byteLength > MAX_VIEW_IMAGE_BYTES) {
+      throw new SandboxProviderError(`image exceeds ${MAX_VIEW_IMAGE_BYTES} bytes: ${args.path}`, { provider: BACKEND_ID });
+    }
+    return imageOutputFromBytes(args.path, bytes);
+  }
+
+  /**
+   * The filesystem capability's apply_patch editor: diffs applied to files
+   * read and written through the files API. A create over an existing file
+   * is refused (checked first: the files API has no create-exclusive write).
+   */
+  createEditor(): Editor {
+    const text = async (path: string) => new TextDecoder().decode(await this.readFile({ path }));
+    return {
+      createFile: async (op) => {
+        if (await this.pathExists(op.path)) return { status: 'failed', output: `${op.path} already exists` };
+        await this.writeFile(op.path, applyDiff('', op.diff, 'create'));
+        return { status: 'completed', output: `created ${op.path}` };
+      },
+      updateFile: async (op) => {
+        let before: string;
+        try {
+          before = await text(op.path);
+        } catch (e) {
+          if (e instanceof SandboxWorkspaceReadNotFoundError) return { status: 'failed', output: `${op.path} not found` };
+          throw e;
+        }
+        const after = applyDiff(before, op.diff);
+        if (op.moveTo && op.moveTo !== op.path) {
+          await this.writeFile(op.moveTo, after);
+          await this.sbx.exec(['rm', '-f', '--', this.abs(op.path)]);
+          return { status: 'completed', output: `updated ${op.path} -> ${op.moveTo}` };
+        }
+        await this.writeFile(op.path, after);
+        return { status: 'completed', output: `updated ${op.path}` };
+      },
+      deleteFile: async (op) => {
+        if (!(await this.pathExists(op.path))) return { status: 'failed', output: `${op.path} not found` };
+        const r = await this.sbx.exec(['rm', '-f', '--', this.abs(op.path)]);
+        return r.ok ? { status: 'completed', output: `deleted ${op.path}` } : { status: 'failed', output: r.stderr };
+      },
+    };
   }
 
   /** Write the manifest's file and dir entries into the sandbox. */
