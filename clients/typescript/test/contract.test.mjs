@@ -22,7 +22,7 @@ describe('contract', () => {
     const fresh = await generate(spec);
     assert.ok(
       committed === fresh,
-      'src/generated/api.ts differs from the daemon\'s /openapi.json: run `npm run generate -- <daemon URL>` and commit',
+      'src/generated/api.ts differs from the daemon\'s /openapi.json: run `npm run generate` in clients/typescript (it starts target/debug/stasis) and commit the file',
     );
   });
 
