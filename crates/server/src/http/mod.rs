@@ -187,6 +187,34 @@ pub fn router(state: AppState) -> Router {
 mod tests {
     use super::*;
 
+    /// Every operation has an operationId of its own: client generators
+    /// (openapi-typescript, openapi-generator) refuse duplicates.
+    #[test]
+    fn openapi_operation_ids_are_unique() {
+        let doc = openapi();
+        let mut seen = std::collections::BTreeMap::new();
+        for (path, item) in &doc.paths.paths {
+            for (method, op) in [
+                ("get", &item.get),
+                ("put", &item.put),
+                ("post", &item.post),
+                ("delete", &item.delete),
+                ("patch", &item.patch),
+            ] {
+                let Some(op) = op else { continue };
+                let id = op
+                    .operation_id
+                    .clone()
+                    .unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+                if let Some(other) = seen.insert(id.clone(), format!("{method} {path}")) {
+                    panic!("operationId {id} is used by {other} and {method} {path}");
+                }
+            }
+        }
+        assert!(seen.contains_key("proxy_token_get"));
+        assert!(seen.contains_key("proxy_signed_patch"));
+    }
+
     /// The documented operations, exactly: every route the daemon serves.
     #[test]
     fn openapi_documents_every_listed_operation_once() {
