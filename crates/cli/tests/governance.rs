@@ -297,7 +297,13 @@ async fn tenant_pinned_to_a_region_is_refused_on_another_regions_node() {
     assert!(o.status.success(), "{}", stderr(&o));
     let (he, hu) = (eu.http(), us.http());
 
-    let r = hu.call("POST", "/v1/sandboxes", Some(manifest())).await;
+    let r = hu
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"manifest": manifest()})),
+        )
+        .await;
     assert_eq!(r.status, 409, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "region_mismatch", "{}", r.body);
     assert!(r.body["error"]["message"]
