@@ -29,6 +29,7 @@ use stasis_core::{
 };
 
 mod audit;
+pub mod governance;
 pub mod labels;
 pub mod lease;
 mod manifest;
@@ -41,6 +42,7 @@ pub(crate) mod testdb;
 pub mod testing;
 pub mod webhooks;
 pub use audit::{AuditEntry, AuditVerification, NewAuditEntry};
+pub use governance::{KekRow, MasterKeyRow};
 pub use labels::{Labels, ListFilter};
 pub use templates::{NewTemplate, TemplateRecord};
 pub use tenants::{hash_token, Tenant, TokenRecord};

@@ -19,6 +19,7 @@ pub mod exec;
 pub mod files;
 pub mod files_more;
 pub mod forward;
+pub mod governance;
 pub mod images;
 pub mod limit;
 pub mod metrics;
@@ -122,6 +123,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(runs::routes())
         .merge(ports::routes())
         .merge(images::routes())
+        .merge(governance::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -302,6 +304,12 @@ mod tests {
             "get /v1/admin/tenants/{tenant}/secrets",
             "put /v1/admin/tenants/{tenant}/secrets/{name}",
             "delete /v1/admin/tenants/{tenant}/secrets/{name}",
+            "get /v1/admin/master-keys",
+            "post /v1/admin/master-keys/rotate",
+            "post /v1/admin/master-keys/{fingerprint}/retire",
+            "post /v1/admin/tenants/{tenant}/rotate-key",
+            "post /v1/admin/tenants/{tenant}/erase",
+            "put /v1/admin/tenants/{tenant}/regions",
             "post /v1/runs",
             "get /v1/runs",
             "get /v1/runs/{id}",

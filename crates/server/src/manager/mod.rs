@@ -163,6 +163,8 @@ pub struct Manager {
     images: std::sync::OnceLock<Arc<crate::images::Images>>,
     /// The daemon's egress service (runtime network policy changes).
     egress: std::sync::OnceLock<Arc<stasis_net::EgressService>>,
+    /// Where this node and its store are (`crate::governance`).
+    region: std::sync::OnceLock<crate::region::Region>,
     metrics: Metrics,
 }
 
@@ -188,11 +190,21 @@ impl Manager {
             cluster: std::sync::OnceLock::new(),
             images: std::sync::OnceLock::new(),
             egress: std::sync::OnceLock::new(),
+            region: std::sync::OnceLock::new(),
             metrics: Metrics::new(),
         })
     }
 
     /// Use an image store: manifests' `image` names are pinned to its ids.
+    pub fn set_region(&self, r: crate::region::Region) {
+        let _ = self.region.set(r);
+    }
+
+    /// This node's and its store's region (none set: any tenant not pinned).
+    pub fn region(&self) -> crate::region::Region {
+        self.region.get().cloned().unwrap_or_default()
+    }
+
     pub fn set_images(&self, i: Arc<crate::images::Images>) {
         let _ = self.images.set(i);
     }
