@@ -126,6 +126,78 @@ async fn file_operations() {
     );
 }
 
+/// The same operations in a microVM (the guest agent does them), and the
+/// watch that backend does not offer answers `unsupported`.
+#[tokio::test]
+async fn file_operations_microvm() {
+    if std::env::var_os("STASIS_IMAGE_DIR").is_none() {
+        eprintln!(
+            "microVM file test NOT RUN: STASIS_IMAGE_DIR is not set (scripts/test.sh sets it)"
+        );
+        return;
+    }
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h
+        .create(json!({"backend": "microvm", "lifecycle": {"on_idle": "nothing"}}))
+        .await;
+    let f = |q: &str| format!("/v1/sandboxes/{id}/files{q}");
+    let r = h
+        .raw(
+            "PUT",
+            &f("?path=a.txt&exclusive=true"),
+            b"0123456789".to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = h
+        .raw("PUT", &f("?path=a.txt&exclusive=true"), b"x".to_vec())
+        .await;
+    assert_eq!(r.body["error"]["code"], "already_exists", "{}", r.body);
+    let (s, b) = h
+        .bytes("GET", &f("?path=a.txt&offset=7&length=10"), vec![])
+        .await;
+    assert_eq!((s, b.as_slice()), (206, &b"789"[..]));
+    let st = h.ok("GET", &f("/stat?path=a.txt"), None).await;
+    assert_eq!(st["size"], 10);
+    let r = h
+        .call(
+            "POST",
+            &f("/mkdir"),
+            Some(json!({"path": "d/e", "parents": true})),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = h
+        .call(
+            "POST",
+            &f("/rename"),
+            Some(json!({"from": "a.txt", "to": "d/e/b"})),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = h.call("DELETE", &f("?path=d"), None).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    let r = h.call("DELETE", &f("?path=d&recursive=true"), None).await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(
+        h.ok("GET", &f("/exists?path=d"), None).await["exists"],
+        false
+    );
+    h.sh(&id, "ln -s /workspace/real alias").await;
+    let r = h
+        .raw("PUT", &f("?path=alias/internal/x"), b"1".to_vec())
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(h.sh(&id, "cat /workspace/real/internal/x").await, "1");
+    let r = h.call("GET", &f("/watch?path=."), None).await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].as_str()),
+        (501, Some("unsupported"))
+    );
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+}
+
 #[tokio::test]
 async fn watch_streams_events() {
     let d = Daemon::start(&[]).await;
