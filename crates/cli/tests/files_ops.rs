@@ -126,8 +126,7 @@ async fn file_operations() {
     );
 }
 
-/// The same operations in a microVM (the guest agent does them), and the
-/// watch that backend does not offer answers `unsupported`.
+/// The same operations in a microVM (the guest agent does them).
 #[tokio::test]
 async fn file_operations_microvm() {
     if std::env::var_os("STASIS_IMAGE_DIR").is_none() {
@@ -190,11 +189,35 @@ async fn file_operations_microvm() {
         .await;
     assert_eq!(r.status, 204, "{}", r.body);
     assert_eq!(h.sh(&id, "cat /workspace/real/internal/x").await, "1");
-    let r = h.call("GET", &f("/watch?path=."), None).await;
-    assert_eq!(
-        (r.status, r.body["error"]["code"].as_str()),
-        (501, Some("unsupported"))
+    // The guest agent's watch: polled scans (changes within one scan
+    // interval coalesce), renames paired by inode.
+    h.sh(&id, "mkdir -p /workspace/w").await;
+    let mut resp =
+        h.c.get(format!("{}{}", h.base, f("/watch?path=w")))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    h.sh(
+        &id,
+        "echo hi > w/a; sleep 0.5; mv w/a w/c; sleep 0.5; rm w/c",
+    )
+    .await;
+    let events = read_events(&mut resp, "removed").await;
+    let has = |kind: &str, path: &str| {
+        events
+            .iter()
+            .any(|e| e["kind"] == kind && e["path"] == path)
+    };
+    assert!(has("created", "a"), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "renamed" && e["to"] == "c"),
+        "{events:?}"
     );
+    assert!(has("removed", "c"), "{events:?}");
+    drop(resp);
     h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
 }
 
@@ -215,20 +238,7 @@ async fn watch_streams_events() {
         "echo hi > w/a && mkdir w/sub && sleep 0.5 && echo x > w/sub/b && mv w/a w/c && rm w/c",
     )
     .await;
-    let mut buf = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !buf.contains("\"removed\"") {
-        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
-            .await
-            .expect("events in time")
-            .unwrap()
-            .expect("stream open");
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let events: Vec<Value> = buf
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = read_events(&mut resp, "removed").await;
     let has = |kind: &str, path: &str| {
         events
             .iter()
@@ -244,6 +254,23 @@ async fn watch_streams_events() {
         "{events:?}"
     );
     assert!(has("removed", "c"), "{events:?}");
+}
+
+/// NDJSON events of a watch until one of `kind` arrives (10 s at most).
+async fn read_events(resp: &mut reqwest::Response, kind: &str) -> Vec<Value> {
+    let mut buf = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !buf.contains(&format!("\"{kind}\"")) {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} event in time: {buf}"))
+            .unwrap()
+            .expect("stream open");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    buf.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[tokio::test]
