@@ -21,8 +21,8 @@
 
 use serde::{Deserialize, Serialize};
 use stasis_core::{
-    ExecRequest, ExecResult, FileEntry, FileOp, FileStat, PtySize, SessionInfo, SessionOutput,
-    SessionSpec, Stream,
+    ExecRequest, ExecResult, FileEntry, FileEvent, FileOp, FileStat, PtySize, SessionInfo,
+    SessionOutput, SessionSpec, Stream,
 };
 
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -87,6 +87,19 @@ pub enum Request {
     /// Stat (answers `Reply::Stat`), remove, mkdir or rename.
     FileOp {
         file_op: FileOp,
+    },
+    /// Changes under the directory `path` since the last poll of `watch`,
+    /// waiting up to `wait_ms` for some (answers `Reply::Watch`); without
+    /// `watch`, starts one and answers its id with no events.
+    WatchPoll {
+        #[serde(default)]
+        watch: Option<String>,
+        path: String,
+        #[serde(default)]
+        wait_ms: u64,
+    },
+    WatchStop {
+        watch: String,
     },
     SessionStart {
         spec: SessionSpec,
@@ -204,6 +217,10 @@ pub enum Reply {
     },
     Stat {
         stat: FileStat,
+    },
+    Watch {
+        watch: String,
+        events: Vec<FileEvent>,
     },
     Session {
         info: SessionInfo,

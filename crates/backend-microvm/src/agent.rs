@@ -240,6 +240,8 @@ fn request_name(r: &Request) -> &'static str {
         Request::ListDir { .. } => "list_dir",
         Request::CreateFile { .. } => "create_file",
         Request::FileOp { .. } => "file_op",
+        Request::WatchPoll { .. } => "watch_poll",
+        Request::WatchStop { .. } => "watch_stop",
         Request::SessionStart { .. } => "session_start",
         Request::SessionWrite { .. } => "session_write",
         Request::SessionRead { .. } => "session_read",

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use stasis_agent_proto::{Reply, Request};
-use stasis_core::{Error, FileOp, FileStat, Result, SandboxId, WriteMode};
+use stasis_core::{Error, FileEvent, FileOp, FileStat, Result, SandboxId, WriteMode};
+use tokio::sync::mpsc;
 
 use crate::guest::{self, expect_ok};
 use crate::state::{self, MicrovmBackend};
@@ -116,4 +117,57 @@ pub(crate) async fn read_range(
             return Ok((out, size));
         }
     }
+}
+
+/// Changes under `path`, polled from the guest agent (which keeps the
+/// watch's last view of the tree) until the receiver is dropped or the
+/// agent connection ends (a pause): the watch ends with it.
+pub(crate) async fn watch(
+    b: &MicrovmBackend,
+    id: &SandboxId,
+    path: &str,
+) -> Result<mpsc::Receiver<FileEvent>> {
+    let vm = state::vm(b, id)?;
+    let path = guest::resolve_path(&vm, path)?;
+    let start = Request::WatchPoll {
+        watch: None,
+        path: path.clone(),
+        wait_ms: 0,
+    };
+    let watch = match guest::call(b, &vm, start, None, Duration::ZERO).await? {
+        Reply::Watch { watch, .. } => watch,
+        other => {
+            return Err(Error::backend(format!(
+                "unexpected reply to watch_poll: {other:?}"
+            )))
+        }
+    };
+    let agent = guest::agent_of(b, &vm).await?;
+    let timeout = b.config.agent_timeout + Duration::from_secs(2);
+    let (tx, rx) = mpsc::channel(1024);
+    tokio::spawn(async move {
+        'poll: loop {
+            let req = Request::WatchPoll {
+                watch: Some(watch.clone()),
+                path: path.clone(),
+                wait_ms: 1000,
+            };
+            let r = tokio::select! {
+                _ = tx.closed() => break 'poll,
+                r = agent.request(req, None, timeout) => r,
+            };
+            let Ok(Reply::Watch { events, .. }) = r else {
+                break 'poll;
+            };
+            for e in events {
+                if tx.send(e).await.is_err() {
+                    break 'poll;
+                }
+            }
+        }
+        let _ = agent
+            .request(Request::WatchStop { watch }, None, timeout)
+            .await;
+    });
+    Ok(rx)
 }

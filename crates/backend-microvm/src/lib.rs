@@ -81,8 +81,8 @@ use stasis_backend::{
     Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, FileOp, FileStat, PtySize,
-    Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, WriteMode,
+    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, FileEvent, FileOp, FileStat,
+    PtySize, Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, WriteMode,
 };
 
 pub use accel::{kvm_is_pvm, probe_accelerator, AccelReport};
@@ -309,6 +309,10 @@ impl Backend for MicrovmBackend {
 
     async fn file_op(&self, id: &SandboxId, op: FileOp) -> Result<Option<FileStat>> {
         files::op(self, id, op).await
+    }
+
+    async fn watch(&self, id: &SandboxId, path: &str) -> Result<mpsc::Receiver<FileEvent>> {
+        files::watch(self, id, path).await
     }
 
     async fn read_range(

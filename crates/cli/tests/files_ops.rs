@@ -126,6 +126,101 @@ async fn file_operations() {
     );
 }
 
+/// The same operations in a microVM (the guest agent does them).
+#[tokio::test]
+async fn file_operations_microvm() {
+    if std::env::var_os("STASIS_IMAGE_DIR").is_none() {
+        eprintln!(
+            "microVM file test NOT RUN: STASIS_IMAGE_DIR is not set (scripts/test.sh sets it)"
+        );
+        return;
+    }
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h
+        .create(json!({"backend": "microvm", "lifecycle": {"on_idle": "nothing"}}))
+        .await;
+    let f = |q: &str| format!("/v1/sandboxes/{id}/files{q}");
+    let r = h
+        .raw(
+            "PUT",
+            &f("?path=a.txt&exclusive=true"),
+            b"0123456789".to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = h
+        .raw("PUT", &f("?path=a.txt&exclusive=true"), b"x".to_vec())
+        .await;
+    assert_eq!(r.body["error"]["code"], "already_exists", "{}", r.body);
+    let (s, b) = h
+        .bytes("GET", &f("?path=a.txt&offset=7&length=10"), vec![])
+        .await;
+    assert_eq!((s, b.as_slice()), (206, &b"789"[..]));
+    let st = h.ok("GET", &f("/stat?path=a.txt"), None).await;
+    assert_eq!(st["size"], 10);
+    let r = h
+        .call(
+            "POST",
+            &f("/mkdir"),
+            Some(json!({"path": "d/e", "parents": true})),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = h
+        .call(
+            "POST",
+            &f("/rename"),
+            Some(json!({"from": "a.txt", "to": "d/e/b"})),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = h.call("DELETE", &f("?path=d"), None).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    let r = h.call("DELETE", &f("?path=d&recursive=true"), None).await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(
+        h.ok("GET", &f("/exists?path=d"), None).await["exists"],
+        false
+    );
+    h.sh(&id, "ln -s /workspace/real alias").await;
+    let r = h
+        .raw("PUT", &f("?path=alias/internal/x"), b"1".to_vec())
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(h.sh(&id, "cat /workspace/real/internal/x").await, "1");
+    // The guest agent's watch: polled scans (changes within one scan
+    // interval coalesce), renames paired by inode.
+    h.sh(&id, "mkdir -p /workspace/w").await;
+    let mut resp =
+        h.c.get(format!("{}{}", h.base, f("/watch?path=w")))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    h.sh(
+        &id,
+        "echo hi > w/a; sleep 0.5; mv w/a w/c; sleep 0.5; rm w/c",
+    )
+    .await;
+    let events = read_events(&mut resp, "removed").await;
+    let has = |kind: &str, path: &str| {
+        events
+            .iter()
+            .any(|e| e["kind"] == kind && e["path"] == path)
+    };
+    assert!(has("created", "a"), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "renamed" && e["to"] == "c"),
+        "{events:?}"
+    );
+    assert!(has("removed", "c"), "{events:?}");
+    drop(resp);
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+}
+
 #[tokio::test]
 async fn watch_streams_events() {
     let d = Daemon::start(&[]).await;
@@ -143,20 +238,7 @@ async fn watch_streams_events() {
         "echo hi > w/a && mkdir w/sub && sleep 0.5 && echo x > w/sub/b && mv w/a w/c && rm w/c",
     )
     .await;
-    let mut buf = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !buf.contains("\"removed\"") {
-        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
-            .await
-            .expect("events in time")
-            .unwrap()
-            .expect("stream open");
-        buf.push_str(&String::from_utf8_lossy(&chunk));
-    }
-    let events: Vec<Value> = buf
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let events = read_events(&mut resp, "removed").await;
     let has = |kind: &str, path: &str| {
         events
             .iter()
@@ -172,6 +254,23 @@ async fn watch_streams_events() {
         "{events:?}"
     );
     assert!(has("removed", "c"), "{events:?}");
+}
+
+/// NDJSON events of a watch until one of `kind` arrives (10 s at most).
+async fn read_events(resp: &mut reqwest::Response, kind: &str) -> Vec<Value> {
+    let mut buf = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !buf.contains(&format!("\"{kind}\"")) {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} event in time: {buf}"))
+            .unwrap()
+            .expect("stream open");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    buf.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 #[tokio::test]

@@ -15,6 +15,7 @@ pub mod pty;
 pub mod reaper;
 pub mod session;
 pub mod system;
+pub mod watch;
 
 use stasis_agent_proto::{Event, Reply, Request, PROTOCOL_VERSION};
 use std::path::Path;
@@ -91,6 +92,7 @@ pub fn random_hex(n: usize) -> String {
 #[derive(Default)]
 pub struct Agent {
     pub sessions: session::Sessions,
+    pub watches: watch::Watches,
 }
 
 impl Agent {
@@ -162,6 +164,18 @@ impl Agent {
             },
             Request::CreateFile { path, data, mode } => {
                 files::create(&path, &data, mode)?;
+                Reply::Ok
+            }
+            Request::WatchPoll {
+                watch,
+                path,
+                wait_ms,
+            } => {
+                let (watch, events) = self.watches.poll(watch, &path, wait_ms)?;
+                Reply::Watch { watch, events }
+            }
+            Request::WatchStop { watch } => {
+                self.watches.stop(&watch);
                 Reply::Ok
             }
             Request::FileOp { file_op } => match files::op(file_op)? {

@@ -2,9 +2,10 @@
 //! (`tower::ServiceExt::oneshot`) on a real daemon state with one running
 //! process sandbox: hostile JSON bodies, path parameters with traversal and
 //! invalid UTF-8, hostile query strings, huge headers and bodies always get
-//! a 4xx with a JSON error body, never a 5xx or a panic; the file API,
-//! whatever path or symlink it is given, leaves a canary file outside the
-//! sandbox untouched and unread.
+//! a 4xx with a JSON error body, never a 5xx or a panic; the file API
+//! (reads, ranged reads, writes, exclusive writes, list, stat, recursive
+//! remove, mkdir, rename), whatever path or symlink it is given, leaves a
+//! canary file outside the sandbox untouched and unread.
 //!
 //! `harness = false`: the process backend re-executes this test binary as
 //! its sandbox shim, which must be dispatched before anything else runs.
@@ -574,41 +575,64 @@ fn main() {
         .run(
             &(
                 hostile_file_path(&env.canary),
-                any::<bool>(),
+                0u8..8,
                 prop::collection::vec(any::<u8>(), 0..64),
             ),
-            |(path, write, data)| {
+            |(path, op, data)| {
                 let q = enc(&path);
-                let (st, b) = if write {
-                    let mut r = req(
-                        &env,
-                        "PUT",
-                        &format!("/v1/sandboxes/{sb}/files?path={q}"),
-                        data,
-                    );
-                    r.headers_mut().remove("content-type");
-                    rt.block_on(call(&env, r))
-                } else {
-                    let list = rt.block_on(call(
-                        &env,
-                        req(
-                            &env,
-                            "GET",
-                            &format!("/v1/sandboxes/{sb}/files/list?path={q}"),
-                            vec![],
-                        ),
-                    ));
-                    prop_assert!(!list.0.is_server_error(), "list {q}: {}", list.0);
-                    rt.block_on(call(
-                        &env,
-                        req(
-                            &env,
-                            "GET",
-                            &format!("/v1/sandboxes/{sb}/files?path={q}"),
-                            vec![],
-                        ),
-                    ))
+                let text = String::from_utf8_lossy(&path).into_owned();
+                let files = format!("/v1/sandboxes/{sb}/files");
+                let one = |m: &str, uri: String, body: Vec<u8>| {
+                    rt.block_on(call(&env, req(&env, m, &uri, body)))
                 };
+                let (st, b) = match op {
+                    0 | 1 => {
+                        let excl = if op == 1 { "&exclusive=true" } else { "" };
+                        let mut r = req(&env, "PUT", &format!("{files}?path={q}{excl}"), data);
+                        r.headers_mut().remove("content-type");
+                        rt.block_on(call(&env, r))
+                    }
+                    2 => {
+                        let list = one("GET", format!("{files}/list?path={q}"), vec![]);
+                        prop_assert!(!list.0.is_server_error(), "list {q}: {}", list.0);
+                        one("GET", format!("{files}?path={q}"), vec![])
+                    }
+                    3 => one(
+                        "GET",
+                        format!("{files}?path={q}&offset=0&length=64"),
+                        vec![],
+                    ),
+                    4 => one("GET", format!("{files}/stat?path={q}"), vec![]),
+                    5 => one("DELETE", format!("{files}?path={q}&recursive=true"), vec![]),
+                    6 => one(
+                        "POST",
+                        format!("{files}/mkdir"),
+                        json!({"path": text, "parents": true})
+                            .to_string()
+                            .into_bytes(),
+                    ),
+                    _ => one(
+                        "POST",
+                        format!("{files}/rename"),
+                        json!({"from": text, "to": "moved"})
+                            .to_string()
+                            .into_bytes(),
+                    ),
+                };
+                if op >= 5 {
+                    // Put back the links a remove or rename may have taken.
+                    let abs = env.canary.display().to_string();
+                    let dir_abs = env.canary.parent().unwrap().display().to_string();
+                    let script = format!(
+                        "ln -sfn {abs} link-abs; ln -sfn ../../../../../../../..{abs} link-rel; \
+                         ln -sfn / link-root; ln -sfn {dir_abs} link-dir"
+                    );
+                    let exec = json!({"argv": ["sh", "-c", script]})
+                        .to_string()
+                        .into_bytes();
+                    let r = one("POST", format!("/v1/sandboxes/{sb}/exec"), exec);
+                    prop_assert_eq!(r.0, StatusCode::OK);
+                }
                 prop_assert!(
                     !st.is_server_error(),
                     "{q}: {st} {}",

@@ -240,7 +240,7 @@ async fn rename_file(
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files/watch", params(OnePath),
-    responses((status = 200, content_type = "application/x-ndjson", description = "one JSON object per line, `{kind: created|modified|removed|renamed, path, to?}` (paths relative to the watched directory), for as long as the connection stays open; an open watch keeps the sandbox from idling. Backends that cannot watch answer 501 `unsupported`."),
+    responses((status = 200, content_type = "application/x-ndjson", description = "one JSON object per line, `{kind: created|modified|removed|renamed, path, to?}` (paths relative to the watched directory), for as long as the connection stays open; an open watch keeps the sandbox from idling; it ends when the sandbox pauses. On the microVM backend changes within one 100 ms scan coalesce."),
         (status = 404, body = ErrorBody), (status = 501, body = ErrorBody)))]
 async fn watch_dir(
     State(st): State<AppState>,
