@@ -179,6 +179,9 @@ if ((TESTS)); then
     else
         log "Python client and test dependencies present"
     fi
+    # The Agents SDK's own tests (its sdist, cached in .cache/sdk_suite) for
+    # clients/python/sdk_suite/run.py.
+    "$VENV/bin/python" "$REPO/clients/python/sdk_suite/run.py" --fetch-only
 fi
 
 if ((TESTS)); then
@@ -198,6 +201,19 @@ if ((TESTS)); then
         "$REPO/.venv/bin/python" -m pip install -q 'selenium>=4.20,<5'
     else
         log "selenium present"
+    fi
+    # The TypeScript client's dependencies (the pinned Agents SDK, tsc,
+    # openapi-typescript) from its package-lock.json; the lock's hash is
+    # the stamp. Node 20+ and npm come with the machine.
+    TS="$REPO/clients/typescript"
+    command -v npm >/dev/null || { echo "setup: npm (Node 20+) is needed for clients/typescript" >&2; exit 1; }
+    stamp=$(sha256sum "$TS/package-lock.json" | cut -d' ' -f1)
+    if [[ "$(cat "$TS/node_modules/.stasis-stamp" 2>/dev/null)" != "$stamp" ]]; then
+        log "installing the TypeScript client's dependencies (npm ci)"
+        (cd "$TS" && npm ci --no-audit --no-fund --loglevel=error)
+        echo "$stamp" >"$TS/node_modules/.stasis-stamp"
+    else
+        log "TypeScript client dependencies present"
     fi
 fi
 

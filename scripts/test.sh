@@ -84,6 +84,35 @@ if ((status == 0 && pystatus != 0)); then
     status=$pystatus
     ((failed > 0)) || failed=1
 fi
+# The Agents SDK's own pause/resume integration test against the stasis
+# provider, on both backends (clients/python/sdk_suite); its counts join too.
+set +e
+STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_SDK_SUITE_TIMEOUT:-10m}" \
+    "$REPO/.venv/bin/python" clients/python/sdk_suite/run.py --backend all 2>&1 | tee "$log"
+sdkstatus=${PIPESTATUS[0]}
+set -e
+sdkline=$({ grep -E '^sdk-suite: [0-9]+ passed' "$log" || true; } | tail -1)
+sdkcount() { { grep -oE "[0-9]+ $1" <<<"$sdkline" || true; } | awk '{s+=$1} END {print s+0}'; }
+passed=$((passed + $(sdkcount passed)))
+failed=$((failed + $(sdkcount failed)))
+if ((sdkstatus != 0)); then
+    [[ -n "$sdkline" ]] || failed=$((failed + 1))
+    ((status != 0)) || status=$sdkstatus
+fi
+# The TypeScript client's tests (node --test, both backends) against the
+# same daemon binary; their counts join the total.
+set +e
+STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_NPM_TEST_TIMEOUT:-15m}" \
+    npm --prefix clients/typescript test 2>&1 | tee "$log"
+tsstatus=${PIPESTATUS[0]}
+set -e
+tscount() { { grep -E "^# $1 [0-9]+" "$log" || true; } | awk '{s+=$3} END {print s+0}'; }
+passed=$((passed + $(tscount pass)))
+failed=$((failed + $(tscount fail) + $(tscount cancelled)))
+if ((status == 0 && tsstatus != 0)); then
+    status=$tsstatus
+    ((failed > 0)) || failed=1
+fi
 rm -f "$log"
 # The source layout counts as one test: no Rust file over 850 lines, no import
 # circle between a crate's modules (scripts/layout-allow.txt names the known

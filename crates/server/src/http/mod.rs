@@ -17,7 +17,9 @@ pub mod console;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod files_more;
 pub mod forward;
+pub mod governance;
 pub mod images;
 pub mod limit;
 pub mod metrics;
@@ -121,6 +123,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(runs::routes())
         .merge(ports::routes())
         .merge(images::routes())
+        .merge(governance::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -185,6 +188,34 @@ pub fn router(state: AppState) -> Router {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every operation has an operationId of its own: client generators
+    /// (openapi-typescript, openapi-generator) refuse duplicates.
+    #[test]
+    fn openapi_operation_ids_are_unique() {
+        let doc = openapi();
+        let mut seen = std::collections::BTreeMap::new();
+        for (path, item) in &doc.paths.paths {
+            for (method, op) in [
+                ("get", &item.get),
+                ("put", &item.put),
+                ("post", &item.post),
+                ("delete", &item.delete),
+                ("patch", &item.patch),
+            ] {
+                let Some(op) = op else { continue };
+                let id = op
+                    .operation_id
+                    .clone()
+                    .unwrap_or_else(|| panic!("{method} {path} has no operationId"));
+                if let Some(other) = seen.insert(id.clone(), format!("{method} {path}")) {
+                    panic!("operationId {id} is used by {other} and {method} {path}");
+                }
+            }
+        }
+        assert!(seen.contains_key("proxy_token_get"));
+        assert!(seen.contains_key("proxy_signed_patch"));
+    }
 
     /// The documented operations, exactly: every route the daemon serves.
     #[test]
@@ -273,6 +304,12 @@ mod tests {
             "get /v1/admin/tenants/{tenant}/secrets",
             "put /v1/admin/tenants/{tenant}/secrets/{name}",
             "delete /v1/admin/tenants/{tenant}/secrets/{name}",
+            "get /v1/admin/master-keys",
+            "post /v1/admin/master-keys/rotate",
+            "post /v1/admin/master-keys/{fingerprint}/retire",
+            "post /v1/admin/tenants/{tenant}/rotate-key",
+            "post /v1/admin/tenants/{tenant}/erase",
+            "put /v1/admin/tenants/{tenant}/regions",
             "post /v1/runs",
             "get /v1/runs",
             "get /v1/runs/{id}",

@@ -337,7 +337,39 @@ pub fn routes() -> OpenApiRouter<AppState> {
     let doc = r.get_openapi_mut();
     doc.paths.paths.extend(token_doc.paths);
     doc.paths.paths.extend(signed_doc.paths);
+    for item in doc.paths.paths.values_mut() {
+        per_method_operation_ids(item);
+    }
     r
+}
+
+/// One handler documented under several methods shares its operationId
+/// across them, which code generators refuse; each method's operation gets
+/// its own (`proxy_token_get`, `proxy_token_post`, ...).
+fn per_method_operation_ids(item: &mut utoipa::openapi::PathItem) {
+    let ops = [
+        ("get", &mut item.get),
+        ("post", &mut item.post),
+        ("put", &mut item.put),
+        ("delete", &mut item.delete),
+        ("patch", &mut item.patch),
+    ];
+    let mut count = std::collections::HashMap::<String, usize>::new();
+    for (_, op) in &ops {
+        let op: &Option<utoipa::openapi::path::Operation> = op;
+        if let Some(id) = op.as_ref().and_then(|o| o.operation_id.clone()) {
+            *count.entry(id).or_default() += 1;
+        }
+    }
+    for (method, op) in ops {
+        if let Some(op) = op.as_mut() {
+            if let Some(id) = op.operation_id.clone() {
+                if count.get(&id).copied().unwrap_or(0) > 1 {
+                    op.operation_id = Some(format!("{id}_{method}"));
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,714 @@
+/**
+ * stasis as a sandbox provider of the OpenAI Agents SDK for TypeScript
+ * (`@openai/agents` 0.20.x, `@openai/agents/sandbox`):
+ *
+ * ```ts
+ * import { run } from '@openai/agents';
+ * import { StasisSandboxClient } from 'stasis-client/agents';
+ * const result = await run(agent, 'task', { sandbox: { client: new StasisSandboxClient() } });
+ * ```
+ *
+ * How the SDK's interfaces map onto stasis (README: "Agents SDK provider"):
+ * - `create()` creates a stasis sandbox whose workdir is the manifest's
+ *   root, writes the manifest's file and dir entries through the files API,
+ *   and (by default) a stasis run for idempotent tool calls.
+ * - `serializeSessionState()` (the runner calls it when it saves a RunState,
+ *   e.g. on an approval interruption) takes a native stasis snapshot (memory
+ *   and files) and, when the run is interrupted, pauses the sandbox: no
+ *   compute while a human decides. Any later request resumes it.
+ * - `resume()` reattaches to the sandbox id in the state; when that sandbox
+ *   is gone (destroyed, expired) it restores a new one from the state's
+ *   snapshot and moves the stasis run there.
+ * - `delete()` pauses (default), destroys or keeps the sandbox (`onDelete`).
+ * - exec/execCommand/writeStdin run as stasis sessions (on a terminal with
+ *   `tty`), so a command still running after its yield time keeps a session
+ *   id the model polls with `write_stdin`.
+ * - `resolveExposedPort()` issues a signed URL and serves it on a local
+ *   relay (the SDK's endpoints are host:port with the server at `/`).
+ */
+import {
+  Manifest,
+  SandboxConfigurationError,
+  SandboxExposedPortUnavailableError,
+  SandboxProviderError,
+  SandboxUnsupportedFeatureError,
+  SandboxWorkspaceArchiveReadError,
+  SandboxWorkspaceArchiveWriteError,
+  SandboxWorkspaceReadNotFoundError,
+  normalizeSandboxClientCreateArgs,
+  recordExposedPortEndpoint,
+  type ExecCommandArgs,
+  type ExposedPortEndpoint,
+  type ListDirectoryArgs,
+  type ReadFileArgs,
+  type ViewImageArgs,
+  type SandboxClient,
+  type SandboxClientCreateArgs,
+  type SandboxClientOptions,
+  type SandboxDirectoryEntry,
+  type SandboxExecResult,
+  type SandboxSession,
+  type SandboxSessionLifecycleOptions,
+  type SandboxSessionSerializationOptions,
+  type SandboxSessionState,
+  type WorkspaceArchiveData,
+  type WriteStdinArgs,
+} from '@openai/agents/sandbox';
+import { applyDiff, type Editor, type ToolOutputImage } from '@openai/agents';
+import {
+  MAX_VIEW_IMAGE_BYTES,
+  deserializeManifest,
+  elapsedSeconds,
+  formatExecResponse,
+  imageOutputFromBytes,
+  serializeManifestRecord,
+  truncateOutput,
+} from '@openai/agents-core/sandbox/internal';
+
+import { StasisClient } from '../client.js';
+import { NotFound, StasisError } from '../errors.js';
+import type { ConnectionOptions } from '../http.js';
+import type { Run } from '../runs.js';
+import type { Sandbox, Session } from '../sandbox.js';
+import type { CallOutcome } from '../types.js';
+import { PortRelay } from './relay.js';
+
+export const BACKEND_ID = 'stasis';
+
+/** Sandbox states in which the sandbox still exists (a paused one resumes on use). */
+const ALIVE = new Set(['creating', 'running', 'pausing', 'paused', 'resuming']);
+
+export type OnDelete = 'pause' | 'destroy' | 'keep';
+
+export interface StasisSandboxClientOptions extends SandboxClientOptions {
+  /** stasis manifest fields other than `workdir` (the SDK manifest's root): backend, image, resources, lifecycle, network, env, ... */
+  manifest?: Record<string, unknown>;
+  /** What `delete()` does with the sandbox: pause (default), destroy or keep. */
+  onDelete?: OnDelete;
+  /** Take a stasis snapshot when the runner saves the session state (default true): resume restores it when the sandbox is gone. */
+  snapshotOnSerialize?: boolean;
+  /** Pause the sandbox when the run is interrupted and its session preserved (default true). */
+  pauseOnInterrupt?: boolean;
+  /** How long those snapshots are kept (default: the server's, 7 days). */
+  snapshotTtlSecs?: number;
+  /** Create a stasis run with the sandbox for idempotent tool calls (default true). */
+  recordRun?: boolean;
+  /** Ports `resolveExposedPort` may open (empty: any). */
+  exposedPorts?: number[];
+  /** Lifetime of the signed URL behind an exposed port (default a day). */
+  portUrlTtlSecs?: number;
+}
+
+export interface StasisSandboxSessionState extends SandboxSessionState {
+  sandboxId: string;
+  /** The daemon the sandbox lives on (never a token: the resuming client brings its own). */
+  baseUrl: string;
+  stasisManifest: Record<string, unknown>;
+  onDelete: OnDelete;
+  snapshotOnSerialize: boolean;
+  pauseOnInterrupt: boolean;
+  snapshotTtlSecs?: number;
+  /** The latest stasis snapshot taken for this session (`snap-...`). */
+  snapshotId?: string;
+  /** The stasis run recording this session's idempotent tool calls (`run-...`). */
+  runId?: string;
+  configuredExposedPorts: number[];
+  portUrlTtlSecs: number;
+  environment: Record<string, string>;
+}
+
+const DEFAULT_EXEC_YIELD_MS = 10_000;
+const DEFAULT_WRITE_STDIN_YIELD_MS = 250;
+
+type Process = { session: Session; tty: boolean };
+
+/** An SDK sandbox session backed by one stasis sandbox. */
+export class StasisSandboxSession implements SandboxSession<StasisSandboxSessionState> {
+  /** How the sandbox was obtained: created, reattached or restored. */
+  origin: 'created' | 'reattached' | 'restored';
+  private readonly processes = new Map<number, Process>();
+  private nextProcessId = 1;
+  private readonly relays = new Map<number, PortRelay>();
+
+  constructor(
+    readonly state: StasisSandboxSessionState,
+    private sbx: Sandbox,
+    readonly api: StasisClient,
+    origin: 'created' | 'reattached' | 'restored',
+  ) {
+    this.origin = origin;
+  }
+
+  /** The stasis sandbox behind this session (pause, fork, snapshots, ...). */
+  get sandbox(): Sandbox {
+    return this.sbx;
+  }
+
+  get sandboxId(): string {
+    return this.state.sandboxId;
+  }
+
+  async running(): Promise<boolean> {
+    try {
+      return (await this.sbx.refresh()).state === 'running';
+    } catch (e) {
+      if (e instanceof NotFound) return false;
+      throw e;
+    }
+  }
+
+  async start(): Promise<void> {
+    await this.sbx.refresh();
+    if (this.sbx.state === 'paused') await this.sbx.resume();
+    else if (!ALIVE.has(this.sbx.state)) {
+      throw new SandboxProviderError(`stasis sandbox ${this.sbx.id} is ${this.sbx.state}`, { provider: BACKEND_ID });
+    }
+  }
+
+  supportsPty(): boolean {
+    return true;
+  }
+
+  // -- paths --
+
+  private abs(path: string | undefined): string {
+    const root = this.state.manifest.root.replace(/\/+$/, '') || '/';
+    if (!path || path === '.') return root;
+    if (path.startsWith('/')) return path;
+    return `${root === '/' ? '' : root}/${path.replace(/^\.\//, '')}`;
+  }
+
+  private logical(path: string, name: string): string {
+    return path === '.' || path === '' ? name : `${path.replace(/\/+$/, '')}/${name}`;
+  }
+
+  // -- exec --
+
+  private shellArgv(args: ExecCommandArgs): string[] {
+    const shell = args.shell ?? 'sh';
+    return [shell, args.login === false ? '-c' : '-lc', args.cmd];
+  }
+
+  async exec(args: ExecCommandArgs): Promise<SandboxExecResult> {
+    const start = Date.now();
+    const tty = args.tty ?? false;
+    let session: Session;
+    try {
+      session = await this.sbx.sessions.start(this.shellArgv(args), {
+        env: this.state.environment,
+        cwd: this.abs(args.workdir),
+        user: args.runAs,
+        pty: tty ? { cols: 120, rows: 40 } : undefined,
+      });
+    } catch (e) {
+      throw providerError('exec', e);
+    }
+    const p: Process = { session, tty };
+    const out = await collect(p, args.yieldTimeMs ?? DEFAULT_EXEC_YIELD_MS);
+    const text = truncateOutput(out.text, args.maxOutputTokens);
+    if (out.ended) {
+      return {
+        output: text.text,
+        stdout: out.text,
+        stderr: '',
+        wallTimeSeconds: elapsedSeconds(start),
+        exitCode: out.exitCode ?? 1,
+        originalTokenCount: text.originalTokenCount,
+      };
+    }
+    const sessionId = this.nextProcessId++;
+    this.processes.set(sessionId, p);
+    return {
+      output: text.text,
+      stdout: out.text,
+      stderr: '',
+      wallTimeSeconds: elapsedSeconds(start),
+      sessionId,
+      originalTokenCount: text.originalTokenCount,
+    };
+  }
+
+  async execCommand(args: ExecCommandArgs): Promise<string> {
+    return formatExecResponse(await this.exec(args));
+  }
+
+  async writeStdin(args: WriteStdinArgs): Promise<string> {
+    const p = this.processes.get(args.sessionId);
+    if (!p) {
+      return formatExecResponse({ output: `write_stdin failed: session not found: ${args.sessionId}`, wallTimeSeconds: 0, exitCode: 1 });
+    }
+    const start = Date.now();
+    let chars = args.chars ?? '';
+    if (!p.tty && chars.includes('\u0003')) {
+      // No terminal to deliver ^C: interrupting a piped command ends it.
+      await p.session.kill();
+      chars = chars.split('\u0003').join('');
+    }
+    if (chars.length > 0) {
+      try {
+        await p.session.write(chars);
+      } catch (e) {
+        if (!(e instanceof StasisError && e.code === 'invalid_state')) throw providerError('write_stdin', e);
+      }
+    }
+    const out = await collect(p, args.yieldTimeMs ?? DEFAULT_WRITE_STDIN_YIELD_MS);
+    const text = truncateOutput(out.text, args.maxOutputTokens);
+    if (out.ended) this.processes.delete(args.sessionId);
+    return formatExecResponse({
+      output: text.text,
+      wallTimeSeconds: elapsedSeconds(start),
+      ...(out.ended ? { exitCode: out.exitCode ?? 1 } : { sessionId: args.sessionId }),
+      originalTokenCount: text.originalTokenCount,
+    });
+  }
+
+  // -- files --
+
+  async readFile(args: ReadFileArgs): Promise<Uint8Array> {
+    const path = this.abs(args.path);
+    let data: Uint8Array;
+    try {
+      data = await this.sbx.files.read(path);
+    } catch (e) {
+      if (e instanceof NotFound) throw new SandboxWorkspaceReadNotFoundError(`file not found: ${args.path}`, { path });
+      throw providerError('read', e);
+    }
+    return typeof args.maxBytes === 'number' && data.byteLength > args.maxBytes ? data.subarray(0, args.maxBytes) : data;
+  }
+
+  async writeFile(path: string, content: string | Uint8Array): Promise<void> {
+    await this.sbx.files.write(this.abs(path), content);
+  }
+
+  async listDir(args: ListDirectoryArgs): Promise<SandboxDirectoryEntry[]> {
+    const entries = await this.sbx.files.list(this.abs(args.path));
+    return entries.map((e) => ({
+      name: e.name,
+      path: this.logical(args.path, e.name),
+      type: e.kind === 'file' ? 'file' : e.kind === 'dir' ? 'dir' : 'other',
+    }));
+  }
+
+  async pathExists(path: string): Promise<boolean> {
+    return this.sbx.files.exists(this.abs(path));
+  }
+
+  async directoryExists(path: string): Promise<boolean> {
+    try {
+      await this.sbx.files.list(this.abs(path));
+      return true;
+    } catch (e) {
+      if (e instanceof StasisError && (e.code === 'not_found' || e.code === 'invalid_argument')) return false;
+      throw e;
+    }
+  }
+
+  /** An image in the sandbox for the model (the filesystem capability's view_image). */
+  async viewImage(args: ViewImageArgs): Promise<ToolOutputImage> {
+    const bytes = await this.readFile({ path: args.path, maxBytes: MAX_VIEW_IMAGE_BYTES + 1 });
+    if (bytes.byteLength > MAX_VIEW_IMAGE_BYTES) {
+      throw new SandboxProviderError(`image exceeds ${MAX_VIEW_IMAGE_BYTES} bytes: ${args.path}`, { provider: BACKEND_ID });
+    }
+    return imageOutputFromBytes(args.path, bytes);
+  }
+
+  /**
+   * The filesystem capability's apply_patch editor: diffs applied to files
+   * read and written through the files API. A create over an existing file
+   * is refused (checked first: the files API has no create-exclusive write).
+   */
+  createEditor(): Editor {
+    const text = async (path: string) => new TextDecoder().decode(await this.readFile({ path }));
+    return {
+      createFile: async (op) => {
+        if (await this.pathExists(op.path)) return { status: 'failed', output: `${op.path} already exists` };
+        await this.writeFile(op.path, applyDiff('', op.diff, 'create'));
+        return { status: 'completed', output: `created ${op.path}` };
+      },
+      updateFile: async (op) => {
+        let before: string;
+        try {
+          before = await text(op.path);
+        } catch (e) {
+          if (e instanceof SandboxWorkspaceReadNotFoundError) return { status: 'failed', output: `${op.path} not found` };
+          throw e;
+        }
+        const after = applyDiff(before, op.diff);
+        if (op.moveTo && op.moveTo !== op.path) {
+          await this.writeFile(op.moveTo, after);
+          await this.sbx.exec(['rm', '-f', '--', this.abs(op.path)]);
+          return { status: 'completed', output: `updated ${op.path} -> ${op.moveTo}` };
+        }
+        await this.writeFile(op.path, after);
+        return { status: 'completed', output: `updated ${op.path}` };
+      },
+      deleteFile: async (op) => {
+        if (!(await this.pathExists(op.path))) return { status: 'failed', output: `${op.path} not found` };
+        const r = await this.sbx.exec(['rm', '-f', '--', this.abs(op.path)]);
+        return r.ok ? { status: 'completed', output: `deleted ${op.path}` } : { status: 'failed', output: r.stderr };
+      },
+    };
+  }
+
+  /** Write the manifest's file and dir entries into the sandbox. */
+  async applyManifest(manifest: Manifest): Promise<void> {
+    for (const { absolutePath, entry } of manifest.iterEntries()) {
+      if (entry.type === 'file') {
+        await this.sbx.files.write(absolutePath, entry.content);
+      } else if (entry.type === 'dir') {
+        await this.sbx.files.mkdir(absolutePath);
+      } else {
+        throw new SandboxUnsupportedFeatureError(
+          `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file or dir entries, or stasis mounts in the stasis manifest`,
+          { provider: BACKEND_ID, entryType: entry.type },
+        );
+      }
+    }
+  }
+
+  /** A tar of the workspace (the manifest's root). */
+  async persistWorkspace(): Promise<Uint8Array> {
+    const root = this.state.manifest.root;
+    const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
+    try {
+      const r = await this.sbx.exec(['tar', '-C', root, '-cf', tmp, '.'], { timeoutMs: 300_000 });
+      if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
+      return await this.sbx.files.read(tmp);
+    } catch (e) {
+      if (e instanceof SandboxWorkspaceArchiveReadError) throw e;
+      throw new SandboxWorkspaceArchiveReadError(`persisting ${root}: ${(e as Error).message}`, { path: root });
+    } finally {
+      await this.sbx.exec(['rm', '-f', tmp]).catch(() => undefined);
+    }
+  }
+
+  /** Extract a tar (from {@link persistWorkspace}) into the workspace. */
+  async hydrateWorkspace(data: WorkspaceArchiveData): Promise<void> {
+    const root = this.state.manifest.root;
+    const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
+    const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data instanceof Uint8Array ? data : new Uint8Array(data);
+    try {
+      await this.sbx.files.write(tmp, bytes);
+      const r = await this.sbx.exec(
+        ['sh', '-c', 'mkdir -p "$1" && tar -C "$1" --no-same-owner -xf "$2"; s=$?; rm -f "$2"; exit $s', 'sh', root, tmp],
+        { timeoutMs: 300_000 },
+      );
+      if (!r.ok) throw new SandboxWorkspaceArchiveWriteError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
+    } catch (e) {
+      if (e instanceof SandboxWorkspaceArchiveWriteError) throw e;
+      throw new SandboxWorkspaceArchiveWriteError(`hydrating ${root}: ${(e as Error).message}`, { path: root });
+    }
+  }
+
+  // -- ports --
+
+  async resolveExposedPort(port: number): Promise<ExposedPortEndpoint> {
+    const allowed = this.state.configuredExposedPorts;
+    if (allowed.length > 0 && !allowed.includes(port)) {
+      throw new SandboxConfigurationError(`port ${port} is not among the exposed ports (${allowed.join(', ')})`, {
+        provider: BACKEND_ID,
+        port,
+      });
+    }
+    const existing = this.relays.get(port);
+    if (existing) {
+      const recorded = this.state.exposedPorts?.[String(port)];
+      if (recorded) return recorded;
+    }
+    try {
+      const url = await this.sbx.ports.url(port, { ttlSecs: this.state.portUrlTtlSecs });
+      const relay = new PortRelay(url.url);
+      const local = await relay.start();
+      this.relays.set(port, relay);
+      return recordExposedPortEndpoint(this.state, { host: local.host, port: local.port, tls: false }, port);
+    } catch (e) {
+      throw new SandboxExposedPortUnavailableError(`port ${port} of ${this.sbx.id}: ${(e as Error).message}`, {
+        provider: BACKEND_ID,
+        port,
+      });
+    }
+  }
+
+  /** Stop the local relays of exposed ports (their signed URLs expire on their own). */
+  async closePortRelays(): Promise<void> {
+    const relays = [...this.relays.values()];
+    this.relays.clear();
+    await Promise.all(relays.map((r) => r.close()));
+  }
+
+  // -- stasis extras --
+
+  /** The stasis run that records this session's idempotent tool calls (created on first use). */
+  async run(): Promise<Run> {
+    if (this.state.runId) return this.api.runs.get(this.state.runId);
+    const run = await this.api.runs.create(this.state.sandboxId);
+    this.state.runId = run.id;
+    return run;
+  }
+
+  /**
+   * Run `cmd` once per `idempotencyKey` (e.g. the SDK's tool call id): a
+   * retry after a crash or a resume answers the recorded outcome and runs
+   * nothing.
+   */
+  async toolCall(idempotencyKey: string, cmd: string | string[], opts: { sideEffecting?: boolean; timeoutMs?: number } = {}): Promise<CallOutcome> {
+    const run = await this.run();
+    return run.call(idempotencyKey, cmd, { sideEffecting: opts.sideEffecting ?? true, timeoutMs: opts.timeoutMs, cwd: this.state.manifest.root });
+  }
+
+  /** Take a stasis snapshot now and record it in the state. */
+  async snapshot(): Promise<string> {
+    const snap = await this.sbx.snapshot({ ttlSecs: this.state.snapshotTtlSecs });
+    this.state.snapshotId = snap.id;
+    return snap.id;
+  }
+
+  // -- lifecycle --
+
+  private async endProcesses(): Promise<void> {
+    const ps = [...this.processes.values()];
+    this.processes.clear();
+    await Promise.all(ps.map((p) => p.session.kill().catch(() => undefined)));
+  }
+
+  async close(): Promise<void> {
+    await this.closePortRelays();
+  }
+
+  /** The runner's cleanup of an owned session: the `onDelete` policy. */
+  async delete(_options?: SandboxSessionLifecycleOptions): Promise<void> {
+    await this.endProcesses();
+    await this.closePortRelays();
+    await applyOnDelete(this.sbx, this.state.onDelete);
+  }
+}
+
+async function applyOnDelete(sbx: Sandbox, policy: OnDelete): Promise<void> {
+  if (policy === 'keep') return;
+  try {
+    await sbx.refresh();
+    if (policy === 'destroy') {
+      if (sbx.state !== 'destroyed' && sbx.state !== 'destroying') await sbx.destroy();
+    } else if (sbx.state === 'running') {
+      await sbx.pause();
+    }
+  } catch (e) {
+    if (!(e instanceof StasisError && (e.code === 'not_found' || e.code === 'invalid_state'))) throw e;
+  }
+}
+
+/** Output of a process for up to `yieldMs` (less if it ends). */
+async function collect(p: Process, yieldMs: number): Promise<{ text: string; ended: boolean; exitCode: number | null }> {
+  const deadline = Date.now() + yieldMs;
+  const chunks: Uint8Array[] = [];
+  let ended = false;
+  let exitCode: number | null = null;
+  for (;;) {
+    const left = deadline - Date.now();
+    if (left <= 0) break;
+    const r = await p.session.output(p.session.offset, Math.min(left, 60_000));
+    p.session.offset = r.next_offset;
+    if (r.bytes.length > 0) chunks.push(r.bytes);
+    else if (!r.running) {
+      ended = true;
+      exitCode = r.exit_code ?? null;
+      break;
+    }
+  }
+  return { text: new TextDecoder().decode(Buffer.concat(chunks)), ended, exitCode };
+}
+
+function providerError(op: string, e: unknown): Error {
+  if (e instanceof Error && e.name.startsWith('Sandbox')) return e;
+  return new SandboxProviderError(`stasis ${op}: ${(e as Error).message}`, { provider: BACKEND_ID, cause: String(e) });
+}
+
+/** Creates and resumes SDK sandbox sessions backed by stasis sandboxes. */
+export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOptions, StasisSandboxSessionState> {
+  readonly backendId = BACKEND_ID;
+  readonly supportsDefaultOptions = true;
+  readonly api: StasisClient;
+  private readonly defaults: StasisSandboxClientOptions;
+  /** Live sessions of this process by sandbox id (serialization pauses them). */
+  private readonly live = new Map<string, StasisSandboxSession>();
+
+  /** Connection as for {@link StasisClient} (`baseUrl`, `token`/`$STASIS_TOKEN`/`tokenFile`, ...), and default options. */
+  constructor(opts: ConnectionOptions & { options?: StasisSandboxClientOptions } = {}) {
+    this.api = new StasisClient(opts);
+    this.defaults = opts.options ?? {};
+  }
+
+  async create(
+    args?: SandboxClientCreateArgs<StasisSandboxClientOptions> | Manifest,
+    manifestOptions?: StasisSandboxClientOptions,
+  ): Promise<StasisSandboxSession> {
+    const norm = normalizeSandboxClientCreateArgs(args, manifestOptions);
+    const opts: StasisSandboxClientOptions = { ...this.defaults, ...(norm.options ?? {}) };
+    const manifest = norm.manifest;
+    checkManifest(manifest, opts.manifest ?? {});
+    const stasisManifest = { ...(opts.manifest ?? {}) };
+    let sbx: Sandbox;
+    try {
+      sbx = await this.api.create({ manifest: { ...stasisManifest, workdir: manifest.root } });
+    } catch (e) {
+      throw providerError('create', e);
+    }
+    const state: StasisSandboxSessionState = {
+      manifest,
+      snapshot: null,
+      sandboxId: sbx.id,
+      baseUrl: this.api.baseUrl,
+      stasisManifest,
+      onDelete: opts.onDelete ?? 'pause',
+      snapshotOnSerialize: opts.snapshotOnSerialize ?? true,
+      pauseOnInterrupt: opts.pauseOnInterrupt ?? true,
+      snapshotTtlSecs: opts.snapshotTtlSecs,
+      configuredExposedPorts: [...(opts.exposedPorts ?? [])],
+      portUrlTtlSecs: opts.portUrlTtlSecs ?? 24 * 3600,
+      environment: await manifest.resolveEnvironment(),
+    };
+    const session = new StasisSandboxSession(state, sbx, this.api, 'created');
+    try {
+      await session.applyManifest(manifest);
+      if (opts.recordRun ?? true) state.runId = (await this.api.runs.create(sbx.id)).id;
+    } catch (e) {
+      await sbx.destroy().catch(() => undefined);
+      throw e;
+    }
+    this.live.set(sbx.id, session);
+    return session;
+  }
+
+  async resume(state: StasisSandboxSessionState): Promise<StasisSandboxSession> {
+    let sbx: Sandbox | undefined;
+    try {
+      sbx = await this.api.get(state.sandboxId);
+      if (!ALIVE.has(sbx.state)) sbx = undefined;
+    } catch (e) {
+      if (!(e instanceof NotFound)) throw providerError('resume', e);
+    }
+    if (sbx) {
+      const session = new StasisSandboxSession(state, sbx, this.api, 'reattached');
+      this.live.set(sbx.id, session);
+      return session;
+    }
+    if (!state.snapshotId) {
+      throw new SandboxProviderError(`stasis sandbox ${state.sandboxId} is gone and the session state names no snapshot`, {
+        provider: BACKEND_ID,
+      });
+    }
+    const restored = await this.api.snapshots.restore(state.snapshotId, {
+      manifest: { ...state.stasisManifest, workdir: state.manifest.root },
+    });
+    state.sandboxId = restored.id;
+    if (state.runId) {
+      // The run moves with the session: its document, rebound to the new sandbox.
+      const doc = await (await this.api.runs.get(state.runId)).state();
+      await this.api.runs.resume(doc, { sandbox: restored.id });
+    }
+    const session = new StasisSandboxSession(state, restored, this.api, 'restored');
+    this.live.set(restored.id, session);
+    return session;
+  }
+
+  async delete(state: StasisSandboxSessionState): Promise<void> {
+    const session = this.live.get(state.sandboxId);
+    if (session) {
+      await session.delete();
+      return;
+    }
+    try {
+      await applyOnDelete(await this.api.get(state.sandboxId), state.onDelete);
+    } catch (e) {
+      if (!(e instanceof NotFound)) throw e;
+    }
+  }
+
+  async serializeSessionState(
+    state: StasisSandboxSessionState,
+    options: SandboxSessionSerializationOptions = {},
+  ): Promise<Record<string, unknown>> {
+    let sbx: Sandbox | undefined;
+    try {
+      sbx = await this.api.get(state.sandboxId);
+    } catch (e) {
+      if (!(e instanceof NotFound)) throw e;
+    }
+    if (sbx && ALIVE.has(sbx.state)) {
+      if (state.snapshotOnSerialize) {
+        // Earlier snapshots are kept: a RunState saved before still names them.
+        state.snapshotId = (await sbx.snapshot({ ttlSecs: state.snapshotTtlSecs })).id;
+      }
+      if (options.preserveOwnedSession && state.pauseOnInterrupt && sbx.state === 'running') {
+        // The run waits (e.g. for an approval): no compute meanwhile; the
+        // next request, from this process or another, resumes it.
+        await sbx.pause().catch((e) => {
+          if (!(e instanceof StasisError && e.code === 'invalid_state')) throw e;
+        });
+      }
+    }
+    return {
+      manifest: serializeManifestRecord(state.manifest),
+      sandboxId: state.sandboxId,
+      baseUrl: state.baseUrl,
+      stasisManifest: state.stasisManifest,
+      onDelete: state.onDelete,
+      snapshotOnSerialize: state.snapshotOnSerialize,
+      pauseOnInterrupt: state.pauseOnInterrupt,
+      ...(state.snapshotTtlSecs !== undefined ? { snapshotTtlSecs: state.snapshotTtlSecs } : {}),
+      ...(state.snapshotId ? { snapshotId: state.snapshotId } : {}),
+      ...(state.runId ? { runId: state.runId } : {}),
+      configuredExposedPorts: state.configuredExposedPorts,
+      portUrlTtlSecs: state.portUrlTtlSecs,
+    };
+  }
+
+  async deserializeSessionState(raw: Record<string, unknown>): Promise<StasisSandboxSessionState> {
+    const sandboxId = raw.sandboxId;
+    if (typeof sandboxId !== 'string' || !sandboxId.startsWith('sb-')) {
+      throw new SandboxConfigurationError('stasis session state has no sandboxId', { provider: BACKEND_ID });
+    }
+    const manifest = deserializeManifest(raw.manifest as Record<string, unknown>);
+    const onDelete = raw.onDelete === 'destroy' || raw.onDelete === 'keep' ? raw.onDelete : 'pause';
+    return {
+      manifest,
+      snapshot: (raw.snapshot as SandboxSessionState['snapshot']) ?? null,
+      ...(raw.exposedPorts ? { exposedPorts: raw.exposedPorts as Record<string, ExposedPortEndpoint> } : {}),
+      workspaceReady: raw.workspaceReady as boolean | undefined,
+      sandboxId,
+      baseUrl: typeof raw.baseUrl === 'string' ? raw.baseUrl : this.api.baseUrl,
+      stasisManifest: (raw.stasisManifest as Record<string, unknown>) ?? {},
+      onDelete,
+      snapshotOnSerialize: raw.snapshotOnSerialize !== false,
+      pauseOnInterrupt: raw.pauseOnInterrupt !== false,
+      snapshotTtlSecs: typeof raw.snapshotTtlSecs === 'number' ? raw.snapshotTtlSecs : undefined,
+      snapshotId: typeof raw.snapshotId === 'string' ? raw.snapshotId : undefined,
+      runId: typeof raw.runId === 'string' ? raw.runId : undefined,
+      configuredExposedPorts: Array.isArray(raw.configuredExposedPorts) ? (raw.configuredExposedPorts as number[]) : [],
+      portUrlTtlSecs: typeof raw.portUrlTtlSecs === 'number' ? raw.portUrlTtlSecs : 24 * 3600,
+      environment: await manifest.resolveEnvironment(),
+    };
+  }
+}
+
+function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknown>): void {
+  if (manifest.users.length > 0 || manifest.groups.length > 0) {
+    throw new SandboxUnsupportedFeatureError(
+      'stasis sandboxes do not provision manifest users or groups (every sandbox process runs as the sandbox user)',
+      { provider: BACKEND_ID },
+    );
+  }
+  if ('workdir' in stasisManifest) {
+    throw new SandboxConfigurationError('set the workspace with the SDK manifest root, not the stasis manifest workdir', {
+      provider: BACKEND_ID,
+    });
+  }
+  for (const { absolutePath, entry } of manifest.iterEntries()) {
+    if (entry.type !== 'file' && entry.type !== 'dir') {
+      throw new SandboxUnsupportedFeatureError(
+        `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file or dir entries, or stasis mounts in the stasis manifest`,
+        { provider: BACKEND_ID, entryType: entry.type },
+      );
+    }
+  }
+}

@@ -1,0 +1,231 @@
+// stasis as the OpenAI Agents SDK's sandbox provider, against a live daemon.
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { promisify } from 'node:util';
+
+import { applyDiff } from '@openai/agents';
+import { Manifest, SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, file } from '@openai/agents/sandbox';
+
+import { StasisClient } from '../dist/index.js';
+import { StasisSandboxClient, StasisSandboxSession } from '../dist/agents/index.js';
+import { Daemon, HERE, backends, onlyFullOnMicrovm } from './daemon.mjs';
+
+const run = promisify(execFile);
+const OPTIONS = { manifest: { lifecycle: { idle_timeout_secs: 600 } } };
+
+async function phase(d, name, stateFile) {
+  const env = { ...process.env, ...d.env(), OPENAI_AGENTS_DISABLE_TRACING: '1' };
+  delete env.OPENAI_API_KEY;
+  try {
+    const { stdout } = await run(process.execPath, [join(HERE, 'agent_flow.mjs'), name, stateFile], { env, timeout: 600_000 });
+    return JSON.parse(stdout.trim().split('\n').at(-1));
+  } catch (e) {
+    throw new Error(`${name} failed:\n${e.stdout}\n${String(e.stderr).slice(-6000)}`);
+  }
+}
+
+for (const backend of backends()) {
+  describe(`agents provider (${backend})`, { timeout: 900_000 }, () => {
+    let d;
+    let api;
+    before(async () => {
+      d = await new Daemon(backend).start();
+      api = new StasisClient(d.conn());
+    });
+    after(async () => {
+      for (const s of await api.list().catch(() => [])) {
+        if (!['destroyed', 'failed'].includes(s.state)) await s.destroy().catch(() => undefined);
+      }
+      await d.stop();
+    });
+
+    it('creates, execs, reads and writes, serializes, reattaches and restores', { skip: onlyFullOnMicrovm(backend) }, async () => {
+      const provider = new StasisSandboxClient(d.conn());
+      const manifest = new Manifest({
+        entries: { 'notes/hello.txt': file({ content: 'hello from the manifest\n' }) },
+        environment: { GREETING: 'hi' },
+      });
+      const session = await provider.create({ manifest, options: OPTIONS });
+      assert.ok(session instanceof StasisSandboxSession);
+      const sid = session.state.sandboxId;
+      assert.match(sid, /^sb-/);
+      assert.match(session.state.runId, /^run-/);
+      assert.equal(Buffer.from(await session.readFile({ path: 'notes/hello.txt' })).toString(), 'hello from the manifest\n');
+      const r = await session.exec({ cmd: 'echo $GREETING; pwd' });
+      assert.equal(r.exitCode, 0);
+      assert.equal(r.output, 'hi\n/workspace\n');
+      assert.equal((await session.exec({ cmd: 'exit 4' })).exitCode, 4);
+      assert.match(await session.execCommand({ cmd: 'echo formatted' }), /Process exited with code 0\nOutput:\nformatted/);
+      // A command outlasting its yield time keeps a session the model polls.
+      const slow = await session.exec({ cmd: 'read x; echo got $x', yieldTimeMs: 300 });
+      assert.equal(typeof slow.sessionId, 'number');
+      const done = await session.writeStdin({ sessionId: slow.sessionId, chars: 'it\n', yieldTimeMs: 5000 });
+      assert.match(done, /Process exited with code 0/);
+      assert.match(done, /got it/);
+      const tty = await session.exec({ cmd: 'test -t 0 && test -t 1 && echo on-a-terminal', tty: true });
+      assert.equal(tty.output, 'on-a-terminal\r\n');
+      assert.equal(session.supportsPty(), true);
+      await session.writeFile('out/result.txt', 'result');
+      assert.deepEqual(await session.listDir({ path: 'out' }), [{ name: 'result.txt', path: 'out/result.txt', type: 'file' }]);
+      assert.equal(await session.pathExists('out/result.txt'), true);
+      assert.equal(await session.pathExists('out/none.txt'), false);
+      assert.equal(await session.directoryExists('out'), true);
+      await assert.rejects(session.readFile({ path: 'missing.txt' }), SandboxWorkspaceReadNotFoundError);
+      const partial = await session.readFile({ path: 'notes/hello.txt', maxBytes: 5 });
+      assert.equal(Buffer.from(partial).toString(), 'hello');
+
+      // Workspace archives round-trip.
+      const tar = await session.persistWorkspace();
+      await session.exec({ cmd: 'rm -rf out' });
+      await session.hydrateWorkspace(tar);
+      assert.equal(Buffer.from(await session.readFile({ path: 'out/result.txt' })).toString(), 'result');
+
+      // The runner saves the state of an interrupted run: a snapshot, then a pause.
+      const payload = await provider.serializeSessionState(session.state, { preserveOwnedSession: true });
+      assert.match(payload.snapshotId, /^snap-/);
+      assert.equal((await api.get(sid)).state, 'paused');
+      const text = JSON.stringify(payload);
+      if (d.tokenFile) assert.ok(!text.includes(readFileSync(d.tokenFile, 'utf8').trim()));
+
+      // Resume in a "new process" (a new provider): reattaches to the same sandbox.
+      const provider2 = new StasisSandboxClient(d.conn());
+      const state = await provider2.deserializeSessionState(JSON.parse(text));
+      const resumed = await provider2.resume(state);
+      assert.equal(resumed.origin, 'reattached');
+      assert.equal(Buffer.from(await resumed.readFile({ path: 'out/result.txt' })).toString(), 'result');
+
+      // The sandbox is gone: resume restores the snapshot and moves the run.
+      await (await api.get(sid)).destroy();
+      const state2 = await provider2.deserializeSessionState(JSON.parse(text));
+      const restored = await provider2.resume(state2);
+      assert.equal(restored.origin, 'restored');
+      assert.notEqual(restored.state.sandboxId, sid);
+      assert.equal(Buffer.from(await restored.readFile({ path: 'out/result.txt' })).toString(), 'result');
+      assert.equal((await api.runs.get(state2.runId)).data.sandbox, restored.state.sandboxId);
+      restored.state.onDelete = 'destroy';
+      await provider2.delete(restored.state);
+      assert.equal((await api.get(restored.state.sandboxId)).state, 'destroyed');
+    });
+
+    it('applies patches (apply_patch) and shows images (view_image)', { skip: onlyFullOnMicrovm(backend) }, async () => {
+      const provider = new StasisSandboxClient(d.conn());
+      const session = await provider.create({ manifest: new Manifest(), options: { ...OPTIONS, recordRun: false } });
+      const editor = session.createEditor();
+      assert.equal((await editor.createFile({ type: 'create_file', path: 'src/a.txt', diff: '+one\n+two\n' })).status, 'completed');
+      const created = applyDiff('', '+one\n+two\n', 'create');
+      assert.equal(Buffer.from(await session.readFile({ path: 'src/a.txt' })).toString(), created);
+      const again = await editor.createFile({ type: 'create_file', path: 'src/a.txt', diff: '+other\n' });
+      assert.equal(again.status, 'failed');
+      const up = await editor.updateFile({ type: 'update_file', path: 'src/a.txt', diff: '@@\n one\n-two\n+three\n', moveTo: 'src/b.txt' });
+      assert.equal(up.status, 'completed');
+      assert.equal(Buffer.from(await session.readFile({ path: 'src/b.txt' })).toString(), applyDiff(created, '@@\n one\n-two\n+three\n'));
+      assert.equal(await session.pathExists('src/a.txt'), false);
+      assert.equal((await editor.deleteFile({ type: 'delete_file', path: 'src/b.txt' })).status, 'completed');
+      assert.equal((await editor.deleteFile({ type: 'delete_file', path: 'src/b.txt' })).status, 'failed');
+      // A 1x1 PNG.
+      const png = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==', 'base64');
+      await session.writeFile('img/dot.png', png);
+      const img = await session.viewImage({ path: 'img/dot.png' });
+      assert.equal(img.type, 'image');
+      assert.match(JSON.stringify(img), /image\/png/);
+      await session.delete();
+    });
+
+    it('refuses what stasis does not provide', async () => {
+      const provider = new StasisSandboxClient(d.conn());
+      await assert.rejects(
+        provider.create({ manifest: new Manifest({ users: [{ name: 'bob' }] }), options: OPTIONS }),
+        SandboxUnsupportedFeatureError,
+      );
+      await assert.rejects(
+        provider.create({ manifest: new Manifest({ entries: { src: { type: 'local_dir', src: '/etc' } } }), options: OPTIONS }),
+        SandboxUnsupportedFeatureError,
+      );
+      await assert.rejects(provider.create({ manifest: new Manifest(), options: { manifest: { workdir: '/x' } } }), /root/);
+    });
+
+    it('exposes a port on a local relay', { skip: onlyFullOnMicrovm(backend) }, async () => {
+      const provider = new StasisSandboxClient(d.conn());
+      const session = await provider.create({ manifest: new Manifest(), options: { ...OPTIONS, exposedPorts: [8000] } });
+      await session.exec({ cmd: 'mkdir -p www && echo hello-relay > www/hi.txt' });
+      await session.sandbox.sessions.start(['python3', '-m', 'http.server', '8000', '--bind', '0.0.0.0', '--directory', 'www']);
+      const ep = await session.resolveExposedPort(8000);
+      assert.equal(ep.host, '127.0.0.1');
+      let body = '';
+      const deadline = Date.now() + 60_000;
+      while (Date.now() < deadline) {
+        const resp = await fetch(`http://${ep.host}:${ep.port}/hi.txt`);
+        body = await resp.text();
+        if (resp.status === 200) break;
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      assert.equal(body, 'hello-relay\n');
+      await assert.rejects(session.resolveExposedPort(9000), /not among the exposed ports/);
+      await session.delete();
+      assert.equal((await api.get(session.state.sandboxId)).state, 'paused');
+    });
+
+    for (const fate of ['kept', 'destroyed']) {
+      it(`pauses for an approval and finishes in a new process (sandbox ${fate})`, { skip: fate === 'kept' && onlyFullOnMicrovm(backend) }, async () => {
+        const dir = mkdtempSync(join(tmpdir(), 'stasis-ts-flow-'));
+        try {
+          const stateFile = join(dir, 'run_state.json');
+          const first = await phase(d, 'start', stateFile);
+          assert.deepEqual(first.interruptions, ['send_email']);
+          assert.equal(first.remainingSteps, 0);
+          assert.equal(first.backendId, 'stasis');
+          assert.match(first.sandboxId, /^sb-/);
+          assert.match(first.runId, /^run-/);
+          assert.match(first.snapshotId, /^snap-/);
+          const sid = first.sandboxId;
+
+          let sbx = await api.get(sid);
+          // Between the phases the sandbox is paused: no compute while waiting.
+          assert.equal(sbx.state, 'paused');
+          assert.equal(await sbx.files.readText('computed.txt'), '91\n');
+          assert.deepEqual((await api.runs.get(first.runId)).data.tool_calls, []);
+          if (fate === 'destroyed') await sbx.destroy();
+
+          const second = await phase(d, 'resume', stateFile);
+          assert.deepEqual(second.approved, ['send_email']);
+          assert.equal(second.finalOutput, 'Emailed ops: value is 91.');
+          assert.equal(second.remainingSteps, 0);
+          assert.equal(second.toolOutputs['call-email-1'], 'succeeded (replayed=false)');
+
+          const runData = (await api.runs.get(first.runId)).data;
+          sbx = await api.get(runData.sandbox);
+          if (fate === 'kept') assert.equal(sbx.id, sid);
+          else {
+            assert.notEqual(sbx.id, sid);
+            assert.equal(sbx.info.source_snapshot, first.snapshotId);
+          }
+          // The code ran once (in the first process), the email was sent once.
+          assert.equal(await sbx.files.readText('computed.txt'), '91\n');
+          const sent = (await sbx.files.readText('outbox/sent.log')).trim().split('\n').map((l) => JSON.parse(l));
+          assert.deepEqual(sent, [{ to: 'ops@example.com', body: 'value is 91' }]);
+          assert.deepEqual(
+            runData.tool_calls.map((c) => [c.idempotency_key, c.state]),
+            [['call-email-1', 'succeeded']],
+          );
+
+          if (fate === 'kept') {
+            // The resumed process dies before saving its state and is run again
+            // from the same saved RunState: the SDK asks for the tool again,
+            // stasis answers from the record, and nothing is sent twice.
+            const third = await phase(d, 'resume', stateFile);
+            assert.equal(third.toolOutputs['call-email-1'], 'succeeded (replayed=true)');
+            const again = await api.get(sid);
+            assert.equal((await again.files.readText('outbox/sent.log')).trim().split('\n').length, 1);
+            assert.equal(await again.files.readText('computed.txt'), '91\n');
+          }
+        } finally {
+          rmSync(dir, { recursive: true, force: true });
+        }
+      });
+    }
+  });
+}
