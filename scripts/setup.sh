@@ -186,8 +186,9 @@ fi
 
 if ((TESTS)); then
     # The console's browser tests: Debian's headless Chromium with its
-    # driver, and Selenium (PyPI) in the same virtualenv.
-    browser_missing=$(not_installed chromium chromium-driver)
+    # driver (and a font for its screenshots), and Selenium (PyPI) in the
+    # same virtualenv.
+    browser_missing=$(not_installed chromium chromium-driver fonts-liberation)
     if [[ -n $browser_missing ]]; then
         log "installing Debian packages for the console tests: $browser_missing"
         apt_update

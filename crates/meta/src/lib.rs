@@ -29,6 +29,7 @@ use stasis_core::{
 };
 
 mod audit;
+pub mod console_sessions;
 pub mod governance;
 pub mod labels;
 pub mod lease;
@@ -46,9 +47,6 @@ pub use governance::{KekRow, MasterKeyRow};
 pub use labels::{Labels, ListFilter};
 pub use templates::{NewTemplate, TemplateRecord};
 pub use tenants::{hash_token, Tenant, TokenRecord};
-
-/// Web console sessions (only their ids' hashes).
-pub mod console_sessions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
