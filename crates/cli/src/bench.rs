@@ -110,6 +110,7 @@ async fn store(a: StoreArgs) -> Result<Value> {
         MasterKey::insecure_dev(),
     )
     .await?;
+    stasis_server::governance::use_data_dir_keks(&src, &d.data_dir).await?;
     let scratch = tempfile::Builder::new().prefix("stasis-bench-").tempdir()?;
     let before = scratch.path().join("before");
     let after = scratch.path().join("after");

@@ -34,6 +34,15 @@ impl KekSource for MetaKeks {
     }
 }
 
+/// For a store opened outside the daemon (tools, tests) on a stopped or
+/// running daemon's data dir: tenants' key-encryption keys from its SQLite
+/// metadata, without which no tenant data key unwraps.
+pub async fn use_data_dir_keks(store: &Store, data_dir: &std::path::Path) -> Result<()> {
+    let meta = Meta::open(&data_dir.join("meta.db")).await?;
+    store.set_kek_source(Arc::new(MetaKeks(meta)));
+    Ok(())
+}
+
 /// At startup: key-encryption keys from the metadata, and the master-key
 /// generation in use, which this node must hold (else it refuses to start).
 pub async fn attach(meta: &Meta, store: &Store) -> Result<MasterKeyRow> {

@@ -562,6 +562,9 @@ pub async fn decrypted_snapshots(data_dir: &Path) -> Vec<(String, tempfile::Temp
     )
     .await
     .unwrap();
+    stasis_server::governance::use_data_dir_keks(&store, data_dir)
+        .await
+        .unwrap();
     let tenant = stasis_core::TenantId::parse("t-default").unwrap();
     let mut out = Vec::new();
     for r in store.list_snapshots(&tenant).await.unwrap() {
