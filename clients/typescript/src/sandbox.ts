@@ -474,6 +474,104 @@ export class Session {
   attachUrl(offset = 0): string {
     return this.sandbox.http.url('session.attach', { ids: this.ids(), query: { offset } }).replace(/^http/, 'ws');
   }
+
+  /**
+   * Attach over the daemon's WebSocket (as `stasis shell` does): output as
+   * it comes to `onData`, keystrokes with `write`, `resize`; `done` settles
+   * with the exit, or with a detach when the sandbox pauses (reattach from
+   * its offset). Needs a WebSocket: the global one (Node 22+, or Node 20 with
+   * `--experimental-websocket`), or a constructor such as the `ws` package's.
+   */
+  async attach(opts: AttachOptions = {}): Promise<Attachment> {
+    const WS = (opts.WebSocket ?? (globalThis as { WebSocket?: unknown }).WebSocket) as WebSocketCtor | undefined;
+    if (!WS) {
+      throw new StasisError(
+        'attach needs a WebSocket implementation: Node 22+, node --experimental-websocket on Node 20, or opts.WebSocket (e.g. the ws package)',
+        { code: 'unsupported' },
+      );
+    }
+    const ws = new WS(this.attachUrl(opts.offset ?? this.offset), { headers: this.sandbox.http.headers() });
+    ws.binaryType = 'arraybuffer';
+    let attached!: (offset: number) => void;
+    let failed!: (e: Error) => void;
+    const ready = new Promise<number>((res, rej) => {
+      attached = res;
+      failed = rej;
+    });
+    let settle!: (end: AttachEnd) => void;
+    const done = new Promise<AttachEnd>((res) => (settle = res));
+    let offset = opts.offset ?? this.offset;
+    ws.onmessage = (ev: { data: unknown }) => {
+      const data = ev.data;
+      if (typeof data === 'string') {
+        const msg = JSON.parse(data) as { type: string; offset?: number; code?: number | string | null; reason?: string; message?: string };
+        if (msg.type === 'attached') {
+          offset = msg.offset ?? offset;
+          attached(offset);
+        } else if (msg.type === 'exit') {
+          this.ended = true;
+          this.exitCode = typeof msg.code === 'number' ? msg.code : null;
+          settle({ type: 'exit', code: this.exitCode });
+        } else if (msg.type === 'detached') {
+          this.offset = msg.offset ?? offset;
+          settle({ type: 'detached', reason: msg.reason ?? '', offset: this.offset });
+        } else if (msg.type === 'error') {
+          opts.onError?.(new StasisError(msg.message ?? 'attach error', { code: String(msg.code ?? 'internal') }));
+        }
+        return;
+      }
+      const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : (data as Uint8Array);
+      offset += bytes.byteLength;
+      this.offset = offset;
+      opts.onData?.(bytes);
+    };
+    ws.onerror = () => failed(new StasisError(`attaching to session ${this.id} failed`, { code: 'connection_failed' }));
+    ws.onclose = (ev: { code?: number; reason?: string }) => {
+      failed(new StasisError(`attach closed before it started (${ev.code ?? ''} ${ev.reason ?? ''})`, { code: 'connection_failed' }));
+      settle({ type: 'closed', code: ev.code ?? null, reason: ev.reason ?? '' });
+    };
+    await ready;
+    return {
+      done,
+      write: (d) => ws.send(typeof d === 'string' ? new TextEncoder().encode(d) : d),
+      resize: (cols, rows) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
+      close: () => ws.close(1000),
+    };
+  }
+}
+
+type WebSocketCtor = new (
+  url: string,
+  init?: { headers?: Record<string, string> },
+) => {
+  binaryType: string;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+  onclose: ((ev: { code?: number; reason?: string }) => void) | null;
+  send(data: string | Uint8Array): void;
+  close(code?: number): void;
+};
+
+export interface AttachOptions {
+  /** Replay output from this offset (default: where this handle got to). */
+  offset?: number;
+  onData?: (data: Uint8Array) => void;
+  onError?: (e: StasisError) => void;
+  /** A WebSocket constructor taking `(url, { headers })` (default: the global one). */
+  WebSocket?: unknown;
+}
+
+/** How an attachment ended: the session exited, the sandbox paused (detached), or the socket closed. */
+export type AttachEnd =
+  | { type: 'exit'; code: number | null }
+  | { type: 'detached'; reason: string; offset: number }
+  | { type: 'closed'; code: number | null; reason: string };
+
+export interface Attachment {
+  readonly done: Promise<AttachEnd>;
+  write(data: string | Uint8Array): void;
+  resize(cols: number, rows: number): void;
+  close(): void;
 }
 
 /** Exposed ports: signed URLs and requests through the daemon's proxy. */

@@ -1,5 +1,8 @@
 // The client against a live daemon, on each backend.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 
 import {
@@ -13,7 +16,7 @@ import {
   StasisClient,
   StasisError,
 } from '../dist/index.js';
-import { Daemon, FULL, backends } from './daemon.mjs';
+import { Daemon, FULL, HERE, backends } from './daemon.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -125,6 +128,23 @@ for (const backend of backends()) {
       assert.match(text, /40 120/);
       assert.match(pty.attachUrl(5), /^ws:\/\/.*\/sessions\/.*\/attach\?offset=5$/);
       await pty.kill();
+    });
+
+    it('attaches to a terminal over the WebSocket', async () => {
+      // The global WebSocket: built in from Node 22, behind a flag on Node 20.
+      const flags = typeof WebSocket === 'undefined' ? ['--experimental-websocket'] : [];
+      const { stdout } = await promisify(execFile)(process.execPath, [...flags, join(HERE, 'attach_flow.mjs'), sbx.id], {
+        env: { ...process.env, ...d.env() },
+        timeout: 120_000,
+      });
+      const r = JSON.parse(stdout.trim().split('\n').at(-1));
+      assert.deepEqual(r, { end: { type: 'exit', code: 3 }, sawSize: true, sawEcho: true });
+      if (typeof WebSocket === 'undefined') {
+        // Without one, attach says what it needs.
+        const s = await sbx.pty(['sh']);
+        await assert.rejects(s.attach(), (e) => e.code === 'unsupported' && /WebSocket/.test(e.message));
+        await s.kill();
+      }
     });
 
     it('pauses, resumes, snapshots, forks and restores', async () => {
