@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 
 import { applyDiff } from '@openai/agents';
-import { Manifest, SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, file } from '@openai/agents/sandbox';
+import { Manifest, SandboxInvalidManifestPathError, SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, file } from '@openai/agents/sandbox';
 
 import { StasisClient } from '../dist/index.js';
 import { StasisSandboxClient, StasisSandboxSession } from '../dist/agents/index.js';
@@ -77,6 +77,11 @@ for (const backend of backends()) {
       await assert.rejects(session.readFile({ path: 'missing.txt' }), SandboxWorkspaceReadNotFoundError);
       const partial = await session.readFile({ path: 'notes/hello.txt', maxBytes: 5 });
       assert.equal(Buffer.from(partial).toString(), 'hello');
+
+      // The workspace boundary, as the SDK draws it (lexically).
+      await assert.rejects(session.readFile({ path: '../etc/passwd' }), SandboxInvalidManifestPathError);
+      await assert.rejects(session.readFile({ path: '/etc/passwd' }), SandboxInvalidManifestPathError);
+      await assert.rejects(session.exec({ cmd: 'pwd', workdir: '/etc' }), SandboxInvalidManifestPathError);
 
       // Workspace archives round-trip.
       const tar = await session.persistWorkspace();

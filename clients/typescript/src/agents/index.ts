@@ -29,12 +29,14 @@
 import {
   Manifest,
   SandboxConfigurationError,
+  SandboxError,
   SandboxExposedPortUnavailableError,
   SandboxProviderError,
   SandboxUnsupportedFeatureError,
   SandboxWorkspaceArchiveReadError,
   SandboxWorkspaceArchiveWriteError,
   SandboxWorkspaceReadNotFoundError,
+  WorkspacePathPolicy,
   normalizeSandboxClientCreateArgs,
   recordExposedPortEndpoint,
   type ExecCommandArgs,
@@ -171,11 +173,18 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
 
   // -- paths --
 
-  private abs(path: string | undefined): string {
-    const root = this.state.manifest.root.replace(/\/+$/, '') || '/';
-    if (!path || path === '.') return root;
-    if (path.startsWith('/')) return path;
-    return `${root === '/' ? '' : root}/${path.replace(/^\.\//, '')}`;
+  /**
+   * A path as the SDK resolves it: relative to the workspace root, and
+   * inside the root or an extra path grant (read-only grants refuse
+   * writes), else `SandboxInvalidManifestPathError`. The check is on the
+   * path as written: symlinks inside the sandbox are not resolved.
+   */
+  private abs(path: string | undefined, forWrite = false): string {
+    const policy = new WorkspacePathPolicy({
+      root: this.state.manifest.root,
+      extraPathGrants: this.state.manifest.extraPathGrants,
+    });
+    return policy.resolve(path && path !== '.' ? path : undefined, { forWrite }).path;
   }
 
   private logical(path: string, name: string): string {
@@ -277,7 +286,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   }
 
   async writeFile(path: string, content: string | Uint8Array): Promise<void> {
-    await this.sbx.files.write(this.abs(path), content);
+    await this.sbx.files.write(this.abs(path, true), content);
   }
 
   async listDir(args: ListDirectoryArgs): Promise<SandboxDirectoryEntry[]> {
@@ -336,7 +345,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
         const after = applyDiff(before, op.diff);
         if (op.moveTo && op.moveTo !== op.path) {
           await this.writeFile(op.moveTo, after);
-          await this.sbx.exec(['rm', '-f', '--', this.abs(op.path)]);
+          await this.sbx.exec(['rm', '-f', '--', this.abs(op.path, true)]);
           return { status: 'completed', output: `updated ${op.path} -> ${op.moveTo}` };
         }
         await this.writeFile(op.path, after);
@@ -344,7 +353,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       },
       deleteFile: async (op) => {
         if (!(await this.pathExists(op.path))) return { status: 'failed', output: `${op.path} not found` };
-        const r = await this.sbx.exec(['rm', '-f', '--', this.abs(op.path)]);
+        const r = await this.sbx.exec(['rm', '-f', '--', this.abs(op.path, true)]);
         return r.ok ? { status: 'completed', output: `deleted ${op.path}` } : { status: 'failed', output: r.stderr };
       },
     };
@@ -519,7 +528,7 @@ async function collect(p: Process, yieldMs: number): Promise<{ text: string; end
 }
 
 function providerError(op: string, e: unknown): Error {
-  if (e instanceof Error && e.name.startsWith('Sandbox')) return e;
+  if (e instanceof SandboxError) return e;
   return new SandboxProviderError(`stasis ${op}: ${(e as Error).message}`, { provider: BACKEND_ID, cause: String(e) });
 }
 
