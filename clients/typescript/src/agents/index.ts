@@ -28,6 +28,8 @@
  */
 import {
   Manifest,
+  DEFAULT_SANDBOX_ARCHIVE_LIMITS,
+  SandboxArchiveError,
   SandboxConfigurationError,
   SandboxError,
   SandboxExposedPortUnavailableError,
@@ -38,9 +40,12 @@ import {
   SandboxWorkspaceReadNotFoundError,
   WorkspacePathPolicy,
   normalizeSandboxClientCreateArgs,
+  resolveSandboxArchiveLimits,
   recordExposedPortEndpoint,
   type ExecCommandArgs,
   type ExposedPortEndpoint,
+  type SandboxArchiveLimits,
+  type WorkspaceArchiveOptions,
   type ListDirectoryArgs,
   type ReadFileArgs,
   type ViewImageArgs,
@@ -74,6 +79,7 @@ import type { Run } from '../runs.js';
 import type { Sandbox, Session } from '../sandbox.js';
 import type { CallOutcome } from '../types.js';
 import { PortRelay } from './relay.js';
+import { archiveProblem } from './tar.js';
 
 export const BACKEND_ID = 'stasis';
 
@@ -131,6 +137,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private readonly processes = new Map<number, Process>();
   private nextProcessId = 1;
   private readonly relays = new Map<number, PortRelay>();
+  private archiveLimits: SandboxArchiveLimits | null | undefined;
 
   constructor(
     readonly state: StasisSandboxSessionState,
@@ -391,11 +398,23 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     }
   }
 
-  /** Extract a tar (from {@link persistWorkspace}) into the workspace. */
-  async hydrateWorkspace(data: WorkspaceArchiveData): Promise<void> {
+  setArchiveLimits(limits?: SandboxArchiveLimits | null): void {
+    this.archiveLimits = limits;
+  }
+
+  /**
+   * Extract a tar (from {@link persistWorkspace}) into the workspace, after
+   * checking it: members and links that would leave the workspace, devices,
+   * and archives over the limits are refused with `SandboxArchiveError`.
+   */
+  async hydrateWorkspace(data: WorkspaceArchiveData, options: WorkspaceArchiveOptions = {}): Promise<void> {
     const root = this.state.manifest.root;
     const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
     const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data instanceof Uint8Array ? data : new Uint8Array(data);
+    const requested = options.archiveLimits !== undefined ? options.archiveLimits : this.archiveLimits;
+    const limits = requested === undefined ? DEFAULT_SANDBOX_ARCHIVE_LIMITS : resolveSandboxArchiveLimits(requested);
+    const problem = archiveProblem(bytes, limits);
+    if (problem) throw new SandboxArchiveError(`refusing the workspace archive: ${problem}`, { provider: BACKEND_ID });
     try {
       await this.sbx.files.write(tmp, bytes);
       const r = await this.sbx.exec(
