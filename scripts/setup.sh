@@ -179,6 +179,28 @@ if ((TESTS)); then
     else
         log "Python client and test dependencies present"
     fi
+    # The Agents SDK's own tests (its sdist, cached in .cache/sdk_suite) for
+    # clients/python/sdk_suite/run.py.
+    "$VENV/bin/python" "$REPO/clients/python/sdk_suite/run.py" --fetch-only
+fi
+
+if ((TESTS)); then
+    # The console's browser tests: Debian's headless Chromium with its
+    # driver, and Selenium (PyPI) in the same virtualenv.
+    browser_missing=$(not_installed chromium chromium-driver)
+    if [[ -n $browser_missing ]]; then
+        log "installing Debian packages for the console tests: $browser_missing"
+        apt_update
+        "${SUDO[@]}" apt-get install -y -q --no-install-recommends $browser_missing
+    else
+        log "chromium and chromium-driver present"
+    fi
+    if ! "$REPO/.venv/bin/python" -c 'import selenium' 2>/dev/null; then
+        log "installing selenium (console browser tests) into $REPO/.venv"
+        "$REPO/.venv/bin/python" -m pip install -q 'selenium>=4.20,<5'
+    else
+        log "selenium present"
+    fi
     # The TypeScript client's dependencies (the pinned Agents SDK, tsc,
     # openapi-typescript) from its package-lock.json; the lock's hash is
     # the stamp. Node 20+ and npm come with the machine.

@@ -53,6 +53,21 @@ sum() { { grep -E '^test result:' "$log" || true; } | { grep -oE "[0-9]+ $1" || 
 passed=$(($(sum passed) + install_passed))
 failed=$(($(sum failed) + install_failed + hung))
 ((install_failed == 0)) || ((status != 0)) || status=1
+# The web console in headless Chromium (tests/console: Selenium driving
+# Debian's chromium against the daemon built above); counts join the total.
+set +e
+STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_CONSOLE_TIMEOUT:-8m}" \
+    "$REPO/.venv/bin/python" -m pytest tests/console -q -p no:cacheprovider 2>&1 | tee "$log"
+cstatus=${PIPESTATUS[0]}
+set -e
+cline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
+ccount() { { grep -oE "[0-9]+ $1" <<<"$cline" || true; } | awk '{s+=$1} END {print s+0}'; }
+passed=$((passed + $(ccount passed)))
+failed=$((failed + $(ccount failed) + $(ccount error)))
+if ((status == 0 && cstatus != 0)); then
+    status=$cstatus
+    ((failed > 0)) || failed=1
+fi
 # The Python client's tests (pytest) against the daemon built above; their
 # counts join the total.
 set +e
@@ -68,6 +83,21 @@ failed=$((failed + $(pycount failed) + $(pycount error)))
 if ((status == 0 && pystatus != 0)); then
     status=$pystatus
     ((failed > 0)) || failed=1
+fi
+# The Agents SDK's own pause/resume integration test against the stasis
+# provider, on both backends (clients/python/sdk_suite); its counts join too.
+set +e
+STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_SDK_SUITE_TIMEOUT:-10m}" \
+    "$REPO/.venv/bin/python" clients/python/sdk_suite/run.py --backend all 2>&1 | tee "$log"
+sdkstatus=${PIPESTATUS[0]}
+set -e
+sdkline=$({ grep -E '^sdk-suite: [0-9]+ passed' "$log" || true; } | tail -1)
+sdkcount() { { grep -oE "[0-9]+ $1" <<<"$sdkline" || true; } | awk '{s+=$1} END {print s+0}'; }
+passed=$((passed + $(sdkcount passed)))
+failed=$((failed + $(sdkcount failed)))
+if ((sdkstatus != 0)); then
+    [[ -n "$sdkline" ]] || failed=$((failed + 1))
+    ((status != 0)) || status=$sdkstatus
 fi
 # The TypeScript client's tests (node --test, both backends) against the
 # same daemon binary; their counts join the total.

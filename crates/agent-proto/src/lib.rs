@@ -21,7 +21,8 @@
 
 use serde::{Deserialize, Serialize};
 use stasis_core::{
-    ExecRequest, ExecResult, FileEntry, PtySize, SessionInfo, SessionOutput, SessionSpec, Stream,
+    ExecRequest, ExecResult, FileEntry, FileOp, FileStat, PtySize, SessionInfo, SessionOutput,
+    SessionSpec, Stream,
 };
 
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -72,6 +73,20 @@ pub enum Request {
     },
     ListDir {
         path: String,
+    },
+    /// Create a file that must not exist yet (`already_exists` otherwise);
+    /// parent directories are created. Later chunks go as appending
+    /// `WriteFile`s.
+    CreateFile {
+        path: String,
+        #[serde(with = "stasis_core::b64")]
+        data: Vec<u8>,
+        #[serde(default)]
+        mode: Option<u32>,
+    },
+    /// Stat (answers `Reply::Stat`), remove, mkdir or rename.
+    FileOp {
+        file_op: FileOp,
     },
     SessionStart {
         spec: SessionSpec,
@@ -186,6 +201,9 @@ pub enum Reply {
     },
     Dir {
         entries: Vec<FileEntry>,
+    },
+    Stat {
+        stat: FileStat,
     },
     Session {
         info: SessionInfo,

@@ -238,6 +238,8 @@ fn request_name(r: &Request) -> &'static str {
         Request::WriteFile { .. } => "write_file",
         Request::ReadFile { .. } => "read_file",
         Request::ListDir { .. } => "list_dir",
+        Request::CreateFile { .. } => "create_file",
+        Request::FileOp { .. } => "file_op",
         Request::SessionStart { .. } => "session_start",
         Request::SessionWrite { .. } => "session_write",
         Request::SessionRead { .. } => "session_read",

@@ -51,6 +51,7 @@ mod config;
 mod disk;
 #[cfg(test)]
 mod disk_trust_tests;
+mod files;
 mod guest;
 mod image;
 pub mod jail;
@@ -80,8 +81,8 @@ use stasis_backend::{
     Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, PtySize, Result, SandboxId,
-    SessionInfo, SessionOutput, SessionSpec, SnapshotId,
+    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, FileOp, FileStat, PtySize,
+    Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, WriteMode,
 };
 
 pub use accel::{kvm_is_pvm, probe_accelerator, AccelReport};
@@ -103,7 +104,7 @@ use state::Vm;
 use util::which;
 
 /// File transfers are chunked well below the frame limit (base64 grows 4/3).
-const FILE_CHUNK: usize = MAX_FRAME / 4;
+pub(crate) const FILE_CHUNK: usize = MAX_FRAME / 4;
 
 impl MicrovmBackend {
     /// A backend; the accelerator is resolved on first use (or `init`).
@@ -292,31 +293,32 @@ impl Backend for MicrovmBackend {
         data: &[u8],
         mode: Option<u32>,
     ) -> Result<()> {
-        let vm = state::vm(self, id)?;
-        let path = guest::resolve_path(&vm, path)?;
-        let mut first = true;
-        let mut chunks: Vec<&[u8]> = data.chunks(FILE_CHUNK).collect();
-        if chunks.is_empty() {
-            chunks.push(&[]);
-        }
-        for c in chunks {
-            let r = guest::call(
-                self,
-                &vm,
-                Request::WriteFile {
-                    path: path.clone(),
-                    data: c.to_vec(),
-                    append: !first,
-                    mode,
-                },
-                None,
-                Duration::ZERO,
-            )
-            .await?;
-            expect_ok(r)?;
-            first = false;
-        }
-        Ok(())
+        files::write(self, id, path, data, mode, WriteMode::Overwrite).await
+    }
+
+    async fn write_file_with(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+        how: WriteMode,
+    ) -> Result<()> {
+        files::write(self, id, path, data, mode, how).await
+    }
+
+    async fn file_op(&self, id: &SandboxId, op: FileOp) -> Result<Option<FileStat>> {
+        files::op(self, id, op).await
+    }
+
+    async fn read_range(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Vec<u8>, u64)> {
+        files::read_range(self, id, path, offset, len).await
     }
 
     async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use stasis_core::{Error, FileEntry, Result};
+use stasis_core::{Error, FileEntry, FileEvent, FileOp, FileStat, Result, WriteMode};
 
 use crate::sandbox::Sandbox;
 use crate::{fsops, outputs, userns};
@@ -26,6 +26,87 @@ pub(crate) async fn write_file(
     })
     .await
     .map_err(|e| Error::internal(e.to_string()))?
+}
+
+/// A write that may be create-exclusive (see [`WriteMode`]).
+pub(crate) async fn write_file_with(
+    sb: &Sandbox,
+    path: &str,
+    data: &[u8],
+    mode: Option<u32>,
+    how: WriteMode,
+) -> Result<()> {
+    let p = fsops::normalize(sb.workdir(), path)?;
+    let pid = sb.pid().await?;
+    let data = data.to_vec();
+    let excl = how == WriteMode::CreateExclusive;
+    tokio::task::spawn_blocking(move || {
+        userns::as_sandbox_root(pid, || {
+            fsops::Root::of_pid(pid)?.write_file_with(&p, &data, mode, excl)
+        })
+    })
+    .await
+    .map_err(|e| Error::internal(e.to_string()))?
+}
+
+/// Stat, remove, mkdir, rename (see [`crate::fileops`]), as the sandbox's root.
+pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>> {
+    let w = sb.workdir();
+    let op = match op {
+        FileOp::Stat { path } => FileOp::Stat {
+            path: fsops::normalize(w, &path)?,
+        },
+        FileOp::Remove { path, recursive } => FileOp::Remove {
+            path: fsops::normalize(w, &path)?,
+            recursive,
+        },
+        FileOp::Mkdir { path, parents } => FileOp::Mkdir {
+            path: fsops::normalize(w, &path)?,
+            parents,
+        },
+        FileOp::Rename { from, to } => FileOp::Rename {
+            from: fsops::normalize(w, &from)?,
+            to: fsops::normalize(w, &to)?,
+        },
+    };
+    let pid = sb.pid().await?;
+    tokio::task::spawn_blocking(move || {
+        userns::as_sandbox_root(pid, || {
+            let r = fsops::Root::of_pid(pid)?;
+            match op {
+                FileOp::Stat { path } => r.stat(&path).map(Some),
+                FileOp::Remove { path, recursive } => r.remove(&path, recursive).map(|_| None),
+                FileOp::Mkdir { path, parents } => r.mkdir(&path, parents).map(|_| None),
+                FileOp::Rename { from, to } => r.rename(&from, &to).map(|_| None),
+            }
+        })
+    })
+    .await
+    .map_err(|e| Error::internal(e.to_string()))?
+}
+
+pub(crate) async fn read_range(
+    sb: &Sandbox,
+    path: &str,
+    offset: u64,
+    len: u64,
+) -> Result<(Vec<u8>, u64)> {
+    let p = fsops::normalize(sb.workdir(), path)?;
+    let pid = sb.pid().await?;
+    tokio::task::spawn_blocking(move || fsops::Root::of_pid(pid)?.read_range(&p, offset, len))
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
+}
+
+pub(crate) async fn watch(
+    sb: &Sandbox,
+    path: &str,
+) -> Result<tokio::sync::mpsc::Receiver<FileEvent>> {
+    let p = fsops::normalize(sb.workdir(), path)?;
+    let pid = sb.pid().await?;
+    tokio::task::spawn_blocking(move || crate::watch::start(fsops::Root::of_pid(pid)?, &p))
+        .await
+        .map_err(|e| Error::internal(e.to_string()))?
 }
 
 pub(crate) async fn read_file(sb: &Sandbox, path: &str, limit: u64) -> Result<Vec<u8>> {

@@ -49,7 +49,7 @@ pub fn normalize(workdir: &str, path: &str) -> Result<String> {
     Ok(format!("/{}", parts.join("/")))
 }
 
-fn map_err(e: io::Error, path: &str) -> Error {
+pub(crate) fn map_err(e: io::Error, path: &str) -> Error {
     match e.raw_os_error() {
         Some(libc::ENOENT) => Error::not_found(format!("file {path}")),
         Some(libc::ENOTDIR) => Error::new(
@@ -74,7 +74,7 @@ fn map_err(e: io::Error, path: &str) -> Error {
     }
 }
 
-pub struct Root(OwnedFd);
+pub struct Root(pub(crate) OwnedFd);
 
 impl Root {
     /// The root directory of the sandbox whose PID 1 is `pid` (host pid).
@@ -110,7 +110,7 @@ impl Root {
         self.openat2(path, flags, mode)
     }
 
-    fn openat2(&self, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    pub(crate) fn openat2(&self, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
         let c = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         let mut how: libc::open_how = unsafe { std::mem::zeroed() };
         how.flags = (flags | libc::O_CLOEXEC) as u64;
@@ -138,6 +138,17 @@ impl Root {
     }
 
     pub fn mkdir_p(&self, dir: &str) -> Result<()> {
+        self.mkdir_p_hops(dir, 0)
+    }
+
+    /// `mkdir -p` inside the root. A component that is a symlink to a
+    /// directory not made yet (`alias -> /workspace/later`) has its target
+    /// made (resolved inside the root, like every path here), as a local
+    /// filesystem's `mkdir -p` through the link would; `hops` bounds chains.
+    fn mkdir_p_hops(&self, dir: &str, hops: u32) -> Result<()> {
+        if hops > 16 {
+            return Err(map_err(io::Error::from_raw_os_error(libc::ELOOP), dir));
+        }
         let mut cur = String::new();
         for comp in dir.split('/').filter(|c| !c.is_empty()) {
             let parent = if cur.is_empty() {
@@ -159,6 +170,16 @@ impl Root {
                         if e.raw_os_error() != Some(libc::EEXIST) {
                             return Err(map_err(e, &cur));
                         }
+                        // A dangling symlink: make what it points to.
+                        if let Some(target) = read_link_at(&pfd, comp) {
+                            let base = if target.starts_with('/') {
+                                "/"
+                            } else {
+                                &parent
+                            };
+                            let t = normalize(base, &target).unwrap_or_else(|_| "/".into());
+                            self.mkdir_p_hops(&t, hops + 1)?;
+                        }
                     }
                     // Re-resolve (it may be a symlink now; openat2 keeps it inside).
                     self.openat2(&cur, libc::O_PATH | libc::O_DIRECTORY, 0)
@@ -171,6 +192,18 @@ impl Root {
     }
 
     pub fn write_file(&self, path: &str, data: &[u8], mode: Option<u32>) -> Result<()> {
+        self.write_file_with(path, data, mode, false)
+    }
+
+    /// With `exclusive`, an existing entry (even a dangling symlink) answers
+    /// `already_exists` and nothing is written.
+    pub fn write_file_with(
+        &self,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+        exclusive: bool,
+    ) -> Result<()> {
         if path == "/" {
             return Err(Error::invalid("cannot write to /").with_field("path"));
         }
@@ -179,10 +212,19 @@ impl Root {
         let fd = self
             .openat2(
                 path,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_NONBLOCK | libc::O_NOCTTY,
+                libc::O_WRONLY
+                    | libc::O_CREAT
+                    | libc::O_NONBLOCK
+                    | libc::O_NOCTTY
+                    | if exclusive { libc::O_EXCL } else { 0 },
                 mode.unwrap_or(0o644) & 0o7777,
             )
-            .map_err(|e| map_err(e, path))?;
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::EEXIST) if exclusive => {
+                    Error::new(ErrorCode::AlreadyExists, format!("{path} already exists"))
+                }
+                _ => map_err(e, path),
+            })?;
         let f = File::from(fd);
         let md = f.metadata().map_err(|e| map_err(e, path))?;
         if !md.file_type().is_file() {
@@ -269,6 +311,25 @@ impl Root {
         out.sort_by(|a, b| a.name.cmp(&b.name));
         Ok(out)
     }
+}
+
+/// The text of the symlink `name` in the directory `dir`, if it is one.
+pub(crate) fn read_link_at(dir: &OwnedFd, name: &str) -> Option<String> {
+    let c = CString::new(name).ok()?;
+    let mut buf = vec![0u8; 4096];
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(String::from_utf8_lossy(&buf).into_owned())
 }
 
 #[cfg(test)]

@@ -36,6 +36,7 @@ pub mod cgroup;
 mod config;
 pub mod disk;
 mod exec;
+mod fileops;
 mod files;
 pub mod fsops;
 mod launch;
@@ -58,6 +59,7 @@ pub mod supervisor;
 mod supervisor_client;
 mod sys;
 pub mod userns;
+mod watch;
 
 use async_trait::async_trait;
 use std::path::Path;
@@ -68,8 +70,8 @@ use stasis_backend::{
     Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    BackendKind, ExecRequest, ExecResult, FileEntry, PtySize, Result, SandboxId, SessionInfo,
-    SessionOutput, SessionSpec, SnapshotId,
+    BackendKind, ExecRequest, ExecResult, FileEntry, FileEvent, FileOp, FileStat, PtySize, Result,
+    SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, WriteMode,
 };
 
 pub use config::ProcessConfig;
@@ -123,6 +125,39 @@ impl Backend for ProcessBackend {
     async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
         let sb = self.get(id)?;
         files::list_files(&sb, path).await
+    }
+
+    async fn write_file_with(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+        how: WriteMode,
+    ) -> Result<()> {
+        let sb = self.get(id)?;
+        files::write_file_with(&sb, path, data, mode, how).await
+    }
+
+    async fn file_op(&self, id: &SandboxId, op: FileOp) -> Result<Option<FileStat>> {
+        let sb = self.get(id)?;
+        files::file_op(&sb, op).await
+    }
+
+    async fn read_range(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<(Vec<u8>, u64)> {
+        let sb = self.get(id)?;
+        files::read_range(&sb, path, offset, len).await
+    }
+
+    async fn watch(&self, id: &SandboxId, path: &str) -> Result<mpsc::Receiver<FileEvent>> {
+        let sb = self.get(id)?;
+        files::watch(&sb, path).await
     }
 
     async fn session_start(&self, id: &SandboxId, spec: SessionSpec) -> Result<SessionInfo> {

@@ -20,8 +20,9 @@ use tokio::sync::mpsc;
 
 use stasis_core::manifest::NetworkPolicy;
 use stasis_core::{
-    BackendKind, ExecRequest, ExecResult, FileEntry, Manifest, PtySize, Result, SandboxId,
-    SessionInfo, SessionOutput, SessionSpec, SnapshotId, Stream,
+    BackendKind, ExecRequest, ExecResult, FileEntry, FileEvent, FileOp, FileStat, Manifest,
+    PtySize, Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, Stream,
+    WriteMode,
 };
 
 /// The host uids (= gids) the microVM backend's QEMU jail runs under:
@@ -236,6 +237,57 @@ pub trait Backend: Send + Sync + 'static {
     async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>>;
 
     async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>>;
+
+    /// A write that may refuse an existing file ([`WriteMode::CreateExclusive`]
+    /// answers `already_exists`). Overwrite is [`Backend::write_file`].
+    async fn write_file_with(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        data: &[u8],
+        mode: Option<u32>,
+        how: WriteMode,
+    ) -> Result<()> {
+        match how {
+            WriteMode::Overwrite => self.write_file(id, path, data, mode).await,
+            WriteMode::CreateExclusive => Err(stasis_core::Error::unsupported(format!(
+                "the {} backend has no create-exclusive writes",
+                self.kind()
+            ))),
+        }
+    }
+
+    /// Stat, remove, mkdir, rename (see [`FileOp`]); a stat answers `Some`.
+    async fn file_op(&self, _id: &SandboxId, _op: FileOp) -> Result<Option<FileStat>> {
+        Err(stasis_core::Error::unsupported(format!(
+            "the {} backend has no file operations",
+            self.kind()
+        )))
+    }
+
+    /// At most `len` bytes from `offset` (fewer at the end of the file,
+    /// none past it) and the file's size.
+    async fn read_range(
+        &self,
+        _id: &SandboxId,
+        _path: &str,
+        _offset: u64,
+        _len: u64,
+    ) -> Result<(Vec<u8>, u64)> {
+        Err(stasis_core::Error::unsupported(format!(
+            "the {} backend has no ranged reads",
+            self.kind()
+        )))
+    }
+
+    /// Changes under the directory `path` (recursively) until the receiver
+    /// is dropped. Paths in events are relative to `path`.
+    async fn watch(&self, _id: &SandboxId, _path: &str) -> Result<mpsc::Receiver<FileEvent>> {
+        Err(stasis_core::Error::unsupported(format!(
+            "the {} backend cannot watch files",
+            self.kind()
+        )))
+    }
 
     async fn session_start(&self, id: &SandboxId, spec: SessionSpec) -> Result<SessionInfo>;
 

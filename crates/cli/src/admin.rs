@@ -22,6 +22,21 @@ pub enum AdminCmd {
     /// Public images.
     #[command(subcommand)]
     Image(AdminImageCmd),
+    /// Re-wrap every tenant's data keys under a new master key (online,
+    /// resumable); every node's key file must hold the new key too.
+    RotateMasterKey {
+        /// File with the new key (64 hex characters, e.g. `openssl rand -hex 32`).
+        #[arg(long)]
+        new_key_file: std::path::PathBuf,
+    },
+    /// Delete the wraps of an older master key (refused while anything is
+    /// still wrapped only under it).
+    RetireMasterKey {
+        /// The key's fingerprint (`stasis admin master-keys`).
+        fingerprint: String,
+    },
+    /// Master-key generations, and which of them this node holds.
+    MasterKeys,
 }
 
 #[derive(Subcommand)]
@@ -48,6 +63,26 @@ pub enum TenantCmd {
     },
     /// List tenants.
     Ls,
+    /// A new data key for the tenant: new snapshots use it, older ones stay readable.
+    RotateKey { tenant: String },
+    /// Crypto-erase a tenant: destroy its sandboxes, tokens and data keys.
+    /// Every snapshot of it becomes unreadable at once, backups included.
+    Erase {
+        tenant: String,
+        /// Confirm: this cannot be undone.
+        #[arg(long)]
+        yes: bool,
+    },
+    /// Pin a tenant to regions (its sandboxes and snapshots stay there).
+    Pin {
+        tenant: String,
+        /// A region (repeatable).
+        #[arg(long = "region", required_unless_present = "any")]
+        regions: Vec<String>,
+        /// Unpin: any region.
+        #[arg(long, conflicts_with = "regions")]
+        any: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -122,6 +157,24 @@ pub async fn admin(c: &Client, cmd: AdminCmd, json: bool) -> Result<()> {
                 .await?;
             print_value(json, &v, |v| v["id"].as_str().unwrap_or("?").to_string());
         }
+        AdminCmd::RotateMasterKey { new_key_file } => {
+            crate::governance::rotate_master_key(c, &new_key_file, json).await?
+        }
+        AdminCmd::RetireMasterKey { fingerprint } => {
+            crate::governance::retire_master_key(c, &fingerprint, json).await?
+        }
+        AdminCmd::MasterKeys => crate::governance::master_keys(c, json).await?,
+        AdminCmd::Tenant(TenantCmd::RotateKey { tenant }) => {
+            crate::governance::rotate_tenant_key(c, &tenant, json).await?
+        }
+        AdminCmd::Tenant(TenantCmd::Erase { tenant, yes }) => {
+            crate::governance::erase_tenant(c, &tenant, yes, json).await?
+        }
+        AdminCmd::Tenant(TenantCmd::Pin {
+            tenant,
+            regions,
+            any,
+        }) => crate::governance::pin_tenant(c, &tenant, regions, any, json).await?,
         AdminCmd::Tenant(TenantCmd::Ls) => {
             let v = c.get("/v1/admin/tenants").await?;
             print_value(json, &v, |v| {

@@ -16,14 +16,29 @@ pub fn serve_command(
     ready: &Path,
     log: File,
 ) -> std::io::Result<Command> {
+    serve_command_keyed(exe, data_dir, ready, log, None)
+}
+
+/// [`serve_command`] with the master keys of `key_file` instead of the
+/// insecure dev key when given.
+pub fn serve_command_keyed(
+    exe: &Path,
+    data_dir: &Path,
+    ready: &Path,
+    log: File,
+    key_file: Option<&Path>,
+) -> std::io::Result<Command> {
     let mut cmd = Command::new(exe);
     cmd.arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--listen")
-        .arg("127.0.0.1:0")
-        .arg("--insecure-dev-key")
-        .arg("--ready-file")
+        .arg("127.0.0.1:0");
+    match key_file {
+        Some(f) => cmd.arg("--master-key-file").arg(f),
+        None => cmd.arg("--insecure-dev-key"),
+    };
+    cmd.arg("--ready-file")
         .arg(ready)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)

@@ -16,6 +16,7 @@ mod demo;
 mod doctor;
 mod exec;
 mod files;
+mod governance;
 mod image;
 mod lifecycle;
 mod measure;

@@ -72,6 +72,7 @@ mod tests {
                 since_ms: 5,
                 until_ms: 6,
             }),
+            labels: Default::default(),
             timing: Some(OpTiming {
                 backend_ms: 1,
                 store_ms: 2,

@@ -52,6 +52,12 @@ pub struct ServeArgs {
     /// Use a fixed, publicly known master key (demo/tests only).
     #[arg(long)]
     insecure_dev_key: bool,
+    /// This node's region; tenants pinned to other regions are refused here.
+    #[arg(long, env = "STASIS_REGION")]
+    region: Option<String>,
+    /// The region of this node's store (default: --region).
+    #[arg(long, env = "STASIS_STORE_REGION")]
+    store_region: Option<String>,
     /// Largest file upload/download in MiB.
     #[arg(long, default_value_t = 64)]
     max_file_mb: u64,
@@ -173,6 +179,13 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
             ))
         }
         _ => return Err(Error::invalid("give only one of --master-key-file, --master-key-env, --insecure-dev-key")),
+    };
+    for r in a.region.iter().chain(a.store_region.iter()) {
+        stasis_server::governance::validate_region(r)?;
+    }
+    cfg.region = stasis_server::governance::Region {
+        node: a.region.clone(),
+        store: a.store_region.clone().or_else(|| a.region.clone()),
     };
     cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
     cfg.image_limits = stasis_server::images::ImageLimits {

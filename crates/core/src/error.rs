@@ -22,6 +22,9 @@ pub enum ErrorCode {
     InvalidState,
     /// Concurrent operation in progress (409).
     Busy,
+    /// The object exists and the request asked to create it only if it did
+    /// not (a create-exclusive file write) (409).
+    AlreadyExists,
     /// Payload larger than the configured limit (413).
     PayloadTooLarge,
     /// Too many requests (429).
@@ -43,6 +46,9 @@ pub enum ErrorCode {
     PortUnreachable,
     /// Backend failed (500); the sandbox may have gone to Failed.
     BackendError,
+    /// The tenant is pinned to regions this node (or its store) is not in (409).
+    /// Nothing was done and no data crossed regions; use a node of the tenant's regions.
+    RegionMismatch,
     /// Anything else (500).
     Internal,
 }
@@ -54,7 +60,10 @@ impl ErrorCode {
             ErrorCode::Unauthorized => 401,
             ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
-            ErrorCode::InvalidState | ErrorCode::Busy => 409,
+            ErrorCode::InvalidState
+            | ErrorCode::Busy
+            | ErrorCode::AlreadyExists
+            | ErrorCode::RegionMismatch => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::IntegrityError | ErrorCode::IncompatibleSnapshot => 422,
             ErrorCode::RateLimited | ErrorCode::Overloaded => 429,
@@ -74,6 +83,7 @@ impl ErrorCode {
             ErrorCode::NotFound => "not_found",
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::Busy => "busy",
+            ErrorCode::AlreadyExists => "already_exists",
             ErrorCode::PayloadTooLarge => "payload_too_large",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Overloaded => "overloaded",
@@ -83,6 +93,7 @@ impl ErrorCode {
             ErrorCode::Unsupported => "unsupported",
             ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::BackendError => "backend_error",
+            ErrorCode::RegionMismatch => "region_mismatch",
             ErrorCode::Internal => "internal",
         }
     }

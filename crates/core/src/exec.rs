@@ -71,6 +71,77 @@ pub struct FileEntry {
     pub mtime: i64,
 }
 
+/// What `stat` tells of one path: the entry itself (a symlink is not
+/// followed; `symlink_target` is its text as written).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileStat {
+    /// The normalized absolute path inside the sandbox.
+    pub path: String,
+    pub kind: FileKind,
+    pub size: u64,
+    pub mode: u32,
+    /// Seconds since the epoch.
+    pub mtime: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symlink_target: Option<String>,
+}
+
+/// A file operation besides reading and writing content. Paths are absolute
+/// inside the sandbox (the server normalizes relative ones against the
+/// workdir before a backend sees them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum FileOp {
+    /// Answers the entry's [`FileStat`]; `not_found` when it is missing.
+    Stat { path: String },
+    /// A file, a symlink (not its target) or an empty directory; with
+    /// `recursive`, a directory and everything under it.
+    Remove {
+        path: String,
+        #[serde(default)]
+        recursive: bool,
+    },
+    /// With `parents`, missing parents are made and an existing directory is
+    /// fine; without, the parent must exist and the path must not.
+    Mkdir {
+        path: String,
+        #[serde(default)]
+        parents: bool,
+    },
+    /// POSIX rename: an existing file at `to` is replaced.
+    Rename { from: String, to: String },
+}
+
+/// How a write treats an existing file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Create or truncate.
+    #[default]
+    Overwrite,
+    /// Create only: an existing entry answers `already_exists`.
+    CreateExclusive,
+}
+
+/// A change under a watched directory. `path` is relative to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEvent {
+    pub kind: FileEventKind,
+    pub path: String,
+    /// For `renamed`: the new path (relative), when the watcher saw both ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileEventKind {
+    Created,
+    Modified,
+    Removed,
+    Renamed,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSpec {
     /// Empty: the sandbox's default command (`manifest.command`).

@@ -12,8 +12,8 @@ pub mod user;
 
 pub use error::{Error, ErrorCode, Result};
 pub use exec::{
-    ExecRequest, ExecResult, FileEntry, FileKind, PtySize, SessionInfo, SessionOutput, SessionSpec,
-    Stream,
+    ExecRequest, ExecResult, FileEntry, FileEvent, FileEventKind, FileKind, FileOp, FileStat,
+    PtySize, SessionInfo, SessionOutput, SessionSpec, Stream, WriteMode,
 };
 pub use id::{SandboxId, SnapshotId, TenantId};
 pub use lifecycle::SandboxState;

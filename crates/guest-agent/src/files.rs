@@ -1,7 +1,10 @@
-//! File requests: write (parents created), chunked read, directory listing.
+//! File requests: write (parents created, also through a symlink to a
+//! directory not made yet), create-exclusive, chunked read, directory
+//! listing, stat / remove / mkdir / rename. The guest is the sandbox, so
+//! paths resolve as any program in it would resolve them.
 
 use crate::AgentError;
-use stasis_core::{FileEntry, FileKind};
+use stasis_core::{FileEntry, FileKind, FileOp, FileStat};
 use std::fs::{self, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -22,19 +25,81 @@ fn check_path(path: &str) -> Result<&Path, AgentError> {
     Ok(Path::new(path))
 }
 
+/// `mkdir -p` that also makes the target of a dangling symlink on the way
+/// (`alias -> /workspace/later`), as a write through the link expects.
+pub fn mkdir_p(dir: &Path) -> Result<(), AgentError> {
+    mkdir_p_hops(dir, 0)
+}
+
+fn mkdir_p_hops(dir: &Path, hops: u32) -> Result<(), AgentError> {
+    if hops > 16 {
+        return Err(AgentError::invalid(format!(
+            "{}: too many levels of symlinks",
+            dir.display()
+        )));
+    }
+    let mut cur = std::path::PathBuf::from("/");
+    for comp in dir.components().skip(1) {
+        let parent = cur.clone();
+        cur.push(comp);
+        if cur.is_dir() {
+            continue;
+        }
+        match fs::symlink_metadata(&cur) {
+            Ok(md) if md.file_type().is_symlink() => {
+                let target = fs::read_link(&cur).map_err(|e| AgentError::io(&cur, e))?;
+                mkdir_p_hops(&parent.join(target), hops + 1)?;
+            }
+            Ok(_) => {
+                return Err(AgentError::invalid(format!(
+                    "{} exists and is not a directory",
+                    cur.display()
+                )))
+            }
+            Err(_) => match fs::create_dir(&cur) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(AgentError::io(&cur, e)),
+            },
+        }
+    }
+    Ok(())
+}
+
 pub fn write(path: &str, data: &[u8], append: bool, mode: Option<u32>) -> Result<(), AgentError> {
+    write_with(path, data, append, mode, false)
+}
+
+/// Create `path` that must not exist yet (`already_exists`).
+pub fn create(path: &str, data: &[u8], mode: Option<u32>) -> Result<(), AgentError> {
+    write_with(path, data, false, mode, true)
+}
+
+fn write_with(
+    path: &str,
+    data: &[u8],
+    append: bool,
+    mode: Option<u32>,
+    exclusive: bool,
+) -> Result<(), AgentError> {
     let p = check_path(path)?;
     if let Some(parent) = p.parent() {
-        fs::create_dir_all(parent).map_err(|e| AgentError::io(parent, e))?;
+        mkdir_p(parent)?;
     }
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .append(append)
-        .truncate(!append)
-        .mode(mode.unwrap_or(0o644))
-        .open(p)
-        .map_err(|e| AgentError::io(p, e))?;
+    let mut o = OpenOptions::new();
+    o.write(true).mode(mode.unwrap_or(0o644));
+    if exclusive {
+        o.create_new(true);
+    } else {
+        o.create(true).append(append).truncate(!append);
+    }
+    let mut f = o.open(p).map_err(|e| {
+        if exclusive && e.kind() == std::io::ErrorKind::AlreadyExists {
+            AgentError::new("already_exists", format!("{path} already exists"))
+        } else {
+            AgentError::io(p, e)
+        }
+    })?;
     f.write_all(data).map_err(|e| AgentError::io(p, e))?;
     if let Some(m) = mode {
         f.set_permissions(fs::Permissions::from_mode(m & 0o7777))
@@ -65,6 +130,86 @@ pub fn read(path: &str, offset: u64, limit: u64) -> Result<(Vec<u8>, u64), Agent
     Ok((data, size))
 }
 
+fn kind_of(ft: fs::FileType) -> FileKind {
+    if ft.is_symlink() {
+        FileKind::Symlink
+    } else if ft.is_dir() {
+        FileKind::Dir
+    } else if ft.is_file() {
+        FileKind::File
+    } else {
+        FileKind::Other
+    }
+}
+
+/// Stat (the entry itself, a symlink not followed), remove, mkdir, rename.
+pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
+    match op {
+        FileOp::Stat { path } => {
+            let p = check_path(&path)?;
+            let md = fs::symlink_metadata(p).map_err(|e| AgentError::io(p, e))?;
+            let kind = kind_of(md.file_type());
+            let symlink_target = (kind == FileKind::Symlink)
+                .then(|| fs::read_link(p).ok())
+                .flatten()
+                .map(|t| t.to_string_lossy().into_owned());
+            Ok(Some(FileStat {
+                path,
+                kind,
+                size: md.len(),
+                mode: md.mode() & 0o7777,
+                mtime: md.mtime(),
+                symlink_target,
+            }))
+        }
+        FileOp::Remove { path, recursive } => {
+            let p = check_path(&path)?;
+            if p == Path::new("/") {
+                return Err(AgentError::invalid("cannot remove /"));
+            }
+            let md = fs::symlink_metadata(p).map_err(|e| AgentError::io(p, e))?;
+            let r = if !md.is_dir() {
+                fs::remove_file(p)
+            } else if recursive {
+                fs::remove_dir_all(p)
+            } else {
+                fs::remove_dir(p)
+            };
+            r.map_err(|e| {
+                if e.kind() == std::io::ErrorKind::DirectoryNotEmpty {
+                    AgentError::new(
+                        "invalid_state",
+                        format!("{path} is a directory that is not empty (remove it recursively)"),
+                    )
+                } else {
+                    AgentError::io(p, e)
+                }
+            })?;
+            Ok(None)
+        }
+        FileOp::Mkdir { path, parents } => {
+            let p = check_path(&path)?;
+            if parents {
+                mkdir_p(p)?;
+            } else {
+                fs::create_dir(p).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::AlreadyExists {
+                        AgentError::new("already_exists", format!("{path} already exists"))
+                    } else {
+                        AgentError::io(p, e)
+                    }
+                })?;
+            }
+            Ok(None)
+        }
+        FileOp::Rename { from, to } => {
+            let (f, t) = (check_path(&from)?, check_path(&to)?);
+            fs::rename(f, t).map_err(|e| AgentError::io(f, e))?;
+            Ok(None)
+        }
+    }
+}
+
 pub fn list(path: &str) -> Result<Vec<FileEntry>, AgentError> {
     let p = check_path(path)?;
     let rd = fs::read_dir(p).map_err(|e| AgentError::io(p, e))?;
@@ -93,4 +238,74 @@ pub fn list(path: &str) -> Result<Vec<FileEntry>, AgentError> {
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(t: &tempfile::TempDir, rel: &str) -> String {
+        t.path().join(rel).to_string_lossy().into_owned()
+    }
+
+    #[test]
+    fn write_through_a_link_to_a_missing_dir() {
+        let t = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(p(&t, "real"), t.path().join("alias")).unwrap();
+        write(&p(&t, "alias/internal/x"), b"1", false, None).unwrap();
+        assert_eq!(fs::read(t.path().join("real/internal/x")).unwrap(), b"1");
+        std::os::unix::fs::symlink("rel", t.path().join("r")).unwrap();
+        write(&p(&t, "r/y"), b"2", false, None).unwrap();
+        assert!(t.path().join("rel/y").exists());
+    }
+
+    #[test]
+    fn create_is_exclusive_and_ops_work() {
+        let t = tempfile::tempdir().unwrap();
+        create(&p(&t, "d/f"), b"abc", None).unwrap();
+        let e = create(&p(&t, "d/f"), b"x", None).unwrap_err();
+        assert_eq!(e.code, "already_exists");
+        let st = op(FileOp::Stat { path: p(&t, "d/f") }).unwrap().unwrap();
+        assert_eq!((st.kind, st.size), (FileKind::File, 3));
+        assert_eq!(
+            op(FileOp::Stat {
+                path: p(&t, "nope")
+            })
+            .unwrap_err()
+            .code,
+            "not_found"
+        );
+        op(FileOp::Mkdir {
+            path: p(&t, "a/b"),
+            parents: true,
+        })
+        .unwrap();
+        let e = op(FileOp::Mkdir {
+            path: p(&t, "a"),
+            parents: false,
+        })
+        .unwrap_err();
+        assert_eq!(e.code, "already_exists");
+        op(FileOp::Rename {
+            from: p(&t, "d/f"),
+            to: p(&t, "a/g"),
+        })
+        .unwrap();
+        assert_eq!(fs::read(t.path().join("a/g")).unwrap(), b"abc");
+        let e = op(FileOp::Remove {
+            path: p(&t, "a"),
+            recursive: false,
+        })
+        .unwrap_err();
+        assert_eq!(e.code, "invalid_state");
+        op(FileOp::Remove {
+            path: p(&t, "a"),
+            recursive: true,
+        })
+        .unwrap();
+        assert!(!t.path().join("a").exists());
+        std::os::unix::fs::symlink("/nonexistent", t.path().join("l")).unwrap();
+        let st = op(FileOp::Stat { path: p(&t, "l") }).unwrap().unwrap();
+        assert_eq!(st.symlink_target.as_deref(), Some("/nonexistent"));
+    }
 }

@@ -160,6 +160,14 @@ impl Agent {
             Request::ListDir { path } => Reply::Dir {
                 entries: files::list(&path)?,
             },
+            Request::CreateFile { path, data, mode } => {
+                files::create(&path, &data, mode)?;
+                Reply::Ok
+            }
+            Request::FileOp { file_op } => match files::op(file_op)? {
+                Some(stat) => Reply::Stat { stat },
+                None => Reply::Ok,
+            },
             Request::SessionStart { spec } => Reply::Session {
                 info: self.sessions.start(spec)?,
             },

@@ -29,6 +29,8 @@ use stasis_core::{
 };
 
 mod audit;
+pub mod governance;
+pub mod labels;
 pub mod lease;
 mod manifest;
 pub mod port_urls;
@@ -40,8 +42,13 @@ pub(crate) mod testdb;
 pub mod testing;
 pub mod webhooks;
 pub use audit::{AuditEntry, AuditVerification, NewAuditEntry};
+pub use governance::{KekRow, MasterKeyRow};
+pub use labels::{Labels, ListFilter};
 pub use templates::{NewTemplate, TemplateRecord};
 pub use tenants::{hash_token, Tenant, TokenRecord};
+
+/// Web console sessions (only their ids' hashes).
+pub mod console_sessions;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

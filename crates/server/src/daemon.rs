@@ -84,6 +84,9 @@ pub struct DaemonConfig {
     pub standby: Duration,
     /// Host RAM sandboxes in standby may hold together (`--standby-max-mb`).
     pub standby_max_bytes: u64,
+    /// This node's region and its store's (`--region`, `--store-region`);
+    /// tenants pinned to other regions are refused here.
+    pub region: crate::governance::Region,
 }
 
 impl DaemonConfig {
@@ -114,17 +117,20 @@ impl DaemonConfig {
             egress: stasis_net::EgressConfig::default(),
             standby: Duration::from_secs(crate::manager::DEFAULT_STANDBY_SECS),
             standby_max_bytes: 2 << 30,
+            region: Default::default(),
         }
     }
 }
 
-fn master_key(src: &KeySource) -> Result<MasterKey> {
+/// The master keys this node holds: a key file or env var may list several
+/// (key generations, see `crate::governance`).
+fn master_keys(src: &KeySource) -> Result<Vec<MasterKey>> {
     match src {
-        KeySource::File(p) => MasterKey::from_file(p),
-        KeySource::Env(v) => MasterKey::from_env(v),
+        KeySource::File(p) => MasterKey::ring_from_file(p),
+        KeySource::Env(v) => MasterKey::ring_from_env(v),
         KeySource::InsecureDev => {
             warn!("using the INSECURE development master key: snapshots are not protected at rest");
-            Ok(MasterKey::insecure_dev())
+            Ok(vec![MasterKey::insecure_dev()])
         }
     }
 }
@@ -174,7 +180,14 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     if store_url.starts_with("file://") {
         std::fs::create_dir_all(store_url.trim_start_matches("file://"))?;
     }
-    let store = Store::open(&store_url, master_key(&cfg.key)?).await?;
+    let store = Store::open_keyring(
+        &store_url,
+        master_keys(&cfg.key)?,
+        stasis_store::StoreConfig::default(),
+    )
+    .await?;
+    let generation = crate::governance::attach(&meta, &store).await?;
+    info!(generation = generation.generation, fingerprint = %generation.fingerprint, "master key generation");
 
     let mut pcfg = ProcessConfig {
         cgroup_parent: cfg.cgroup_parent.clone(),
@@ -239,6 +252,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         }
     }
     manager.set_images(images);
+    manager.set_region(cfg.region.clone());
     manager.set_egress(egress);
     let cluster = if meta_engine == stasis_meta::Engine::Postgres {
         let node_id = match &cfg.node_id {
@@ -289,6 +303,8 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         "store": redact_url(&store_url),
         "meta": {"engine": meta_engine, "url": stasis_meta::redact_url(&meta_url)},
         "insecure_dev_key": matches!(cfg.key, KeySource::InsecureDev),
+        "master_key": {"generation": generation.generation, "fingerprint": generation.fingerprint},
+        "region": {"node": cfg.region.node, "store": cfg.region.store},
         "default_backend": cfg.default_backend,
         "process": stasis_backend_process::probe(),
         "microvm": microvm.doctor().await,
@@ -347,9 +363,17 @@ pub async fn run(
         std::fs::rename(&tmp, f)?;
     }
     // The client's address, for the port proxy's X-Forwarded-For.
-    let app = router(state).into_make_service_with_connect_info::<std::net::SocketAddr>();
+    // Long-lived responses (the console's event feed) end when the daemon
+    // stops, so the graceful shutdown does not wait for them.
+    let stopping = tokio_util::sync::CancellationToken::new();
+    let app = router(state)
+        .layer(axum::Extension(stopping.clone()))
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
     let r = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stopping.cancel();
+        })
         .await
         .map_err(|e| Error::internal(format!("server: {e}")));
     reaper.abort();

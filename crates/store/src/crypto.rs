@@ -68,6 +68,23 @@ fn wipe(b: &mut [u8]) {
     }
 }
 
+fn parse_ring(text: &str, what: &str) -> Result<Vec<MasterKey>> {
+    let mut out: Vec<MasterKey> = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        for word in line.split_whitespace() {
+            let k = MasterKey::from_bytes(parse_key_text(word, &format!("{what} line {}", i + 1))?);
+            if !out.iter().any(|o| o.fingerprint() == k.fingerprint()) {
+                out.push(k);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err(Error::invalid(format!("{what}: no key in it")));
+    }
+    Ok(out)
+}
+
 fn parse_key_text(text: &str, what: &str) -> Result<[u8; 32]> {
     let t = text.trim();
     let bytes = hex::decode(t).map_err(|_| {
@@ -121,6 +138,39 @@ impl MasterKey {
         let text = std::str::from_utf8(&data)
             .map_err(|_| Error::invalid(format!("{what}: neither 32 raw bytes nor hex")))?;
         Ok(Self::from_bytes(parse_key_text(text, &what)?))
+    }
+
+    /// A key file listing several master keys (key generations): 32 raw
+    /// bytes (one key), or text with one key of 64 hex characters per line
+    /// (blank lines and `#` comments ignored). The order does not matter:
+    /// the deployment's metadata names the generation in use.
+    pub fn ring_from_file(path: &Path) -> Result<Vec<Self>> {
+        let data = std::fs::read(path)
+            .map_err(|e| Error::invalid(format!("master key file {}: {e}", path.display())))?;
+        if data.len() == 32 {
+            return Ok(vec![Self::from_file(path)?]);
+        }
+        let what = format!("master key file {}", path.display());
+        let text = std::str::from_utf8(&data)
+            .map_err(|_| Error::invalid(format!("{what}: neither 32 raw bytes nor hex")))?;
+        let ring = parse_ring(text, &what)?;
+        if ring.len() == 1 {
+            // Same warnings as a single-key file.
+            return Ok(vec![Self::from_file(path)?]);
+        }
+        Ok(ring)
+    }
+
+    /// Several keys in one env var: hex keys separated by whitespace or commas.
+    pub fn ring_from_env(var: &str) -> Result<Vec<Self>> {
+        let v = std::env::var(var)
+            .map_err(|_| Error::invalid(format!("master key env var {var} is not set")))?;
+        parse_ring(&v.replace(',', "\n"), &format!("master key env var {var}"))
+    }
+
+    /// Parse one key given as 64 hex characters.
+    pub fn from_hex(text: &str) -> Result<Self> {
+        Ok(Self::from_bytes(parse_key_text(text, "master key")?))
     }
 
     /// The env var holds 64 hex characters.
@@ -178,6 +228,22 @@ impl MasterKey {
         blake3::derive_key("stasis 2026-12 master wrap v1", &self.key)
     }
 
+    /// The key that wraps a tenant's data key: the master wrap key alone
+    /// (stores made before key-encryption keys), or bound to the tenant's
+    /// key-encryption key, which lives outside the store.
+    pub(crate) fn tenant_wrap_key(&self, kek: Option<&[u8; 32]>) -> [u8; 32] {
+        match kek {
+            None => self.wrap_key(),
+            Some(k) => {
+                let mut m = self.wrap_key().to_vec();
+                m.extend_from_slice(k);
+                let out = blake3::derive_key("stasis 2026-12 tenant wrap v2", &m);
+                wipe(&mut m);
+                out
+            }
+        }
+    }
+
     pub(crate) fn export_key(&self) -> [u8; 32] {
         blake3::derive_key("stasis 2026-12 export wrap v1", &self.key)
     }
@@ -185,6 +251,8 @@ impl MasterKey {
 
 /// Keys derived from one tenant's data key.
 pub(crate) struct TenantKeys {
+    /// The data key's generation (0: the tenant's first key).
+    pub gen: u32,
     pub addr: [u8; 32],
     pub chunk: [u8; 32],
     pub record: [u8; 32],
@@ -192,9 +260,10 @@ pub(crate) struct TenantKeys {
 }
 
 impl TenantKeys {
-    pub fn derive(data_key: &[u8; 32]) -> Self {
+    pub fn derive(gen: u32, data_key: &[u8; 32]) -> Self {
         let seed = blake3::derive_key("stasis 2026-12 cdc seed v1", data_key);
         TenantKeys {
+            gen,
             addr: blake3::derive_key("stasis 2026-12 chunk address v1", data_key),
             chunk: blake3::derive_key("stasis 2026-12 chunk encryption v1", data_key),
             record: blake3::derive_key("stasis 2026-12 record encryption v1", data_key),
@@ -277,6 +346,21 @@ pub(crate) fn tenant_key_aad(tenant: &str) -> Vec<u8> {
     let mut a = b"stasis-tenant-key-v1\0".to_vec();
     a.extend_from_slice(tenant.as_bytes());
     a
+}
+
+/// AAD of a data-key wrap: tenant, generation and the wrapping master key's
+/// fingerprint, so a wrap moved to another tenant, generation or name does not open.
+pub(crate) fn tenant_key_aad_v2(tenant: &str, gen: u32, fp: &str) -> Vec<u8> {
+    let mut a = b"stasis-tenant-key-v2\0".to_vec();
+    a.extend_from_slice(tenant.as_bytes());
+    a.push(0);
+    a.extend_from_slice(&gen.to_le_bytes());
+    a.extend_from_slice(fp.as_bytes());
+    a
+}
+
+pub(crate) fn wipe_key(k: &mut [u8; 32]) {
+    wipe(k);
 }
 
 pub(crate) const KEYCHECK_AAD: &[u8] = b"stasis-keycheck-v1";

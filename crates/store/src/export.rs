@@ -178,13 +178,11 @@ impl Store {
         r.read_exact(&mut hs)
             .await
             .map_err(|_| bad("truncated header"))?;
-        let hjson = crypto::open(
-            &self.master().export_key(),
-            HEADER_AAD,
-            &hs,
-            "export file header",
-        )
-        .map_err(|_| bad("header cannot be opened with this master key, or was modified"))?;
+        let hjson = self
+            .masters()
+            .iter()
+            .find_map(|k| crypto::open(&k.export_key(), HEADER_AAD, &hs, "export file header").ok())
+            .ok_or_else(|| bad("header cannot be opened with this master key, or was modified"))?;
         let h: ExportHeader = serde_json::from_slice(&hjson).map_err(bad)?;
         if &h.record.tenant != tenant {
             return Err(Error::invalid("this export file belongs to another tenant"));

@@ -8,6 +8,8 @@ use stasis_core::{Error, Result, SnapshotId, TenantId};
 pub(crate) const CHUNK_MAGIC: u8 = b'S';
 pub(crate) const RECORD_MAGIC: u8 = b'R';
 pub(crate) const FORMAT_V1: u8 = 1;
+/// Records sealed under a data key of generation > 0: 'R' 2 gen(u32 LE) sealed.
+pub(crate) const FORMAT_V2: u8 = 2;
 pub(crate) const FLAG_RAW: u8 = 0;
 pub(crate) const FLAG_ZSTD: u8 = 1;
 
@@ -25,6 +27,27 @@ pub(crate) fn record_aad(tenant: &TenantId, id: &SnapshotId) -> Vec<u8> {
     a.extend_from_slice(tenant.as_str().as_bytes());
     a.push(0);
     a.extend_from_slice(id.as_str().as_bytes());
+    a
+}
+
+/// The data-key generation a sealed record names, and where its sealed part starts.
+pub(crate) fn record_header(b: &[u8]) -> Option<(u32, usize)> {
+    match b {
+        [RECORD_MAGIC, FORMAT_V1, ..] => Some((0, 2)),
+        [RECORD_MAGIC, FORMAT_V2, g0, g1, g2, g3, ..] => {
+            Some((u32::from_le_bytes([*g0, *g1, *g2, *g3]), 6))
+        }
+        _ => None,
+    }
+}
+
+/// Record AAD, bound to the data-key generation from generation 1 on.
+pub(crate) fn record_aad_gen(tenant: &TenantId, id: &SnapshotId, gen: u32) -> Vec<u8> {
+    let mut a = record_aad(tenant, id);
+    if gen > 0 {
+        a.extend_from_slice(b"\0gen");
+        a.extend_from_slice(&gen.to_le_bytes());
+    }
     a
 }
 

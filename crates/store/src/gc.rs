@@ -258,6 +258,12 @@ impl Store {
                 h(s)
             }
         };
+        if self.is_erased(t).await? {
+            // Crypto-erased: nobody can read these bytes any more; remove them.
+            step("purge-erased");
+            rep.objects_purged += self.purge_tenant(t).await?;
+            return Ok(());
+        }
         if self.tenant_keys(t, false).await?.is_none() {
             // No key: nothing of this tenant can be read, so nothing is known to be unreferenced.
             return Ok(());

@@ -10,8 +10,9 @@
 //!
 //! ## Object layout
 //! ```text
-//! keycheck                                   sealed constant: wrong master key -> refused at open
-//! tenants/<tenant>/key                       tenant data key wrapped by the master key
+//! keycheck, keychecks/<fp>                   sealed constants: wrong master key -> refused at open
+//! tenants/<tenant>/key                       tenant data key wrapped by the master key (older stores)
+//! tenants/<tenant>/dk/<gen>.<fp>             data key generation <gen> wrapped by master key <fp> (keyring.rs)
 //! tenants/<tenant>/snapshots/<snapshot-id>   sealed, zstd'd JSON SnapshotRecord (AAD: tenant, id)
 //! tenants/<tenant>/chunks/<aa>/<addr-hex>    'S' 1 <flag> nonce(24) ciphertext+tag(16)
 //! tenants/<tenant>/locks/put-<expires_ms>-<rand>   a put/import is in flight (see gc.rs)
@@ -26,6 +27,7 @@ pub mod crypto;
 mod export;
 mod format;
 mod gc;
+pub mod keyring;
 mod objects;
 mod put;
 mod restore;
@@ -36,12 +38,13 @@ mod upload;
 
 pub use crypto::MasterKey;
 pub use gc::GcOptions;
+pub use keyring::{Kek, KekSource, RetireReport, RotateReport};
 pub use objects::object_store_from_url;
 pub use types::*;
 
 use bytes::Bytes;
 use crypto::TenantKeys;
-use format::{record_aad, FORMAT_V1, RECORD_MAGIC};
+use format::{record_aad_gen, record_header, FORMAT_V1, FORMAT_V2, RECORD_MAGIC};
 use futures::TryStreamExt;
 use object_store::path::Path as OPath;
 use object_store::{ObjectStore, PutMode, PutPayload};
@@ -50,7 +53,7 @@ use objects::{local_root_of, tenant_prefix};
 use stasis_core::{Error, ErrorCode, Result, SnapshotId, TenantId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// Tunables. The defaults are what the daemon uses.
 #[derive(Debug, Clone)]
@@ -91,13 +94,14 @@ pub struct Store {
 
 struct Inner {
     os: Arc<dyn ObjectStore>,
-    master: MasterKey,
+    masters: RwLock<keyring::MasterRing>,
+    kek: RwLock<Option<Arc<dyn KekSource>>>,
     label: String,
     /// Root directory when the store is a local dir (for sweeping the staging
     /// files `LocalFileSystem` leaves behind when killed mid-write; invisible to listing).
     local_root: Option<PathBuf>,
     cfg: StoreConfig,
-    keys: Mutex<HashMap<String, Arc<TenantKeys>>>,
+    keys: Mutex<HashMap<String, Arc<keyring::TenantRing>>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -150,6 +154,26 @@ impl Store {
         master_key: MasterKey,
         cfg: StoreConfig,
     ) -> Result<Store> {
+        Self::with_keyring(os, label, vec![master_key], cfg).await
+    }
+
+    /// Open by URL with several master keys (key generations); see [`keyring`].
+    pub async fn open_keyring(url: &str, keys: Vec<MasterKey>, cfg: StoreConfig) -> Result<Store> {
+        let os = object_store_from_url(url)?;
+        Self::with_keyring(os, url, keys, cfg).await
+    }
+
+    /// Any `object_store` implementation, several master keys. At least one
+    /// of them must be one the store knows (or the store is new).
+    pub async fn with_keyring(
+        os: Arc<dyn ObjectStore>,
+        label: &str,
+        keys: Vec<MasterKey>,
+        cfg: StoreConfig,
+    ) -> Result<Store> {
+        if keys.is_empty() {
+            return Err(Error::invalid("no master key given"));
+        }
         if !(cfg.chunk_min >= 64
             && cfg.chunk_min < cfg.chunk_avg
             && cfg.chunk_avg < cfg.chunk_max
@@ -162,14 +186,15 @@ impl Store {
         let store = Store {
             inner: Arc::new(Inner {
                 os,
-                master: master_key,
+                masters: RwLock::new(keyring::MasterRing { keys, current: 0 }),
+                kek: RwLock::new(None),
                 label: label.to_string(),
                 local_root: local_root_of(label),
                 cfg,
                 keys: Mutex::new(HashMap::new()),
             }),
         };
-        store.check_master_key().await?;
+        store.check_master_keys().await?;
         Ok(store)
     }
 
@@ -190,13 +215,24 @@ impl Store {
         self.master().seal_secret(tenant.as_str(), name, value)
     }
 
-    /// Open a value sealed by [`Store::seal_secret`].
+    /// Open a value sealed by [`Store::seal_secret`] under any held master key.
     pub fn open_secret(&self, tenant: &TenantId, name: &str, sealed: &[u8]) -> Result<Vec<u8>> {
-        self.master().open_secret(tenant.as_str(), name, sealed)
+        let mut err = None;
+        for k in self.masters() {
+            match k.open_secret(tenant.as_str(), name, sealed) {
+                Ok(v) => return Ok(v),
+                Err(e) => err = Some(e),
+            }
+        }
+        Err(err.unwrap_or_else(|| Error::internal("no master key")))
     }
 
-    pub(crate) fn master(&self) -> &MasterKey {
-        &self.inner.master
+    /// Whether `sealed` is sealed under the current master key (else
+    /// [`Store::seal_secret`] it again before retiring the older key).
+    pub fn secret_is_current(&self, tenant: &TenantId, name: &str, sealed: &[u8]) -> bool {
+        self.master()
+            .open_secret(tenant.as_str(), name, sealed)
+            .is_ok()
     }
 
     /// `PutMode::Create`; Ok(false) if the object already exists. Falls back to
@@ -233,69 +269,6 @@ impl Store {
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(os_err(e)),
         }
-    }
-
-    async fn check_master_key(&self) -> Result<()> {
-        let path = OPath::from("keycheck");
-        let wrap = self.inner.master.wrap_key();
-        for _ in 0..3 {
-            if let Some(b) = self.get_bytes(&path).await? {
-                let plain =
-                    crypto::open(&wrap, crypto::KEYCHECK_AAD, &b, "keycheck").map_err(|_| {
-                        crypto::wrong_master_key(&format!("store {}", self.inner.label))
-                    })?;
-                if plain != crypto::KEYCHECK_PLAIN {
-                    return Err(crypto::wrong_master_key("keycheck"));
-                }
-                return Ok(());
-            }
-            let sealed = crypto::seal(&wrap, crypto::KEYCHECK_AAD, crypto::KEYCHECK_PLAIN);
-            if self.put_create(&path, sealed).await? {
-                return Ok(());
-            }
-        }
-        Err(Error::internal("keycheck: could not create or read"))
-    }
-
-    /// The tenant's keys; `create` makes a data key on first use (puts only).
-    pub(crate) async fn tenant_keys(
-        &self,
-        tenant: &TenantId,
-        create: bool,
-    ) -> Result<Option<Arc<TenantKeys>>> {
-        if let Some(k) = self.inner.keys.lock().unwrap().get(tenant.as_str()) {
-            return Ok(Some(k.clone()));
-        }
-        let path = OPath::from(format!("{}/key", tenant_prefix(tenant)));
-        let wrap = self.inner.master.wrap_key();
-        let aad = crypto::tenant_key_aad(tenant.as_str());
-        for _ in 0..3 {
-            if let Some(b) = self.get_bytes(&path).await? {
-                let plain = crypto::open(&wrap, &aad, &b, &format!("data key of tenant {tenant}"))
-                    .map_err(|e| {
-                        e.context("the tenant's wrapped data key is corrupt or was replaced")
-                    })?;
-                let dk: [u8; 32] = plain
-                    .as_slice()
-                    .try_into()
-                    .map_err(|_| Error::integrity("tenant data key has the wrong length"))?;
-                let keys = Arc::new(TenantKeys::derive(&dk));
-                self.inner
-                    .keys
-                    .lock()
-                    .unwrap()
-                    .insert(tenant.as_str().to_string(), keys.clone());
-                return Ok(Some(keys));
-            }
-            if !create {
-                return Ok(None);
-            }
-            let dk: [u8; 32] = crypto::random_bytes();
-            let sealed = crypto::seal(&wrap, &aad, &dk);
-            // Create-only: two nodes racing to create the key agree on one.
-            self.put_create(&path, sealed).await?;
-        }
-        Err(Error::internal("tenant key: could not create or read"))
     }
 
     /// (addr, stored size, last modified ms) of every chunk object of the tenant.
@@ -344,8 +317,18 @@ impl Store {
     pub(crate) fn seal_record(&self, keys: &TenantKeys, rec: &SnapshotRecord) -> Result<Vec<u8>> {
         let json = serde_json::to_vec(rec).map_err(|e| Error::internal(e.to_string()))?;
         let z = zstd::bulk::compress(&json, 3).map_err(|e| Error::internal(e.to_string()))?;
-        let sealed = crypto::seal(&keys.record, &record_aad(&rec.tenant, &rec.id), &z);
-        let mut out = vec![RECORD_MAGIC, FORMAT_V1];
+        let sealed = crypto::seal(
+            &keys.record,
+            &record_aad_gen(&rec.tenant, &rec.id, keys.gen),
+            &z,
+        );
+        let mut out = if keys.gen == 0 {
+            vec![RECORD_MAGIC, FORMAT_V1]
+        } else {
+            let mut h = vec![RECORD_MAGIC, FORMAT_V2];
+            h.extend_from_slice(&keys.gen.to_le_bytes());
+            h
+        };
         out.extend_from_slice(&sealed);
         Ok(out)
     }
@@ -358,10 +341,20 @@ impl Store {
         b: &[u8],
     ) -> Result<SnapshotRecord> {
         let what = format!("snapshot record {id}");
-        if b.len() < 2 || b[0] != RECORD_MAGIC || b[1] != FORMAT_V1 {
+        let Some((gen, start)) = record_header(b) else {
             return Err(Error::integrity(format!("{what}: bad header")));
+        };
+        if gen != keys.gen {
+            return Err(Error::integrity(format!(
+                "{what}: wrong data key generation"
+            )));
         }
-        let z = crypto::open(&keys.record, &record_aad(tenant, id), &b[2..], &what)?;
+        let z = crypto::open(
+            &keys.record,
+            &record_aad_gen(tenant, id, gen),
+            &b[start..],
+            &what,
+        )?;
         let json = zstd::stream::decode_all(&z[..])
             .map_err(|e| Error::integrity(format!("{what}: {e}")))?;
         let rec: SnapshotRecord =
@@ -405,8 +398,9 @@ impl Store {
         let Some(b) = self.get_bytes(&record_path(tenant, id)).await? else {
             return Err(not_found());
         };
+        let gen = record_header(&b).map(|h| h.0).unwrap_or(0);
         let keys = self
-            .tenant_keys(tenant, false)
+            .tenant_keys_gen(tenant, gen)
             .await?
             .ok_or_else(not_found)?;
         let rec = self.open_record(&keys, tenant, id, &b)?;

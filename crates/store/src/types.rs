@@ -187,5 +187,8 @@ pub struct GcReport {
     pub stale_markers_removed: u64,
     /// Local dir only: partial files of writes killed mid-way.
     pub staging_files_removed: u64,
+    /// Objects of crypto-erased tenants removed.
+    #[serde(default)]
+    pub objects_purged: u64,
     pub errors: Vec<String>,
 }

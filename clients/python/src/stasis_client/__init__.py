@@ -6,8 +6,21 @@ OpenAI Agents SDK sandbox provider: :mod:`stasis_client.agents_sdk`
 """
 
 from . import errors
-from .client import Client, ExecStream, Files, Pty, Run, Runs, Sandbox, Session, Templates
+from .client import (
+    Client,
+    ExecStream,
+    Files,
+    FileWatch,
+    Pty,
+    Run,
+    Runs,
+    Sandbox,
+    SandboxPaginator,
+    Session,
+    Templates,
+)
 from .errors import (
+    AlreadyExists,
     BackendError,
     Busy,
     CodeError,
@@ -33,10 +46,13 @@ from .models import (
     CallOutcome,
     ExecResult,
     FileEntry,
+    FileEvent,
+    FileStat,
     OutputChunk,
     PortUrl,
     ResumeReport,
     SandboxInfo,
+    SandboxPage,
     SessionInfo,
     SessionOutput,
     SnapshotInfo,
@@ -46,6 +62,12 @@ from .models import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AlreadyExists",
+    "FileEvent",
+    "FileStat",
+    "FileWatch",
+    "SandboxPage",
+    "SandboxPaginator",
     "BackendError",
     "Busy",
     "CallOutcome",

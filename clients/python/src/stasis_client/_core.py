@@ -24,9 +24,12 @@ from .models import (
     CallOutcome,
     ExecResult,
     FileEntry,
+    FileEvent,
+    FileStat,
     PortUrl,
     ResumeReport,
     SandboxInfo,
+    SandboxPage,
     SessionInfo,
     SessionOutput,
     SnapshotInfo,
@@ -108,6 +111,7 @@ class Req:
 class Resp:
     status: int
     content: bytes
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def json(self) -> Any:
         return json.loads(self.content) if self.content else None
@@ -175,11 +179,15 @@ def exec_extra_timeout(timeout: Optional[float]) -> float:
 
 
 def op_create(
-    manifest: Optional[Mapping[str, Any]], template: Optional[str] = None
+    manifest: Optional[Mapping[str, Any]],
+    template: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
 ) -> Op[SandboxInfo]:
     body: dict[str, Any] = {"manifest": dict(manifest)} if manifest is not None else {}
     if template is not None:
         body["template"] = template
+    if labels:
+        body["labels"] = {str(k): str(v) for k, v in labels.items()}
     resp = yield req("sandbox.create", json=body, extra_timeout=300)
     return SandboxInfo.from_json(resp.json())
 
@@ -193,6 +201,58 @@ def op_list(state: Optional[str]) -> Op[list[SandboxInfo]]:
     params = {"state": state} if state else {}
     resp = yield req("sandbox.list", params=params)
     return [SandboxInfo.from_json(d) for d in resp.json()]
+
+
+def _ms(t: Any) -> int:
+    """Milliseconds since the epoch of an int (already ms), a float (seconds)
+    or a datetime (naive = UTC)."""
+    import datetime as _dt
+
+    if isinstance(t, bool):
+        raise InvalidArgument("created_after: expected a datetime or milliseconds")
+    if isinstance(t, int):
+        return t
+    if isinstance(t, float):
+        return int(t * 1000)
+    if isinstance(t, _dt.datetime):
+        if t.tzinfo is None:
+            t = t.replace(tzinfo=_dt.timezone.utc)
+        return int(t.timestamp() * 1000)
+    raise InvalidArgument("created_after: expected a datetime or milliseconds")
+
+
+def op_list_page(
+    state: Optional[str] = None,
+    labels: Optional[Mapping[str, str]] = None,
+    created_after: Any = None,
+    limit: Optional[int] = None,
+    cursor: Optional[str] = None,
+) -> Op[SandboxPage]:
+    params: dict[str, Any] = {}
+    if state:
+        params["state"] = state
+    if labels:
+        for k, v in labels.items():
+            if "," in str(k) or "," in str(v) or "=" in str(k):
+                raise InvalidArgument(f"label filter {k!r}={v!r}: ',' and a key's '=' cannot be filtered on")
+        params["label"] = ",".join(f"{k}={v}" for k, v in labels.items())
+    if created_after is not None:
+        params["created_after"] = _ms(created_after)
+    if limit is not None:
+        params["limit"] = int(limit)
+    if cursor:
+        params["cursor"] = cursor
+    resp = yield req("sandbox.list", params=params)
+    return SandboxPage(
+        [SandboxInfo.from_json(d) for d in resp.json()],
+        resp.headers.get("x-next-cursor") or None,
+    )
+
+
+def op_set_lifecycle(sandbox_id: str, change: Mapping[str, Any]) -> Op[SandboxInfo]:
+    body = {k: v for k, v in change.items() if v is not None}
+    resp = yield req("sandbox.lifecycle", ids={"id": sandbox_id}, json=body)
+    return SandboxInfo.from_json(resp.json())
 
 
 def op_destroy(sandbox_id: str) -> Op[SandboxInfo]:
@@ -343,18 +403,63 @@ def op_image_import(archive: bytes, name: Optional[str]) -> Op[dict[str, Any]]:
 # ----- files -----------------------------------------------------------------
 
 
-def op_write(sandbox_id: str, path: str, data: Union[str, bytes], mode: Optional[int]) -> Op[None]:
+def op_write(
+    sandbox_id: str,
+    path: str,
+    data: Union[str, bytes],
+    mode: Optional[int],
+    exclusive: bool = False,
+) -> Op[None]:
     params: dict[str, Any] = {"path": path}
     if mode is not None:
         params["mode"] = format(mode, "o")
+    if exclusive:
+        params["exclusive"] = "true"
     content = data.encode() if isinstance(data, str) else bytes(data)
     yield req("files.put", ids={"id": sandbox_id}, params=params, content=content, extra_timeout=60)
     return None
 
 
-def op_read(sandbox_id: str, path: str) -> Op[bytes]:
-    resp = yield req("files.get", ids={"id": sandbox_id}, params={"path": path}, extra_timeout=60)
+def op_read(
+    sandbox_id: str, path: str, offset: Optional[int] = None, length: Optional[int] = None
+) -> Op[bytes]:
+    params: dict[str, Any] = {"path": path}
+    if offset is not None:
+        params["offset"] = int(offset)
+    if length is not None:
+        if length < 1:
+            raise InvalidArgument("length must be at least 1")
+        params["length"] = int(length)
+    resp = yield req("files.get", ids={"id": sandbox_id}, params=params, extra_timeout=60)
     return resp.content
+
+
+def op_stat(sandbox_id: str, path: str) -> Op[FileStat]:
+    resp = yield req("files.stat", ids={"id": sandbox_id}, params={"path": path})
+    return FileStat.from_json(resp.json())
+
+
+def op_exists(sandbox_id: str, path: str) -> Op[bool]:
+    resp = yield req("files.exists", ids={"id": sandbox_id}, params={"path": path})
+    return bool(resp.json()["exists"])
+
+
+def op_remove(sandbox_id: str, path: str, recursive: bool) -> Op[None]:
+    params: dict[str, Any] = {"path": path}
+    if recursive:
+        params["recursive"] = "true"
+    yield req("files.remove", ids={"id": sandbox_id}, params=params, extra_timeout=60)
+    return None
+
+
+def op_mkdir(sandbox_id: str, path: str, parents: bool) -> Op[None]:
+    yield req("files.mkdir", ids={"id": sandbox_id}, json={"path": path, "parents": parents})
+    return None
+
+
+def op_rename(sandbox_id: str, src: str, dst: str) -> Op[None]:
+    yield req("files.rename", ids={"id": sandbox_id}, json={"from": src, "to": dst})
+    return None
 
 
 def op_listdir(sandbox_id: str, path: str) -> Op[list[FileEntry]]:

@@ -77,6 +77,7 @@ from __future__ import annotations
 import asyncio
 import io
 import shlex
+import tarfile
 import uuid
 from pathlib import Path
 from typing import Any, Literal, Optional, Union
@@ -90,6 +91,7 @@ except ImportError as e:  # pragma: no cover - depends on the installed extras
     ) from e
 
 from agents.sandbox.errors import (
+    ExecNonZeroError,
     ExecTimeoutError,
     ExecTransportError,
     SnapshotNotRestorableError,
@@ -101,6 +103,7 @@ from agents.sandbox.errors import (
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.dependencies import Dependencies
+from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
 from agents.sandbox.session.pty_types import (
     PtyExecUpdate,
     allocate_pty_process_id,
@@ -115,13 +118,14 @@ from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.errors import ExposedPortUnavailableError
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
+from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from agents.sandbox.util.token_truncation import formatted_truncate_text_with_token_count
 from pydantic import Field
 
 from ._core import Argv
 from ._port_forward import PortForwarder
 from .aio import AsyncClient, AsyncPty, AsyncRun, AsyncSandbox
-from .errors import InvalidState, NotFound, StasisError
+from .errors import AlreadyExists, InvalidState, NotFound, StasisError
 from .models import CallOutcome
 
 BACKEND_ID = "stasis"
@@ -422,6 +426,22 @@ class StasisSandboxSession(BaseSandboxSession):
         for fwd, _ in relays.values():
             await fwd.close()
 
+    # -- workspace boundary --
+
+    def _runtime_helpers(self) -> tuple[Any, ...]:
+        return (RESOLVE_WORKSPACE_PATH_HELPER,)
+
+    def _current_runtime_helper_cache_key(self) -> object | None:
+        # A restored sandbox is a new one: its helpers are installed again.
+        return self.state.sandbox_id
+
+    async def _validate_path_access(self, path: Union[Path, str], *, for_write: bool = False) -> Path:
+        """The SDK's workspace boundary, resolved inside the sandbox (symlinks
+        included): a path that resolves outside the workspace raises
+        ``InvalidManifestPathError``, a write onto a read-only grant
+        ``WorkspaceArchiveWriteError``, as the SDK's Docker provider does."""
+        return await self._validate_remote_path_access(path, for_write=for_write)
+
     # -- exec and files --
 
     async def _exec_internal(self, *command: Union[str, Path], timeout: Optional[float] = None) -> ExecResult:
@@ -439,7 +459,7 @@ class StasisSandboxSession(BaseSandboxSession):
     async def read(self, path: Path, *, user: Union[str, User, None] = None) -> io.IOBase:
         if user is not None:
             await self._check_read_with_exec(path, user=user)
-        target = self.normalize_path(path)
+        target = await self._validate_path_access(path)
         try:
             data = await (await self._sandbox()).files.read(target.as_posix())
         except NotFound as e:
@@ -448,9 +468,42 @@ class StasisSandboxSession(BaseSandboxSession):
             raise WorkspaceArchiveReadError(path=target, cause=e) from e
         return io.BytesIO(data)
 
+    async def _read_bounded(self, path: Path, *, max_bytes: int) -> bytes:
+        """At most ``max_bytes`` from the start of the file: a ranged read,
+        so no more than that leaves the sandbox."""
+        target = await self._validate_path_access(path)
+        try:
+            return await (await self._sandbox()).files.read(
+                target.as_posix(), offset=0, length=max_bytes
+            )
+        except NotFound as e:
+            raise WorkspaceReadNotFoundError(path=target, cause=e) from e
+        except StasisError as e:
+            raise WorkspaceArchiveReadError(path=target, cause=e) from e
+
+    async def _write_new_file(
+        self, path: Path, data: io.IOBase, *, user: Union[str, User, None] = None
+    ) -> None:
+        """apply_patch's ``create_file``: a create-exclusive write, so an
+        existing file (or symlink) at the name is refused, never overwritten."""
+        if user is not None:
+            await super()._write_new_file(path, data, user=user)
+            return
+        payload = coerce_write_payload(path=path, data=data)
+        target = await self._validate_path_access(path, for_write=True)
+        raw = payload.stream.read()
+        if isinstance(raw, str):
+            raw = raw.encode()
+        try:
+            await (await self._sandbox()).files.write(target.as_posix(), raw, exclusive=True)
+        except AlreadyExists as e:
+            raise FileExistsError(str(target)) from e
+        except StasisError as e:
+            raise WorkspaceArchiveWriteError(path=target, cause=e) from e
+
     async def write(self, path: Path, data: io.IOBase, *, user: Union[str, User, None] = None) -> None:
         payload = coerce_write_payload(path=path, data=data)
-        target = self.normalize_path(path, for_write=True)
+        target = await self._validate_path_access(path, for_write=True)
         if user is not None:
             await self._check_write_with_exec(target, user=user)
         raw = payload.stream.read()
@@ -460,6 +513,68 @@ class StasisSandboxSession(BaseSandboxSession):
             await (await self._sandbox()).files.write(target.as_posix(), raw)
         except StasisError as e:
             raise WorkspaceArchiveWriteError(path=target, cause=e) from e
+
+    # -- native file operations (no shell: the files API) --
+
+    def _failed(self, command: list[str], e: Exception) -> ExecNonZeroError:
+        result = ExecResult(stdout=b"", stderr=str(e).encode(), exit_code=1)
+        return ExecNonZeroError(result, command=command)
+
+    async def rm(
+        self, path: Union[Path, str], *, recursive: bool = False, user: Union[str, User, None] = None
+    ) -> None:
+        if user is not None:
+            await super().rm(path, recursive=recursive, user=user)
+            return
+        target = await self._validate_path_access(path, for_write=True)
+        if recursive and any(g.read_only for g in self.state.manifest.extra_path_grants):
+            await self._validate_remote_path_access(target, for_write=True, recursive_remove=True)
+        try:
+            await (await self._sandbox()).files.remove(target.as_posix(), recursive=recursive)
+        except NotFound as e:
+            if not recursive:  # `rm -rf` of nothing succeeds; `rm` fails
+                raise self._failed(["rm", "--", target.as_posix()], e) from e
+        except StasisError as e:
+            raise self._failed(["rm", "--", target.as_posix()], e) from e
+
+    async def mkdir(
+        self, path: Union[Path, str], *, parents: bool = False, user: Union[str, User, None] = None
+    ) -> None:
+        if user is not None:
+            await super().mkdir(path, parents=parents, user=user)
+            return
+        target = await self._validate_path_access(path, for_write=True)
+        try:
+            await (await self._sandbox()).files.mkdir(target.as_posix(), parents=parents)
+        except StasisError as e:
+            raise self._failed(["mkdir", target.as_posix()], e) from e
+
+    async def mv(
+        self,
+        source: Union[Path, str],
+        destination: Union[Path, str],
+        *,
+        user: Union[str, User, None] = None,
+    ) -> None:
+        if user is not None:
+            await super().mv(source, destination, user=user)
+            return
+        src = await self._validate_path_access(source, for_write=True)
+        dst = await self._validate_path_access(destination, for_write=True)
+        cmd = ["mv", "-fT", "--", src.as_posix(), dst.as_posix()]
+        files = (await self._sandbox()).files
+        try:
+            st = await files.stat(src.as_posix())
+            if st.kind not in ("file", "symlink"):
+                raise InvalidState("Move source must be a regular file or symlink")
+            try:
+                if (await files.stat(dst.as_posix())).kind == "dir":
+                    raise InvalidState(f"{dst.as_posix()} is a directory")
+            except NotFound:
+                pass
+            await files.rename(src.as_posix(), dst.as_posix())
+        except StasisError as e:
+            raise self._failed(cmd, e) from e
 
     async def persist_workspace(self) -> io.IOBase:
         root = self.state.manifest.root
@@ -489,6 +604,20 @@ class StasisSandboxSession(BaseSandboxSession):
         root = self.state.manifest.root
         tmp = f"/tmp/.stasis-workspace-{uuid.uuid4().hex}.tar"
         raw = data.read()
+        if isinstance(raw, str):
+            raw = raw.encode()
+        # The SDK's archive rules before anything reaches the sandbox: no
+        # absolute or `..` member, nothing under a symlink member, no
+        # symlink pointing outside the workspace (e.g. to /etc/passwd).
+        try:
+            with tarfile.open(fileobj=io.BytesIO(raw), mode="r:*") as tar:
+                validate_tarfile(tar, allow_external_symlink_targets=False)
+        except UnsafeTarMemberError as e:
+            raise WorkspaceArchiveWriteError(
+                path=Path(root), context={"reason": e.reason, "member": e.member}, cause=e
+            ) from e
+        except (tarfile.TarError, OSError) as e:
+            raise WorkspaceArchiveWriteError(path=Path(root), cause=e) from e
         sbx = await self._sandbox()
         try:
             await sbx.files.write(tmp, raw)

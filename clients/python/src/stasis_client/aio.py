@@ -24,9 +24,12 @@ from .models import (
     CallOutcome,
     ExecResult,
     FileEntry,
+    FileEvent,
+    FileStat,
     OutputChunk,
     ResumeReport,
     SandboxInfo,
+    SandboxPage,
     SessionInfo,
     SessionOutput,
     PortUrl,
@@ -78,7 +81,7 @@ class AsyncClient:
                 f"cannot reach the stasis daemon at {self.config.base_url}: {e}"
             ) from e
         _core.check(r, resp.status_code, resp.content)
-        return Resp(resp.status_code, resp.content)
+        return Resp(resp.status_code, resp.content, resp.headers)
 
     async def _run(self, op: Op[T]) -> T:
         try:
@@ -102,15 +105,31 @@ class AsyncClient:
         return True
 
     async def create(
-        self, manifest: Optional[Mapping[str, Any]] = None, *, template: Optional[str] = None
+        self,
+        manifest: Optional[Mapping[str, Any]] = None,
+        *,
+        template: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> "AsyncSandbox":
-        return AsyncSandbox(self, await self._run(_core.op_create(manifest, template)))
+        return AsyncSandbox(self, await self._run(_core.op_create(manifest, template, labels)))
 
     async def get(self, sandbox_id: str) -> "AsyncSandbox":
         return AsyncSandbox(self, await self._run(_core.op_get(sandbox_id)))
 
     async def list(self, state: Optional[str] = None) -> list[SandboxInfo]:
         return await self._run(_core.op_list(state))
+
+    async def list_page(
+        self,
+        *,
+        state: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        created_after: Any = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> SandboxPage:
+        """One page of this tenant's sandboxes (see ``Client.list_page``)."""
+        return await self._run(_core.op_list_page(state, labels, created_after, limit, cursor))
 
     async def restore(
         self, snapshot_id: str, manifest: Optional[Mapping[str, Any]] = None
@@ -177,10 +196,11 @@ class AsyncSandbox:
         manifest: Optional[Mapping[str, Any]] = None,
         *,
         template: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
         client: Optional[AsyncClient] = None,
         **connect: Any,
     ) -> "AsyncSandbox":
-        return await _client_of(client, connect).create(manifest, template=template)
+        return await _client_of(client, connect).create(manifest, template=template, labels=labels)
 
     @classmethod
     async def from_snapshot(
@@ -220,6 +240,18 @@ class AsyncSandbox:
 
     async def destroy(self) -> SandboxInfo:
         self.info = await self.client._run(_core.op_destroy(self.id))
+        return self.info
+
+    async def set_timeout(self, timeout: float) -> SandboxInfo:
+        """Destroy the sandbox after ``timeout`` more seconds of running time."""
+        secs = int(-(-float(timeout) // 1))
+        if secs < 1:
+            raise InvalidArgument("timeout must be at least 1 second")
+        return await self.set_lifecycle(timeout_secs=secs)
+
+    async def set_lifecycle(self, **change: Any) -> SandboxInfo:
+        """Change the lifecycle policy at runtime (see ``Sandbox.set_lifecycle``)."""
+        self.info = await self.client._run(_core.op_set_lifecycle(self.id, change))
         return self.info
 
     async def __aenter__(self) -> "AsyncSandbox":
@@ -390,11 +422,53 @@ class AsyncFiles:
     def __init__(self, sbx: AsyncSandbox) -> None:
         self._sbx = sbx
 
-    async def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> None:
-        await self._sbx.client._run(_core.op_write(self._sbx.id, path, data, mode))
+    async def write(
+        self,
+        path: str,
+        data: Union[str, bytes],
+        *,
+        mode: Optional[int] = None,
+        exclusive: bool = False,
+    ) -> None:
+        await self._sbx.client._run(_core.op_write(self._sbx.id, path, data, mode, exclusive))
 
-    async def read(self, path: str) -> bytes:
-        return await self._sbx.client._run(_core.op_read(self._sbx.id, path))
+    async def read(
+        self, path: str, *, offset: Optional[int] = None, length: Optional[int] = None
+    ) -> bytes:
+        return await self._sbx.client._run(_core.op_read(self._sbx.id, path, offset, length))
+
+    async def stat(self, path: str) -> FileStat:
+        return await self._sbx.client._run(_core.op_stat(self._sbx.id, path))
+
+    async def exists(self, path: str) -> bool:
+        return await self._sbx.client._run(_core.op_exists(self._sbx.id, path))
+
+    async def remove(self, path: str, *, recursive: bool = False) -> None:
+        await self._sbx.client._run(_core.op_remove(self._sbx.id, path, recursive))
+
+    async def mkdir(self, path: str, *, parents: bool = True) -> None:
+        await self._sbx.client._run(_core.op_mkdir(self._sbx.id, path, parents))
+
+    async def rename(self, src: str, dst: str) -> None:
+        await self._sbx.client._run(_core.op_rename(self._sbx.id, src, dst))
+
+    async def watch(self, path: str = ".") -> AsyncIterator[FileEvent]:
+        """Changes under the directory ``path``, until the iteration stops."""
+        client = self._sbx.client
+        r = _core.req("files.watch", ids={"id": self._sbx.id}, params={"path": path})
+        dec = _core.LineDecoder()
+        async with client._http.stream(
+            r.method,
+            r.path,
+            params=r.params,
+            timeout=httpx.Timeout(client.config.timeout, read=None),
+        ) as resp:
+            if resp.status_code not in r.ok:
+                await resp.aread()
+                _core.check(r, resp.status_code, resp.content)
+            async for chunk in resp.aiter_bytes():
+                for line in dec.feed(chunk):
+                    yield FileEvent.from_json(line)
 
     async def read_text(self, path: str) -> str:
         return (await self.read(path)).decode("utf-8")

@@ -26,9 +26,12 @@ from .models import (
     CallOutcome,
     ExecResult,
     FileEntry,
+    FileEvent,
+    FileStat,
     OutputChunk,
     ResumeReport,
     SandboxInfo,
+    SandboxPage,
     SessionInfo,
     SessionOutput,
     PortUrl,
@@ -87,7 +90,7 @@ class Client:
                 f"cannot reach the stasis daemon at {self.config.base_url}: {e}"
             ) from e
         _core.check(r, resp.status_code, resp.content)
-        return Resp(resp.status_code, resp.content)
+        return Resp(resp.status_code, resp.content, resp.headers)
 
     def _run(self, op: Op[T]) -> T:
         try:
@@ -113,18 +116,37 @@ class Client:
         return True
 
     def create(
-        self, manifest: Optional[Mapping[str, Any]] = None, *, template: Optional[str] = None
+        self,
+        manifest: Optional[Mapping[str, Any]] = None,
+        *,
+        template: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
     ) -> "Sandbox":
         """A new sandbox; with ``template`` (``name`` or ``name:version``) its
         state is restored from that template instead of a cold boot, and a
-        ``manifest`` given replaces the template's."""
-        return Sandbox(self, self._run(_core.op_create(manifest, template)))
+        ``manifest`` given replaces the template's. ``labels``: key/value
+        metadata to filter listings on."""
+        return Sandbox(self, self._run(_core.op_create(manifest, template, labels)))
 
     def get(self, sandbox_id: str) -> "Sandbox":
         return Sandbox(self, self._run(_core.op_get(sandbox_id)))
 
     def list(self, state: Optional[str] = None) -> list[SandboxInfo]:
         return self._run(_core.op_list(state))
+
+    def list_page(
+        self,
+        *,
+        state: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        created_after: Any = None,
+        limit: Optional[int] = None,
+        cursor: Optional[str] = None,
+    ) -> SandboxPage:
+        """One page of this tenant's sandboxes, oldest first, filtered by
+        state, labels (all must match) and creation time (a datetime, or ms
+        since the epoch)."""
+        return self._run(_core.op_list_page(state, labels, created_after, limit, cursor))
 
     def restore(self, snapshot_id: str, manifest: Optional[Mapping[str, Any]] = None) -> "Sandbox":
         return Sandbox(self, self._run(_core.op_restore(snapshot_id, manifest)))
@@ -194,11 +216,29 @@ class Sandbox:
         manifest: Optional[Mapping[str, Any]] = None,
         *,
         template: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
         client: Optional[Client] = None,
         **connect: Any,
     ) -> "Sandbox":
         """A new sandbox, cold or (``template="name[:version]"``) from a template."""
-        return _client_of(client, connect).create(manifest, template=template)
+        return _client_of(client, connect).create(manifest, template=template, labels=labels)
+
+    @classmethod
+    def list(
+        cls,
+        *,
+        state: Optional[str] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        created_after: Any = None,
+        limit: int = 100,
+        client: Optional[Client] = None,
+        **connect: Any,
+    ) -> "SandboxPaginator":
+        """The tenant's sandboxes page by page (``limit`` per page): iterate
+        it for every one, or call ``next_items()`` while ``has_next``."""
+        return SandboxPaginator(
+            _client_of(client, connect), state, labels, created_after, limit
+        )
 
     @classmethod
     def from_snapshot(
@@ -242,6 +282,35 @@ class Sandbox:
 
     def destroy(self) -> SandboxInfo:
         self.info = self.client._run(_core.op_destroy(self.id))
+        return self.info
+
+    def set_timeout(self, timeout: float) -> SandboxInfo:
+        """Destroy the sandbox after ``timeout`` more seconds of running time
+        (E2B's name; paused time does not count). Audited as ``lifecycle.set``."""
+        secs = int(-(-float(timeout) // 1))
+        if secs < 1:
+            raise InvalidArgument("timeout must be at least 1 second")
+        return self.set_lifecycle(timeout_secs=secs)
+
+    def set_lifecycle(
+        self,
+        *,
+        idle_timeout_secs: Optional[int] = None,
+        on_idle: Optional[str] = None,
+        paused_ttl_secs: Optional[int] = None,
+        max_lifetime_secs: Optional[int] = None,
+        timeout_secs: Optional[int] = None,
+    ) -> SandboxInfo:
+        """Change the lifecycle policy at runtime (the fields given; the
+        others stay). Bad values raise ``InvalidArgument`` naming the field."""
+        change = dict(
+            idle_timeout_secs=idle_timeout_secs,
+            on_idle=on_idle,
+            paused_ttl_secs=paused_ttl_secs,
+            max_lifetime_secs=max_lifetime_secs,
+            timeout_secs=timeout_secs,
+        )
+        self.info = self.client._run(_core.op_set_lifecycle(self.id, change))
         return self.info
 
     def __enter__(self) -> "Sandbox":
@@ -423,17 +492,133 @@ class Files:
     def __init__(self, sbx: Sandbox) -> None:
         self._sbx = sbx
 
-    def write(self, path: str, data: Union[str, bytes], *, mode: Optional[int] = None) -> None:
-        self._sbx.client._run(_core.op_write(self._sbx.id, path, data, mode))
+    def write(
+        self,
+        path: str,
+        data: Union[str, bytes],
+        *,
+        mode: Optional[int] = None,
+        exclusive: bool = False,
+    ) -> None:
+        """Write a file (parents made). ``exclusive``: create it only if
+        nothing is at ``path``, else raise ``AlreadyExists``."""
+        self._sbx.client._run(_core.op_write(self._sbx.id, path, data, mode, exclusive))
 
-    def read(self, path: str) -> bytes:
-        return self._sbx.client._run(_core.op_read(self._sbx.id, path))
+    def read(
+        self, path: str, *, offset: Optional[int] = None, length: Optional[int] = None
+    ) -> bytes:
+        """The file, or ``length`` bytes from ``offset`` (fewer at its end)."""
+        return self._sbx.client._run(_core.op_read(self._sbx.id, path, offset, length))
 
     def read_text(self, path: str) -> str:
         return self.read(path).decode("utf-8")
 
     def list(self, path: str = ".") -> list[FileEntry]:
         return self._sbx.client._run(_core.op_listdir(self._sbx.id, path))
+
+    def stat(self, path: str) -> FileStat:
+        """The entry itself (a symlink is not followed); ``NotFound`` if missing."""
+        return self._sbx.client._run(_core.op_stat(self._sbx.id, path))
+
+    def exists(self, path: str) -> bool:
+        return self._sbx.client._run(_core.op_exists(self._sbx.id, path))
+
+    def remove(self, path: str, *, recursive: bool = False) -> None:
+        """A file, a symlink, an empty directory, or with ``recursive`` a tree."""
+        self._sbx.client._run(_core.op_remove(self._sbx.id, path, recursive))
+
+    def mkdir(self, path: str, *, parents: bool = True) -> None:
+        """Make a directory (with ``parents=False``, ``AlreadyExists`` if it is there)."""
+        self._sbx.client._run(_core.op_mkdir(self._sbx.id, path, parents))
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst`` (an existing file at ``dst`` is replaced)."""
+        self._sbx.client._run(_core.op_rename(self._sbx.id, src, dst))
+
+    def watch(self, path: str = ".") -> "FileWatch":
+        """Changes under the directory ``path`` as :class:`FileEvent`s, for as
+        long as the watch is iterated and not closed (use it in ``with``)."""
+        return FileWatch(self._sbx, path)
+
+
+class FileWatch:
+    """An open watch: iterate for events; ``close()`` (or leave the ``with``) to stop."""
+
+    def __init__(self, sbx: Sandbox, path: str) -> None:
+        client = sbx.client
+        r = _core.req("files.watch", ids={"id": sbx.id}, params={"path": path})
+        self._cm = client._http.stream(
+            r.method,
+            r.path,
+            params=r.params,
+            timeout=httpx.Timeout(client.config.timeout, read=None),
+        )
+        try:
+            self._resp = self._cm.__enter__()
+        except httpx.TransportError as e:
+            raise ConnectionFailed(f"watch on {client.config.base_url} failed: {e}") from e
+        if self._resp.status_code not in r.ok:
+            self._resp.read()
+            content = self._resp.content
+            self.close()
+            _core.check(r, self._resp.status_code, content)
+
+    def __iter__(self) -> Iterator[FileEvent]:
+        dec = _core.LineDecoder()
+        try:
+            for chunk in self._resp.iter_bytes():
+                for line in dec.feed(chunk):
+                    yield FileEvent.from_json(line)
+        except (httpx.TransportError, httpx.StreamClosed):
+            return
+
+    def close(self) -> None:
+        try:
+            self._cm.__exit__(None, None, None)
+        except Exception:
+            pass
+
+    def __enter__(self) -> "FileWatch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SandboxPaginator:
+    """Pages of ``Sandbox.list``: ``has_next`` / ``next_items()``, or iterate."""
+
+    def __init__(
+        self,
+        client: Client,
+        state: Optional[str],
+        labels: Optional[Mapping[str, str]],
+        created_after: Any,
+        limit: int,
+    ) -> None:
+        self._client = client
+        self._args = (state, labels, created_after, limit)
+        self._cursor: Optional[str] = None
+        self.has_next = True
+
+    @property
+    def next_token(self) -> Optional[str]:
+        return self._cursor
+
+    def next_items(self) -> list[SandboxInfo]:
+        if not self.has_next:
+            raise InvalidArgument("no more pages")
+        state, labels, after, limit = self._args
+        page = self._client.list_page(
+            state=state, labels=labels, created_after=after, limit=limit, cursor=self._cursor
+        )
+        self._cursor = page.next_cursor
+        self.has_next = page.next_cursor is not None
+        return page.sandboxes
+
+    def __iter__(self) -> Iterator[SandboxInfo]:
+        while self.has_next:
+            yield from self.next_items()
 
 
 class Session:

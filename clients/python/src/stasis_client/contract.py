@@ -51,6 +51,7 @@ SANDBOX_FIELDS = (
     "pause_snapshot",
     "source_snapshot",
     "timing",
+    "labels",
 )
 TEMPLATE_FIELDS = (
     "name",
@@ -79,12 +80,25 @@ ROUTES: dict[str, Route] = {
     "sandbox.create": Route(
         "post",
         "/v1/sandboxes",
-        request=Body("CreateSandbox", ("manifest", "template")),
+        request=Body("CreateSandbox", ("manifest", "template", "labels")),
         response=Body("Sandbox", SANDBOX_FIELDS),
         ok=(201,),
     ),
     "sandbox.list": Route(
-        "get", "/v1/sandboxes", query=("state",), response=Body("Sandbox", SANDBOX_FIELDS, True)
+        "get",
+        "/v1/sandboxes",
+        # The next page's cursor comes in the `x-next-cursor` header.
+        query=("state", "label", "created_after", "limit", "cursor"),
+        response=Body("Sandbox", SANDBOX_FIELDS, True),
+    ),
+    "sandbox.lifecycle": Route(
+        "patch",
+        "/v1/sandboxes/{id}/lifecycle",
+        request=Body(
+            "LifecycleChange",
+            ("idle_timeout_secs", "on_idle", "paused_ttl_secs", "max_lifetime_secs", "timeout_secs"),
+        ),
+        response=Body("Sandbox", SANDBOX_FIELDS),
     ),
     "sandbox.get": Route("get", "/v1/sandboxes/{id}", response=Body("Sandbox", SANDBOX_FIELDS)),
     "sandbox.destroy": Route(
@@ -103,9 +117,37 @@ ROUTES: dict[str, Route] = {
         # NDJSON lines; the variants are checked by the drift test separately.
         response=None,
     ),
-    "files.put": Route("put", "/v1/sandboxes/{id}/files", query=("path", "mode"), ok=(204,)),
-    "files.get": Route("get", "/v1/sandboxes/{id}/files", query=("path",)),
+    "files.put": Route(
+        "put", "/v1/sandboxes/{id}/files", query=("path", "mode", "exclusive"), ok=(204,)
+    ),
+    "files.get": Route(
+        "get", "/v1/sandboxes/{id}/files", query=("path", "offset", "length"), ok=(200, 206)
+    ),
     "files.list": Route("get", "/v1/sandboxes/{id}/files/list", query=("path",)),
+    "files.remove": Route(
+        "delete", "/v1/sandboxes/{id}/files", query=("path", "recursive"), ok=(204,)
+    ),
+    "files.stat": Route("get", "/v1/sandboxes/{id}/files/stat", query=("path",)),
+    "files.exists": Route(
+        "get",
+        "/v1/sandboxes/{id}/files/exists",
+        query=("path",),
+        response=Body("Exists", ("exists",)),
+    ),
+    "files.mkdir": Route(
+        "post",
+        "/v1/sandboxes/{id}/files/mkdir",
+        request=Body("MkdirBody", ("path", "parents")),
+        ok=(204,),
+    ),
+    "files.rename": Route(
+        "post",
+        "/v1/sandboxes/{id}/files/rename",
+        request=Body("RenameBody", ("from", "to")),
+        ok=(204,),
+    ),
+    # NDJSON lines of {kind, path, to?}.
+    "files.watch": Route("get", "/v1/sandboxes/{id}/files/watch", query=("path",)),
     "session.start": Route("post", "/v1/sandboxes/{id}/sessions", ok=(201,)),
     "session.list": Route("get", "/v1/sandboxes/{id}/sessions"),
     "session.input": Route(

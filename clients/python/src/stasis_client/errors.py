@@ -61,6 +61,13 @@ class Busy(InvalidState):
     code = "busy"
 
 
+class AlreadyExists(InvalidState):
+    """A create-only request (an exclusive file write, a mkdir without
+    parents) found the path taken (409)."""
+
+    code = "already_exists"
+
+
 class PayloadTooLarge(StasisError):
     code = "payload_too_large"
 
@@ -140,6 +147,7 @@ BY_CODE: dict[str, type[StasisError]] = {
         NotFound,
         InvalidState,
         Busy,
+        AlreadyExists,
         PayloadTooLarge,
         RateLimited,
         Overloaded,

@@ -27,6 +27,7 @@ class SandboxInfo:
     pause_snapshot: Optional[str] = None
     source_snapshot: Optional[str] = None
     timing: Optional[dict[str, Any]] = None
+    labels: dict[str, str] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -46,6 +47,7 @@ class SandboxInfo:
             pause_snapshot=d.get("pause_snapshot"),
             source_snapshot=d.get("source_snapshot"),
             timing=d.get("timing"),
+            labels=dict(d.get("labels") or {}),
             raw=d,
         )
 
@@ -112,6 +114,63 @@ class FileEntry:
             mode=int(d.get("mode", 0)),
             mtime=int(d.get("mtime", 0)),
         )
+
+
+@dataclass
+class FileStat:
+    """One entry itself (a symlink is not followed; ``symlink_target`` is its text)."""
+
+    path: str
+    kind: str  # file | dir | symlink | other
+    size: int
+    mode: int
+    mtime: int
+    symlink_target: Optional[str] = None
+
+    @property
+    def is_dir(self) -> bool:
+        return self.kind == "dir"
+
+    @property
+    def is_file(self) -> bool:
+        return self.kind == "file"
+
+    @property
+    def is_symlink(self) -> bool:
+        return self.kind == "symlink"
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FileStat":
+        return cls(
+            path=d["path"],
+            kind=d["kind"],
+            size=int(d.get("size", 0)),
+            mode=int(d.get("mode", 0)),
+            mtime=int(d.get("mtime", 0)),
+            symlink_target=d.get("symlink_target"),
+        )
+
+
+@dataclass
+class FileEvent:
+    """A change under a watched directory; ``path`` (and ``to`` for a rename)
+    relative to it. ``kind``: created | modified | removed | renamed."""
+
+    kind: str
+    path: str
+    to: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "FileEvent":
+        return cls(kind=d["kind"], path=d["path"], to=d.get("to"))
+
+
+@dataclass
+class SandboxPage:
+    """One page of ``Sandbox.list``; ``next_cursor`` is None on the last page."""
+
+    sandboxes: list[SandboxInfo]
+    next_cursor: Optional[str] = None
 
 
 @dataclass

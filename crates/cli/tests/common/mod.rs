@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use serde_json::{json, Value};
-use stasis_cli::daemon_proc::{serve_command, wait_ready, NotReady};
+use stasis_cli::daemon_proc::{serve_command_keyed, wait_ready, NotReady};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,6 +20,8 @@ pub struct Daemon {
     extra: Vec<String>,
     /// Environment of the next (re)start, e.g. `STASIS_FAILPOINT`.
     pub envs: Vec<(String, String)>,
+    /// Master keys of the next (re)start (default: the insecure dev key).
+    pub key_file: Option<PathBuf>,
     _tmp: Option<tempfile::TempDir>,
 }
 
@@ -48,6 +50,7 @@ impl Daemon {
             cgroup_parent: unique("stasis-it"),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             envs: Vec::new(),
+            key_file: None,
             _tmp: Some(tmp),
         };
         d.spawn().await;
@@ -70,7 +73,14 @@ impl Daemon {
             .append(true)
             .open(self.dir.join("daemon.log"))
             .unwrap();
-        let mut cmd = serve_command(Path::new(BIN), &self.dir, &ready, log).unwrap();
+        let mut cmd = serve_command_keyed(
+            Path::new(BIN),
+            &self.dir,
+            &ready,
+            log,
+            self.key_file.as_deref(),
+        )
+        .unwrap();
         cmd.args(["--accel", "tcg"])
             .args(["--cgroup-parent", &self.cgroup_parent]);
         if let Some(images) = Self::images_dir() {

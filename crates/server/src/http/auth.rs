@@ -1,7 +1,9 @@
 //! Authentication of the HTTP API.
 //!
-//! Every request outside [`PUBLIC_PATHS`] must carry `Authorization: Bearer
-//! <token>`. The token is hashed and looked up by its hash (so nothing is
+//! Every request outside [`PUBLIC_PATHS`] (and the console's own `/ui`
+//! paths) must carry `Authorization: Bearer <token>`, or the web console's
+//! session cookie (`crate::console::session`: a state-changing request with
+//! it also needs its CSRF token, and a cross-origin one is refused). The token is hashed and looked up by its hash (so nothing is
 //! compared byte by byte against a stored secret); a missing, unknown or
 //! revoked token is answered 401 before any handler runs. The caller's
 //! [`Identity`] goes into the request's extensions, where the [`Authed`] and
@@ -107,7 +109,33 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
     if PUBLIC_PATHS.contains(&path) || path.starts_with(SIGNED_PREFIX) {
         return next.run(req).await;
     }
-    let id = match identify(st.manager.meta(), req.headers()).await {
+    if super::console::is_console_path(path) {
+        return next.run(req).await;
+    }
+    // A bearer token, else the console's session cookie (with its CSRF and
+    // origin checks).
+    let cookie = if req
+        .headers()
+        .contains_key(axum::http::header::AUTHORIZATION)
+    {
+        None
+    } else {
+        crate::console::session::cookie_id(req.headers())
+    };
+    let found = match cookie {
+        Some(sid) => {
+            crate::console::session::identify(
+                st.manager.meta(),
+                req.method(),
+                req.uri().path(),
+                req.headers(),
+                &sid,
+            )
+            .await
+        }
+        None => identify(st.manager.meta(), req.headers()).await,
+    };
+    let id = match found {
         Ok(id) => id,
         Err(e) => return ApiError(e).into_response(),
     };

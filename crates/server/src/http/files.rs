@@ -1,5 +1,8 @@
-//! Files in a sandbox: write one (a raw body up to the configured limit),
-//! read one, list a directory.
+//! Files in a sandbox: write one (a raw body up to the configured limit;
+//! `exclusive=true` creates only), read one (whole, or a range: `offset` /
+//! `length`, or an HTTP `Range` header, answering 206), list a directory,
+//! stat, exists, remove, mkdir, rename, and watch a directory (NDJSON
+//! events). Ranges and watches are in `files_more`.
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
@@ -25,6 +28,17 @@ pub struct PathQuery {
     /// Octal file mode for writes, e.g. "755".
     #[serde(default)]
     pub mode: Option<String>,
+    /// Writes: create the file only if nothing is at `path` (else 409
+    /// `already_exists`).
+    #[serde(default)]
+    pub exclusive: bool,
+    /// Reads: the first byte to return (answers 206 with `Content-Range`).
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// Reads: how many bytes at most from `offset` (default: to the end,
+    /// within the file limit).
+    #[serde(default)]
+    pub length: Option<u64>,
 }
 
 fn parse_mode(mode: Option<&str>) -> ApiResult<Option<u32>> {
@@ -43,7 +57,7 @@ fn parse_mode(mode: Option<&str>) -> ApiResult<Option<u32>> {
 }
 
 #[utoipa::path(put, path = "/v1/sandboxes/{id}/files", params(PathQuery), request_body(content = Vec<u8>, content_type = "application/octet-stream"),
-    responses((status = 204), (status = 413, body = ErrorBody)))]
+    responses((status = 204), (status = 409, body = ErrorBody, description = "`already_exists`: an exclusive write found the path taken"), (status = 413, body = ErrorBody)))]
 async fn put_file(
     State(st): State<AppState>,
     auth: Authed,
@@ -55,8 +69,13 @@ async fn put_file(
     let mode = parse_mode(q.mode.as_deref())?;
     let limit = st.manager.config().max_file_bytes;
     let data = read_limited(body, limit).await?;
+    let how = if q.exclusive {
+        stasis_core::WriteMode::CreateExclusive
+    } else {
+        stasis_core::WriteMode::Overwrite
+    };
     st.manager
-        .write_file(&ctx, &sandbox_id(&id)?, &q.path, &data, mode)
+        .write_file_with(&ctx, &sandbox_id(&id)?, &q.path, &data, mode, how)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -90,14 +109,20 @@ async fn read_limited(body: Body, limit: u64) -> ApiResult<Vec<u8>> {
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(PathQuery),
-    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>), (status = 404, body = ErrorBody)))]
+    responses((status = 200, content_type = "application/octet-stream", body = Vec<u8>),
+        (status = 206, content_type = "application/octet-stream", body = Vec<u8>, description = "the range asked for (`offset`/`length`, or a `Range: bytes=...` header), with `Content-Range`"),
+        (status = 404, body = ErrorBody), (status = 416, description = "the range starts past the end of the file")))]
 async fn get_file(
     State(st): State<AppState>,
     auth: Authed,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     ApiQuery(q): ApiQuery<PathQuery>,
 ) -> ApiResult<Response> {
     let ctx = auth.ctx();
+    if let Some(r) = super::files_more::ranged(&st, &ctx, &id, &q, &headers).await? {
+        return Ok(r);
+    }
     let data = st
         .manager
         .read_file(&ctx, &sandbox_id(&id)?, &q.path)
@@ -126,4 +151,5 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(get_file, put_file).layer(DefaultBodyLimit::disable()))
         .routes(routes!(list_files))
+        .merge(super::files_more::routes())
 }

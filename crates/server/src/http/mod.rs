@@ -13,10 +13,13 @@
 pub mod attach;
 pub mod audit;
 pub mod auth;
+pub mod console;
 pub mod error;
 pub mod exec;
 pub mod files;
+pub mod files_more;
 pub mod forward;
+pub mod governance;
 pub mod images;
 pub mod limit;
 pub mod metrics;
@@ -113,12 +116,14 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(snapshots::routes())
         .merge(templates::routes())
         .merge(audit::routes())
+        .merge(console::routes())
         .merge(tenants::routes())
         .merge(tokens::routes())
         .merge(webhooks::routes())
         .merge(runs::routes())
         .merge(ports::routes())
         .merge(images::routes())
+        .merge(governance::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -155,6 +160,7 @@ pub fn router(state: AppState) -> Router {
     let doc = axum::Json(finish(doc));
     routes
         .route("/metrics", get(metrics::handler))
+        .merge(console::pages())
         .route(
             "/openapi.json",
             get(move || std::future::ready(doc.clone())),
@@ -298,6 +304,12 @@ mod tests {
             "get /v1/admin/tenants/{tenant}/secrets",
             "put /v1/admin/tenants/{tenant}/secrets/{name}",
             "delete /v1/admin/tenants/{tenant}/secrets/{name}",
+            "get /v1/admin/master-keys",
+            "post /v1/admin/master-keys/rotate",
+            "post /v1/admin/master-keys/{fingerprint}/retire",
+            "post /v1/admin/tenants/{tenant}/rotate-key",
+            "post /v1/admin/tenants/{tenant}/erase",
+            "put /v1/admin/tenants/{tenant}/regions",
             "post /v1/runs",
             "get /v1/runs",
             "get /v1/runs/{id}",
@@ -315,6 +327,8 @@ mod tests {
             "put /v1/sandboxes/{id}/ports/{port}/{path}",
             "delete /v1/sandboxes/{id}/ports/{port}/{path}",
             "patch /v1/sandboxes/{id}/ports/{port}/{path}",
+            "get /v1/events",
+            "get /v1/sandboxes/{id}/idle",
             "get /p/{token}/{path}",
             "post /p/{token}/{path}",
             "put /p/{token}/{path}",

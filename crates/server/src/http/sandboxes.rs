@@ -2,10 +2,12 @@
 //! resume and fork them, their resource usage and their output directories.
 //! Holds the [`Sandbox`] representation every lifecycle answer uses.
 
+use std::collections::BTreeMap;
+
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -36,6 +38,11 @@ pub struct CreateSandbox {
     /// its memory and disk restored instead of a cold boot.
     #[serde(default)]
     pub template: Option<String>,
+    /// Key/value labels (at most 32; keys 1 to 63 of letters, digits and
+    /// `._/-`; values at most 256 bytes). Not part of the manifest; listed
+    /// and filtered on (`GET /v1/sandboxes?label=k=v`).
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -88,6 +95,10 @@ pub struct Sandbox {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
     pub standby: Option<stasis_backend::Standby>,
+    /// The labels given at create (left out when none, and in answers to
+    /// lifecycle operations).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
     /// Timing of the operation that produced this response, when it was a lifecycle change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Object)]
@@ -119,6 +130,7 @@ impl Sandbox {
             progress_lost_ms: r.progress_lost_ms,
             node: r.owner,
             standby: None,
+            labels: BTreeMap::new(),
             timing: None,
         }
     }
@@ -129,6 +141,10 @@ impl Sandbox {
             standby,
             ..Self::from_record(r)
         }
+    }
+    fn labelled(mut self, labels: BTreeMap<String, String>) -> Self {
+        self.labels = labels;
+        self
     }
     fn timed(mut self, t: OpTiming) -> Self {
         self.timing = Some(t);
@@ -142,6 +158,34 @@ pub struct ListQuery {
     /// Only sandboxes in this state (e.g. `paused`).
     #[serde(default)]
     pub state: Option<String>,
+    /// Only sandboxes with these labels: `key=value`, several separated by
+    /// commas (all must match).
+    #[serde(default)]
+    pub label: Option<String>,
+    /// Only sandboxes created after this instant (milliseconds since the epoch).
+    #[serde(default)]
+    pub created_after: Option<i64>,
+    /// At most this many (1 to 1000); when more remain, the answer's
+    /// `x-next-cursor` header holds the cursor of the next page.
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// The `x-next-cursor` of the previous page.
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+fn label_filter(s: Option<&str>) -> ApiResult<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for pair in s.unwrap_or("").split(',').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            ApiError(
+                Error::invalid(format!("label filter {pair:?} is not key=value"))
+                    .with_field("label"),
+            )
+        })?;
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
 }
 
 #[derive(Deserialize, ToSchema, Default)]
@@ -178,6 +222,8 @@ async fn create_sandbox(
     ApiJson(body): ApiJson<CreateSandbox>,
 ) -> ApiResult<(StatusCode, axum::Json<Sandbox>)> {
     let ctx = auth.ctx();
+    let labels = body.labels.unwrap_or_default();
+    stasis_meta::labels::validate_labels(&labels)?;
     // Runs to its end even if the client goes away: dropped half-way, the
     // create would leave its record in Creating and what the backend had
     // built (a VM, or a cgroup and a loop-mounted layer) until a restart.
@@ -196,23 +242,58 @@ async fn create_sandbox(
     let rec = rec
         .await
         .map_err(|e| Error::internal(format!("create task: {e}")))??;
-    Ok((StatusCode::CREATED, axum::Json(Sandbox::from_record(rec))))
+    st.manager.set_labels(&rec.id, &labels).await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(Sandbox::from_record(rec).labelled(labels)),
+    ))
 }
 
-#[utoipa::path(get, path = "/v1/sandboxes", params(ListQuery), responses((status = 200, body = [Sandbox])))]
+#[utoipa::path(get, path = "/v1/sandboxes", params(ListQuery),
+    responses((status = 200, body = [Sandbox], headers(("x-next-cursor" = String, description = "present when `limit` cut the list short: pass it as `cursor` for the next page"))),
+        (status = 400, body = ErrorBody)))]
 async fn list_sandboxes(
     State(st): State<AppState>,
     auth: Authed,
     ApiQuery(q): ApiQuery<ListQuery>,
-) -> ApiResult<axum::Json<Vec<Sandbox>>> {
+) -> ApiResult<Response> {
     let ctx = auth.ctx();
-    let state = q.state.as_deref().map(SandboxState::parse).transpose()?;
-    let recs = st.manager.list(&ctx, state).await?;
-    Ok(axum::Json(
-        recs.into_iter()
-            .map(|r| Sandbox::of(&st.manager, r))
-            .collect(),
-    ))
+    let filter = stasis_meta::ListFilter {
+        state: q.state.as_deref().map(SandboxState::parse).transpose()?,
+        labels: label_filter(q.label.as_deref())?,
+        created_after_ms: q.created_after,
+        limit: q.limit,
+        cursor: q.cursor,
+    };
+    let (recs, next) = st.manager.list_filtered(&ctx, &filter).await?;
+    let body: Vec<Sandbox> = recs
+        .into_iter()
+        .map(|(r, l)| Sandbox::of(&st.manager, r).labelled(l))
+        .collect();
+    let mut resp = axum::Json(body).into_response();
+    if let Some(c) = next {
+        let v = c
+            .parse()
+            .map_err(|_| ApiError(Error::internal("cursor is not a header value")))?;
+        resp.headers_mut().insert("x-next-cursor", v);
+    }
+    Ok(resp)
+}
+
+#[utoipa::path(patch, path = "/v1/sandboxes/{id}/lifecycle", request_body = crate::manager::LifecycleChange,
+    responses((status = 200, body = Sandbox, description = "the sandbox under its new policy (audited as `lifecycle.set`)"),
+        (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+async fn set_lifecycle(
+    State(st): State<AppState>,
+    auth: Authed,
+    Path(id): Path<String>,
+    ApiJson(change): ApiJson<crate::manager::LifecycleChange>,
+) -> ApiResult<axum::Json<Sandbox>> {
+    let ctx = auth.ctx();
+    let sid = sandbox_id(&id)?;
+    let rec = st.manager.set_lifecycle(&ctx, &sid, &change).await?;
+    let labels = st.manager.labels(&sid).await?;
+    Ok(axum::Json(Sandbox::of(&st.manager, rec).labelled(labels)))
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}", responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody)))]
@@ -222,8 +303,10 @@ async fn get_sandbox(
     Path(id): Path<String>,
 ) -> ApiResult<axum::Json<Sandbox>> {
     let ctx = auth.ctx();
-    let rec = st.manager.get(&ctx, &sandbox_id(&id)?).await?;
-    Ok(axum::Json(Sandbox::of(&st.manager, rec)))
+    let sid = sandbox_id(&id)?;
+    let rec = st.manager.get(&ctx, &sid).await?;
+    let labels = st.manager.labels(&sid).await?;
+    Ok(axum::Json(Sandbox::of(&st.manager, rec).labelled(labels)))
 }
 
 #[utoipa::path(delete, path = "/v1/sandboxes/{id}", responses((status = 200, body = Sandbox), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
@@ -339,6 +422,7 @@ pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(create_sandbox, list_sandboxes))
         .routes(routes!(get_sandbox, destroy_sandbox))
+        .routes(routes!(set_lifecycle))
         .routes(routes!(pause))
         .routes(routes!(resume))
         .routes(routes!(evict))

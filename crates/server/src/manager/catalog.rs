@@ -64,6 +64,7 @@ impl Manager {
     /// Write snapshot `id` as one self-contained encrypted file under the
     /// data dir and return its path; the caller streams it and removes it.
     pub async fn export_snapshot(&self, ctx: &Ctx, id: &SnapshotId) -> Result<PathBuf> {
+        self.check_region(ctx, "export", id.as_str()).await?;
         let dir = self.cfg.data_dir.join("transfers");
         tokio::fs::create_dir_all(&dir).await?;
         let out = dir.join(format!("export-{}-{}", id, uuid_like()));
@@ -83,6 +84,7 @@ impl Manager {
 
     /// Import an export file (already on local disk) into the caller's tenant.
     pub async fn import_snapshot(&self, ctx: &Ctx, file: &Path) -> Result<SnapshotInfo> {
+        self.check_region(ctx, "import", "snapshots").await?;
         let rec = self
             .snapshots
             .store()

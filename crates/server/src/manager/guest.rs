@@ -108,7 +108,7 @@ impl Manager {
 
     /// The one path of a guest operation: hold the sandbox running, call its
     /// backend, then [`Manager::done`].
-    async fn with_running<T, Fut>(
+    pub(super) async fn with_running<T, Fut>(
         &self,
         ctx: &Ctx,
         id: &SandboxId,

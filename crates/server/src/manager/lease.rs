@@ -186,6 +186,7 @@ impl Manager {
         if !self.takeover_needed(&rec) {
             return Ok(rec);
         }
+        self.check_region(ctx, "takeover", rec.id.as_str()).await?;
         let t0 = std::time::Instant::now();
         // A lease this node held but could not confirm lately (see
         // `Cluster::serves`): if it is still this node's, the sandbox never

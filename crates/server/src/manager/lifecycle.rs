@@ -24,6 +24,7 @@ impl Manager {
     /// Create a sandbox. A refused create answers the error, leaves no
     /// sandbox record and nothing on disk, and is audited.
     pub async fn create(&self, ctx: &Ctx, manifest: Manifest) -> Result<SandboxRecord> {
+        self.check_region(ctx, "create", "sandboxes").await?;
         let r = self.do_create(ctx, manifest).await;
         if let Err(e) = &r {
             self.audit_refusal(ctx, "create", "sandboxes", e).await;
@@ -321,6 +322,7 @@ impl Manager {
         keep_memory: Option<bool>,
         standby: bool,
     ) -> Result<(SandboxRecord, OpTiming)> {
+        self.check_region(ctx, "pause", id.as_str()).await?;
         let (guard, rec) = self.exclusive(ctx, id).await?;
         let keep = keep_memory.unwrap_or(rec.manifest.lifecycle.on_idle != OnIdle::PauseFilesystem);
         let standby = self.standby_window(&rec).filter(|_| standby && keep);
@@ -465,6 +467,7 @@ impl Manager {
     }
 
     pub async fn resume(&self, ctx: &Ctx, id: &SandboxId) -> Result<(SandboxRecord, OpTiming)> {
+        self.check_region(ctx, "resume", id.as_str()).await?;
         let (guard, rec) = self.exclusive(ctx, id).await?;
         self.do_resume(ctx, rec, guard).await
     }

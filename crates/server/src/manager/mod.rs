@@ -49,7 +49,9 @@ use crate::inflight::Inflight;
 use crate::metrics::Metrics;
 use crate::snapshots::Snapshots;
 
+mod activity;
 mod catalog;
+mod files;
 mod guest;
 mod lease;
 mod lifecycle;
@@ -58,6 +60,7 @@ mod network;
 mod pause_recovery;
 mod reaper;
 mod recovery;
+mod settings;
 mod snapshot_ops;
 mod stage;
 mod templates;
@@ -66,6 +69,7 @@ pub use guest::MAX_SESSION_WAIT;
 pub use network::{EgressCounters, NetworkStatus};
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 pub use recovery::ReconcileReport;
+pub use settings::LifecycleChange;
 pub use snapshot_ops::MAX_SNAPSHOT_TTL;
 
 /// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.
@@ -159,6 +163,8 @@ pub struct Manager {
     images: std::sync::OnceLock<Arc<crate::images::Images>>,
     /// The daemon's egress service (runtime network policy changes).
     egress: std::sync::OnceLock<Arc<stasis_net::EgressService>>,
+    /// Where this node and its store are (`crate::governance`).
+    region: std::sync::OnceLock<crate::region::Region>,
     metrics: Metrics,
 }
 
@@ -184,11 +190,21 @@ impl Manager {
             cluster: std::sync::OnceLock::new(),
             images: std::sync::OnceLock::new(),
             egress: std::sync::OnceLock::new(),
+            region: std::sync::OnceLock::new(),
             metrics: Metrics::new(),
         })
     }
 
     /// Use an image store: manifests' `image` names are pinned to its ids.
+    pub fn set_region(&self, r: crate::region::Region) {
+        let _ = self.region.set(r);
+    }
+
+    /// This node's and its store's region (none set: any tenant not pinned).
+    pub fn region(&self) -> crate::region::Region {
+        self.region.get().cloned().unwrap_or_default()
+    }
+
     pub fn set_images(&self, i: Arc<crate::images::Images>) {
         let _ = self.images.set(i);
     }

@@ -30,6 +30,7 @@ impl Manager {
         id: &SandboxId,
         ttl: Option<Duration>,
     ) -> Result<SnapshotInfo> {
+        self.check_region(ctx, "snapshot", id.as_str()).await?;
         if let Some(t) = ttl {
             if t < Duration::from_secs(1) || t > MAX_SNAPSHOT_TTL {
                 return Err(Error::invalid(format!(
@@ -81,6 +82,7 @@ impl Manager {
         snapshot: &SnapshotId,
         manifest: Option<Manifest>,
     ) -> Result<SandboxRecord> {
+        self.check_region(ctx, "restore", snapshot.as_str()).await?;
         let r = self.do_restore(ctx, snapshot, manifest).await;
         if let Err(e) = &r {
             if e.code != ErrorCode::NotFound {

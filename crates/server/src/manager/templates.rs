@@ -187,6 +187,7 @@ impl Manager {
         reference: &str,
         manifest: Option<Manifest>,
     ) -> Result<SandboxRecord> {
+        self.check_region(ctx, "create", "sandboxes").await?;
         let r = async {
             let r = TemplateRef::parse(reference, "template")?;
             let t = self

@@ -12,6 +12,7 @@ mod access;
 mod export_import;
 mod gc_crash;
 mod gc_sweep;
+mod keys;
 mod put_crash;
 mod roundtrip;
 

@@ -1,0 +1,353 @@
+//! Stat, remove, mkdir, rename and ranged reads on a sandbox's root, with
+//! the same resolution rules as [`crate::fsops`]: every path is resolved by
+//! `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_XDEV)` up to its parent directory,
+//! and the last component is acted on relative to that directory's fd (never
+//! followed when it is a symlink), so no operation reaches outside the root.
+//! A recursive remove descends with `openat(O_NOFOLLOW)` one component at a
+//! time and never crosses into another mount.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use stasis_core::{Error, ErrorCode, FileKind, FileStat, Result};
+
+use crate::fsops::{map_err, read_link_at, Root};
+
+/// Deepest directory tree a recursive remove descends.
+const MAX_DEPTH: u32 = 512;
+
+fn split(path: &str) -> Result<(&str, &str)> {
+    match path.rsplit_once('/') {
+        Some((_, "")) | None => {
+            Err(Error::invalid(format!("{path}: not allowed on the root")).with_field("path"))
+        }
+        Some(("", name)) => Ok(("/", name)),
+        Some((parent, name)) => Ok((parent, name)),
+    }
+}
+
+fn cstr(s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::invalid("path contains NUL").with_field("path"))
+}
+
+fn kind_of(mode: u32) -> FileKind {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => FileKind::File,
+        libc::S_IFDIR => FileKind::Dir,
+        libc::S_IFLNK => FileKind::Symlink,
+        _ => FileKind::Other,
+    }
+}
+
+fn fstatat(dir: i32, name: &CString) -> io::Result<libc::stat> {
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+impl Root {
+    /// The parent directory of `path` (resolved inside the root) and the
+    /// last component's name.
+    fn parent_of(&self, path: &str) -> Result<(OwnedFd, CString, String)> {
+        let (parent, name) = split(path)?;
+        let fd = self
+            .openat2(parent, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| map_err(e, parent))?;
+        Ok((fd, cstr(name)?, name.to_string()))
+    }
+
+    /// The entry at `path` itself (a final symlink is not followed).
+    pub fn stat(&self, path: &str) -> Result<FileStat> {
+        let st = if path == "/" {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            if unsafe { libc::fstat(self.0.as_raw_fd(), &mut st) } != 0 {
+                return Err(map_err(io::Error::last_os_error(), path));
+            }
+            st
+        } else {
+            let (dir, name, _) = self.parent_of(path)?;
+            fstatat(dir.as_raw_fd(), &name).map_err(|e| map_err(e, path))?
+        };
+        let kind = kind_of(st.st_mode);
+        let symlink_target = if kind == FileKind::Symlink {
+            let (dir, _, name) = self.parent_of(path)?;
+            read_link_at(&dir, &name)
+        } else {
+            None
+        };
+        Ok(FileStat {
+            path: path.to_string(),
+            kind,
+            size: st.st_size as u64,
+            mode: st.st_mode & 0o7777,
+            mtime: st.st_mtime,
+            symlink_target,
+        })
+    }
+
+    /// Remove a file, a symlink, an empty directory, or (with `recursive`)
+    /// a directory tree.
+    pub fn remove(&self, path: &str, recursive: bool) -> Result<()> {
+        let (dir, name, _) = self.parent_of(path)?;
+        let st = fstatat(dir.as_raw_fd(), &name).map_err(|e| map_err(e, path))?;
+        if kind_of(st.st_mode) != FileKind::Dir {
+            return unlink(&dir, &name, 0).map_err(|e| map_err(e, path));
+        }
+        if recursive {
+            remove_tree(dir.as_raw_fd(), &name, st.st_dev, 0).map_err(|e| map_err(e, path))?;
+        }
+        unlink(&dir, &name, libc::AT_REMOVEDIR).map_err(|e| match e.raw_os_error() {
+            Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => Error::new(
+                ErrorCode::InvalidState,
+                format!("{path} is a directory that is not empty (remove it recursively)"),
+            ),
+            _ => map_err(e, path),
+        })
+    }
+
+    /// `mkdir`, or with `parents` `mkdir -p` (an existing directory is fine).
+    pub fn mkdir(&self, path: &str, parents: bool) -> Result<()> {
+        if parents {
+            return self.mkdir_p(path);
+        }
+        let (dir, name, _) = self.parent_of(path)?;
+        let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EEXIST) {
+                return Err(Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!("{path} already exists"),
+                ));
+            }
+            return Err(map_err(e, path));
+        }
+        Ok(())
+    }
+
+    /// POSIX rename of the entry at `from` (not what a symlink points to).
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let (fdir, fname, _) = self.parent_of(from)?;
+        let (tdir, tname, _) = self.parent_of(to)?;
+        let rc = unsafe {
+            libc::renameat(
+                fdir.as_raw_fd(),
+                fname.as_ptr(),
+                tdir.as_raw_fd(),
+                tname.as_ptr(),
+            )
+        };
+        if rc != 0 {
+            let e = io::Error::last_os_error();
+            return Err(match e.raw_os_error() {
+                Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!("{to} is a directory that is not empty"),
+                ),
+                Some(libc::EINVAL) => {
+                    Error::invalid(format!("cannot move {from} into itself")).with_field("to")
+                }
+                _ => map_err(e, from),
+            });
+        }
+        Ok(())
+    }
+
+    /// At most `len` bytes of the regular file `path` from `offset`, and
+    /// its size.
+    pub fn read_range(&self, path: &str, offset: u64, len: u64) -> Result<(Vec<u8>, u64)> {
+        let fd = self
+            .openat2(path, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
+            .map_err(|e| map_err(e, path))?;
+        let f = std::fs::File::from(fd);
+        let md = f.metadata().map_err(|e| map_err(e, path))?;
+        if md.is_dir() {
+            return Err(Error::invalid(format!("{path} is a directory")).with_field("path"));
+        }
+        if !md.file_type().is_file() {
+            return Err(Error::invalid(format!("{path} is not a regular file")).with_field("path"));
+        }
+        let size = md.len();
+        let want = len.min(size.saturating_sub(offset)) as usize;
+        let mut buf = vec![0u8; want];
+        let mut got = 0;
+        use std::os::unix::fs::FileExt;
+        while got < want {
+            let n = f
+                .read_at(&mut buf[got..], offset + got as u64)
+                .map_err(|e| map_err(e, path))?;
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        buf.truncate(got);
+        Ok((buf, size))
+    }
+}
+
+fn unlink(dir: &OwnedFd, name: &CString, flags: i32) -> io::Result<()> {
+    if unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Empty the directory `name` in `parent` (not removing it), descending
+/// without following symlinks and without leaving the device `dev`.
+fn remove_tree(parent: i32, name: &CString, dev: u64, depth: u32) -> io::Result<()> {
+    if depth > MAX_DEPTH {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    let fd = unsafe {
+        libc::openat(
+            parent,
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let names: Vec<CString> = {
+        let dup = unsafe { libc::dup(fd.as_raw_fd()) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // `dir` owns (and closes) the duplicate.
+        let mut dir = nix::dir::Dir::from_fd(dup).map_err(io::Error::from)?;
+        dir.iter()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_owned())
+            .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+            .collect()
+    };
+    for n in names {
+        let st = match fstatat(fd.as_raw_fd(), &n) {
+            Ok(st) => st,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(e) => return Err(e),
+        };
+        if kind_of(st.st_mode) == FileKind::Dir {
+            if st.st_dev != dev {
+                return Err(io::Error::from_raw_os_error(libc::EXDEV));
+            }
+            remove_tree(fd.as_raw_fd(), &n, dev, depth + 1)?;
+            unlink(&fd, &n, libc::AT_REMOVEDIR)?;
+        } else {
+            unlink(&fd, &n, 0)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn root() -> (tempfile::TempDir, Root) {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(t.path().join("workspace")).unwrap();
+        let r = Root::open_dir(t.path()).unwrap();
+        (t, r)
+    }
+
+    #[test]
+    fn stat_mkdir_rename_remove() {
+        let (t, r) = root();
+        r.write_file("/workspace/a.txt", b"hello", None).unwrap();
+        let s = r.stat("/workspace/a.txt").unwrap();
+        assert_eq!((s.kind, s.size, s.mode), (FileKind::File, 5, 0o644));
+        assert_eq!(
+            r.stat("/workspace/nope").unwrap_err().code,
+            ErrorCode::NotFound
+        );
+
+        r.mkdir("/workspace/d", false).unwrap();
+        assert_eq!(
+            r.mkdir("/workspace/d", false).unwrap_err().code,
+            ErrorCode::AlreadyExists
+        );
+        r.mkdir("/workspace/d", true).unwrap();
+        r.mkdir("/workspace/p/q/r", true).unwrap();
+        assert_eq!(r.stat("/workspace/p/q/r").unwrap().kind, FileKind::Dir);
+
+        r.rename("/workspace/a.txt", "/workspace/d/b.txt").unwrap();
+        assert_eq!(
+            std::fs::read(t.path().join("workspace/d/b.txt")).unwrap(),
+            b"hello"
+        );
+        assert_eq!(
+            r.remove("/workspace/d", false).unwrap_err().code,
+            ErrorCode::InvalidState
+        );
+        r.remove("/workspace/d", true).unwrap();
+        assert!(!t.path().join("workspace/d").exists());
+        r.remove("/workspace/p", true).unwrap();
+        assert!(r.remove("/", true).is_err());
+    }
+
+    #[test]
+    fn symlinks_are_entries_not_targets() {
+        let (t, r) = root();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), b"k").unwrap();
+        // An absolute link resolves inside the root, never to the host path.
+        symlink(outside.path(), t.path().join("workspace/out")).unwrap();
+        let s = r.stat("/workspace/out").unwrap();
+        assert_eq!(s.kind, FileKind::Symlink);
+        assert_eq!(s.symlink_target.as_deref(), outside.path().to_str());
+        assert_eq!(
+            r.stat("/workspace/out/keep").unwrap_err().code,
+            ErrorCode::NotFound
+        );
+        // Removing the link (even recursively) leaves its target alone.
+        r.remove("/workspace/out", true).unwrap();
+        assert!(outside.path().join("keep").exists());
+        // `..` cannot climb out of the root either.
+        symlink("../../../..", t.path().join("workspace/up")).unwrap();
+        r.write_file("/workspace/up/escaped", b"x", None).unwrap();
+        assert!(t.path().join("escaped").exists());
+    }
+
+    #[test]
+    fn write_through_a_link_to_a_missing_dir_makes_it() {
+        let (t, r) = root();
+        symlink("/workspace/real", t.path().join("workspace/alias")).unwrap();
+        r.write_file("/workspace/alias/internal/x", b"1", None)
+            .unwrap();
+        assert_eq!(
+            std::fs::read(t.path().join("workspace/real/internal/x")).unwrap(),
+            b"1"
+        );
+        symlink("later", t.path().join("workspace/rel")).unwrap();
+        r.write_file("/workspace/rel/y", b"2", None).unwrap();
+        assert!(t.path().join("workspace/later/y").exists());
+        // A loop is refused, not followed forever.
+        symlink("/workspace/loop", t.path().join("workspace/loop")).unwrap();
+        assert!(r.write_file("/workspace/loop/z", b"3", None).is_err());
+    }
+
+    #[test]
+    fn exclusive_writes_and_ranges() {
+        let (_t, r) = root();
+        r.write_file_with("/workspace/f", b"0123456789", None, true)
+            .unwrap();
+        let e = r
+            .write_file_with("/workspace/f", b"x", None, true)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::AlreadyExists);
+        assert_eq!(
+            r.read_range("/workspace/f", 2, 3).unwrap(),
+            (b"234".to_vec(), 10)
+        );
+        assert_eq!(r.read_range("/workspace/f", 8, 100).unwrap().0, b"89");
+        assert!(r.read_range("/workspace/f", 50, 1).unwrap().0.is_empty());
+    }
+}

@@ -1,0 +1,284 @@
+//! The file API beyond whole files, end to end on the process backend:
+//! stat / exists / remove / mkdir / rename, ranged reads (query and Range
+//! header), create-exclusive writes, a write through a symlink to a
+//! directory not made yet, watching a directory; and the sandbox listing's
+//! labels, filters and pages, and the lifecycle change (audited).
+
+mod common;
+
+use common::Daemon;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+fn manifest() -> Value {
+    json!({"backend": "process", "lifecycle": {"on_idle": "nothing"}})
+}
+
+#[tokio::test]
+async fn file_operations() {
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h.create(manifest()).await;
+    let f = |q: &str| format!("/v1/sandboxes/{id}/files{q}");
+
+    // Create-exclusive.
+    let r = h
+        .raw(
+            "PUT",
+            &f("?path=a.txt&exclusive=true"),
+            b"0123456789".to_vec(),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = h
+        .raw("PUT", &f("?path=a.txt&exclusive=true"), b"x".to_vec())
+        .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "already_exists");
+    assert_eq!(h.sh(&id, "cat a.txt").await, "0123456789");
+
+    // Ranged reads.
+    let (s, b) = h
+        .bytes("GET", &f("?path=a.txt&offset=2&length=3"), vec![])
+        .await;
+    assert_eq!((s, b.as_slice()), (206, &b"234"[..]));
+    let r =
+        h.c.get(format!("{}{}", h.base, f("?path=a.txt")))
+            .header("range", "bytes=-4")
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(r.status().as_u16(), 206);
+    assert_eq!(r.headers()["content-range"], "bytes 6-9/10");
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"6789");
+    let (s, _) = h.bytes("GET", &f("?path=a.txt&offset=50"), vec![]).await;
+    assert_eq!(s, 416);
+
+    // Stat / exists.
+    let st = h.ok("GET", &f("/stat?path=a.txt"), None).await;
+    assert_eq!(
+        (st["kind"].as_str(), st["size"].as_u64()),
+        (Some("file"), Some(10))
+    );
+    assert_eq!(st["path"], "/workspace/a.txt");
+    let e = h.ok("GET", &f("/exists?path=nope"), None).await;
+    assert_eq!(e["exists"], false);
+    let r = h.call("GET", &f("/stat?path=nope"), None).await;
+    assert_eq!(r.status, 404);
+
+    // Mkdir, rename, remove.
+    let r = h
+        .call(
+            "POST",
+            &f("/mkdir"),
+            Some(json!({"path": "d/e/f", "parents": true})),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    let r = h
+        .call("POST", &f("/mkdir"), Some(json!({"path": "d"})))
+        .await;
+    assert_eq!(r.body["error"]["code"], "already_exists");
+    let r = h
+        .call(
+            "POST",
+            &f("/rename"),
+            Some(json!({"from": "a.txt", "to": "d/e/b.txt"})),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(h.sh(&id, "cat d/e/b.txt").await, "0123456789");
+    let r = h.call("DELETE", &f("?path=d"), None).await;
+    assert_eq!(r.status, 409, "{}", r.body);
+    let r = h.call("DELETE", &f("?path=d&recursive=true"), None).await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(h.sh(&id, "test -e d && echo yes || echo no").await, "no\n");
+
+    // A symlink to a directory not made yet: the write makes it.
+    h.sh(&id, "ln -s /workspace/real alias").await;
+    let r = h
+        .raw("PUT", &f("?path=alias/internal/x"), b"1".to_vec())
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(h.sh(&id, "cat /workspace/real/internal/x").await, "1");
+    let st = h.ok("GET", &f("/stat?path=alias"), None).await;
+    assert_eq!(
+        (st["kind"].as_str(), st["symlink_target"].as_str()),
+        (Some("symlink"), Some("/workspace/real"))
+    );
+
+    // Nothing leaves the root: an absolute link to the host's /etc
+    // resolves inside the sandbox, and `..` is refused.
+    let r = h.call("DELETE", &f("?path=../../.."), None).await;
+    assert_eq!(r.status, 400, "{}", r.body);
+    h.sh(&id, "ln -s / up && mkdir -p /hostcheck").await;
+    let r = h
+        .call(
+            "POST",
+            &f("/rename"),
+            Some(json!({"from": "up/hostcheck", "to": "moved"})),
+        )
+        .await;
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(
+        h.sh(&id, "test -d /workspace/moved && echo ok").await,
+        "ok\n"
+    );
+}
+
+#[tokio::test]
+async fn watch_streams_events() {
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let id = h.create(manifest()).await;
+    h.sh(&id, "mkdir -p /workspace/w").await;
+    let mut resp =
+        h.c.get(format!("{}/v1/sandboxes/{id}/files/watch?path=w", h.base))
+            .send()
+            .await
+            .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    h.sh(
+        &id,
+        "echo hi > w/a && mkdir w/sub && sleep 0.5 && echo x > w/sub/b && mv w/a w/c && rm w/c",
+    )
+    .await;
+    let mut buf = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !buf.contains("\"removed\"") {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .expect("events in time")
+            .unwrap()
+            .expect("stream open");
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let events: Vec<Value> = buf
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let has = |kind: &str, path: &str| {
+        events
+            .iter()
+            .any(|e| e["kind"] == kind && e["path"] == path)
+    };
+    assert!(has("created", "a"), "{events:?}");
+    assert!(has("modified", "a"), "{events:?}");
+    assert!(has("created", "sub/b"), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| e["kind"] == "renamed" && e["path"] == "a" && e["to"] == "c"),
+        "{events:?}"
+    );
+    assert!(has("removed", "c"), "{events:?}");
+}
+
+#[tokio::test]
+async fn labels_pages_and_lifecycle() {
+    let d = Daemon::start(&[]).await;
+    let h = d.http();
+    let t0 = h.ok("GET", "/v1/sandboxes", None).await;
+    assert!(t0.as_array().unwrap().is_empty());
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        let v = h
+            .ok(
+                "POST",
+                "/v1/sandboxes",
+                Some(json!({"manifest": manifest(), "labels": {"team": if i == 1 { "b" } else { "a" }, "n": i.to_string()}})),
+            )
+            .await;
+        assert_eq!(v["labels"]["n"], i.to_string());
+        ids.push(v["id"].as_str().unwrap().to_string());
+    }
+    let r = h
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({"labels": {"bad key": "x"}})),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["error"]["field"].as_str()),
+        (400, Some("labels"))
+    );
+
+    let a = h.ok("GET", "/v1/sandboxes?label=team=a", None).await;
+    assert_eq!(a.as_array().unwrap().len(), 2);
+    let a = h
+        .ok("GET", "/v1/sandboxes?label=team=a,n=2&state=running", None)
+        .await;
+    assert_eq!(a[0]["id"], ids[2]);
+    let got = h
+        .ok("GET", &format!("/v1/sandboxes/{}", ids[1]), None)
+        .await;
+    assert_eq!(got["labels"]["team"], "b");
+
+    // Pages of two.
+    let r =
+        h.c.get(format!("{}/v1/sandboxes?limit=2", h.base))
+            .send()
+            .await
+            .unwrap();
+    let cursor = r.headers()["x-next-cursor"].to_str().unwrap().to_string();
+    let first: Value = r.json().await.unwrap();
+    assert_eq!(first.as_array().unwrap().len(), 2);
+    let r =
+        h.c.get(format!("{}/v1/sandboxes?limit=2&cursor={cursor}", h.base))
+            .send()
+            .await
+            .unwrap();
+    assert!(r.headers().get("x-next-cursor").is_none());
+    let second: Value = r.json().await.unwrap();
+    assert_eq!(second[0]["id"], ids[2]);
+    let created = first[1]["created_at_ms"].as_i64().unwrap();
+    let after = h
+        .ok(
+            "GET",
+            &format!("/v1/sandboxes?created_after={created}"),
+            None,
+        )
+        .await;
+    assert!(after.as_array().unwrap().iter().all(|s| s["id"] != ids[0]));
+    let r = h.call("GET", "/v1/sandboxes?limit=0", None).await;
+    assert_eq!(r.status, 400);
+
+    // Lifecycle at runtime: validated, applied, audited; reads keep it.
+    let path = format!("/v1/sandboxes/{}/lifecycle", ids[0]);
+    let v = h
+        .ok(
+            "PATCH",
+            &path,
+            Some(json!({"idle_timeout_secs": 600, "on_idle": "pause", "timeout_secs": 3600})),
+        )
+        .await;
+    assert_eq!(v["manifest"]["lifecycle"]["idle_timeout_secs"], 600);
+    assert!(
+        v["manifest"]["lifecycle"]["max_lifetime_secs"]
+            .as_u64()
+            .unwrap()
+            >= 3600
+    );
+    for bad in [
+        json!({}),
+        json!({"paused_ttl_secs": 0}),
+        json!({"idle_timeout_secs": "x"}),
+        json!({"bogus": 1}),
+    ] {
+        let r = h.call("PATCH", &path, Some(bad.clone())).await;
+        assert_eq!(r.status, 400, "{bad}: {}", r.body);
+        assert!(r.body["error"]["code"].is_string());
+    }
+    let again = h.state(&ids[0]).await;
+    assert_eq!(again["manifest"]["lifecycle"]["idle_timeout_secs"], 600);
+    let audit = h.ok("GET", "/v1/audit", None).await;
+    let n = audit
+        .as_array()
+        .or_else(|| audit["entries"].as_array())
+        .unwrap()
+        .iter()
+        .filter(|e| e["action"] == "lifecycle.set" && e["target"] == ids[0])
+        .count();
+    assert_eq!(n, 1, "{audit}");
+}

@@ -1,0 +1,225 @@
+//! What the owner changes on a sandbox besides its state: its lifecycle
+//! policy at runtime (idle window, TTLs, lifetime; audited as
+//! `lifecycle.set`), its labels at create, and listing by filter and page.
+//! Reads never change the policy; only this call does.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use stasis_core::{Error, LifecyclePolicy, OnIdle, Result, SandboxId, SandboxState};
+use stasis_meta::{Labels, ListFilter, SandboxRecord};
+
+use super::{Ctx, Manager};
+
+/// A change of a sandbox's lifecycle policy: the fields given replace the
+/// policy's; the others stay.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleChange {
+    /// Seconds without API activity before `on_idle` applies (1 to 30 days).
+    #[serde(default)]
+    pub idle_timeout_secs: Option<u64>,
+    /// `pause`, `pause_filesystem`, `destroy` or `nothing`.
+    #[serde(default)]
+    #[schema(value_type = Option<String>)]
+    pub on_idle: Option<OnIdle>,
+    /// A paused sandbox is destroyed this long after it was paused; a paused
+    /// sandbox's expiry moves with it.
+    #[serde(default)]
+    pub paused_ttl_secs: Option<u64>,
+    /// Running time after which the sandbox is destroyed; 0 = no limit.
+    #[serde(default)]
+    pub max_lifetime_secs: Option<u64>,
+    /// The sandbox is destroyed after this many more seconds of running time
+    /// from now (E2B's `set_timeout`): sets `max_lifetime_secs` to the running
+    /// time so far plus this. Not together with `max_lifetime_secs`.
+    #[serde(default)]
+    pub timeout_secs: Option<u64>,
+}
+
+impl LifecycleChange {
+    /// The policy after this change, for a sandbox that has run `running_ms`.
+    pub fn apply(&self, old: &LifecyclePolicy, running_ms: i64) -> Result<LifecyclePolicy> {
+        if *self == LifecycleChange::default() {
+            return Err(Error::invalid(
+                "give at least one of idle_timeout_secs, on_idle, paused_ttl_secs, max_lifetime_secs, timeout_secs",
+            ));
+        }
+        if self.timeout_secs.is_some() && self.max_lifetime_secs.is_some() {
+            return Err(Error::invalid(
+                "timeout_secs and max_lifetime_secs set the same limit: give one",
+            )
+            .with_field("timeout_secs"));
+        }
+        if self.timeout_secs == Some(0) {
+            return Err(
+                Error::invalid("timeout_secs must be at least 1").with_field("timeout_secs")
+            );
+        }
+        let mut p = old.clone();
+        if let Some(v) = self.idle_timeout_secs {
+            p.idle_timeout_secs = v;
+        }
+        if let Some(v) = self.on_idle {
+            p.on_idle = v;
+        }
+        if let Some(v) = self.paused_ttl_secs {
+            p.paused_ttl_secs = v;
+        }
+        if let Some(v) = self.max_lifetime_secs {
+            p.max_lifetime_secs = v;
+        }
+        if let Some(t) = self.timeout_secs {
+            let ran = (running_ms.max(0) as u64).div_ceil(1000);
+            p.max_lifetime_secs = ran.saturating_add(t);
+        }
+        // The manifest's own rules, reported as this request's fields.
+        let m = stasis_core::Manifest {
+            lifecycle: p.clone(),
+            ..Default::default()
+        };
+        m.validate().map_err(|e| {
+            let field = e
+                .field
+                .as_deref()
+                .map(|f| f.trim_start_matches("lifecycle.").to_string());
+            let mut out = Error::invalid(e.message);
+            out.field = field;
+            out
+        })?;
+        Ok(p)
+    }
+}
+
+impl Manager {
+    /// Change the lifecycle policy of the caller's sandbox (not a destroyed
+    /// one), audited as `lifecycle.set` with the policy before and after.
+    pub async fn set_lifecycle(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        change: &LifecycleChange,
+    ) -> Result<SandboxRecord> {
+        let mut tries = 0;
+        loop {
+            let rec = self.meta.get_for(&ctx.tenant, id).await?;
+            if matches!(rec.state, SandboxState::Destroyed | SandboxState::Failed) {
+                return Err(Error::state(format!(
+                    "sandbox {id} is {}; its lifecycle can no longer change",
+                    rec.state
+                )));
+            }
+            let now = stasis_core::now_ms();
+            let policy = change.apply(&rec.manifest.lifecycle, rec.running_time_ms(now))?;
+            match self
+                .meta
+                .set_lifecycle(id, &rec.manifest_digest, &policy)
+                .await
+            {
+                Ok(new) => {
+                    self.audit(
+                        ctx,
+                        "lifecycle.set",
+                        id.as_str(),
+                        serde_json::json!({"change": change, "before": rec.manifest.lifecycle,
+                            "after": policy, "manifest_digest": new.manifest_digest}),
+                    )
+                    .await;
+                    return Ok(new);
+                }
+                Err(e) if e.code == stasis_core::ErrorCode::Busy && tries < 3 => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Record a new sandbox's labels (validated before the create by
+    /// [`stasis_meta::labels::validate_labels`]).
+    pub async fn set_labels(&self, id: &SandboxId, labels: &Labels) -> Result<()> {
+        if labels.is_empty() {
+            return Ok(());
+        }
+        self.meta.set_labels(id, labels).await
+    }
+
+    /// The caller's sandboxes matching `f`, with their labels, and the
+    /// next page's cursor.
+    pub async fn list_filtered(
+        &self,
+        ctx: &Ctx,
+        f: &ListFilter,
+    ) -> Result<(Vec<(SandboxRecord, Labels)>, Option<String>)> {
+        let (recs, next) = self.meta.list_filtered(&ctx.tenant, f).await?;
+        let ids: Vec<SandboxId> = recs.iter().map(|r| r.id.clone()).collect();
+        let mut labels = self.meta.labels_of(&ids).await?;
+        Ok((
+            recs.into_iter()
+                .map(|r| {
+                    let l = labels.remove(&r.id).unwrap_or_default();
+                    (r, l)
+                })
+                .collect(),
+            next,
+        ))
+    }
+
+    /// The labels of one of the caller's sandboxes.
+    pub async fn labels(&self, id: &SandboxId) -> Result<Labels> {
+        Ok(self
+            .meta
+            .labels_of(std::slice::from_ref(id))
+            .await?
+            .remove(id)
+            .unwrap_or_default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_apply_and_validate() {
+        let old = LifecyclePolicy::default();
+        assert!(LifecycleChange::default().apply(&old, 0).is_err());
+        let c = LifecycleChange {
+            idle_timeout_secs: Some(120),
+            on_idle: Some(OnIdle::Destroy),
+            ..Default::default()
+        };
+        let p = c.apply(&old, 0).unwrap();
+        assert_eq!((p.idle_timeout_secs, p.on_idle), (120, OnIdle::Destroy));
+        assert_eq!(p.paused_ttl_secs, old.paused_ttl_secs);
+        let t = LifecycleChange {
+            timeout_secs: Some(30),
+            ..Default::default()
+        };
+        assert_eq!(t.apply(&old, 10_500).unwrap().max_lifetime_secs, 41);
+        let bad = LifecycleChange {
+            paused_ttl_secs: Some(0),
+            ..Default::default()
+        };
+        let e = bad.apply(&old, 0).unwrap_err();
+        assert_eq!(
+            (e.code, e.field.as_deref()),
+            (
+                stasis_core::ErrorCode::InvalidArgument,
+                Some("paused_ttl_secs")
+            )
+        );
+        let both = LifecycleChange {
+            timeout_secs: Some(1),
+            max_lifetime_secs: Some(1),
+            ..Default::default()
+        };
+        assert!(both.apply(&old, 0).is_err());
+        let huge = LifecycleChange {
+            idle_timeout_secs: Some(u64::MAX),
+            ..Default::default()
+        };
+        assert_eq!(
+            huge.apply(&old, 0).unwrap_err().field.as_deref(),
+            Some("idle_timeout_secs")
+        );
+    }
+}
