@@ -13,6 +13,7 @@ export {
   type AttachOptions,
   type Attachment,
   type CreateSandboxOptions,
+  type ListOptions,
   type ExecEvent,
   type ExecOptions,
   type SessionStartOptions,

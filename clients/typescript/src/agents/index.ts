@@ -282,14 +282,17 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
 
   async readFile(args: ReadFileArgs): Promise<Uint8Array> {
     const path = this.abs(args.path);
+    const bounded = typeof args.maxBytes === 'number';
+    if (bounded && args.maxBytes! <= 0) return new Uint8Array();
     let data: Uint8Array;
     try {
-      data = await this.sbx.files.read(path);
+      // A bounded read asks for that range only, not the whole file.
+      data = await this.sbx.files.read(path, bounded ? { offset: 0, length: args.maxBytes } : {});
     } catch (e) {
       if (e instanceof NotFound) throw new SandboxWorkspaceReadNotFoundError(`file not found: ${args.path}`, { path });
       throw providerError('read', e);
     }
-    return typeof args.maxBytes === 'number' && data.byteLength > args.maxBytes ? data.subarray(0, args.maxBytes) : data;
+    return bounded && data.byteLength > args.maxBytes! ? data.subarray(0, args.maxBytes) : data;
   }
 
   async writeFile(path: string, content: string | Uint8Array): Promise<void> {
@@ -331,14 +334,18 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   /**
    * The filesystem capability's apply_patch editor: diffs applied to files
    * read and written through the files API. A create over an existing file
-   * is refused (checked first: the files API has no create-exclusive write).
+   * is refused (an exclusive write: atomic in the sandbox).
    */
   createEditor(): Editor {
     const text = async (path: string) => new TextDecoder().decode(await this.readFile({ path }));
     return {
       createFile: async (op) => {
-        if (await this.pathExists(op.path)) return { status: 'failed', output: `${op.path} already exists` };
-        await this.writeFile(op.path, applyDiff('', op.diff, 'create'));
+        try {
+          await this.sbx.files.write(this.abs(op.path, true), applyDiff('', op.diff, 'create'), { exclusive: true });
+        } catch (e) {
+          if (e instanceof StasisError && e.code === 'already_exists') return { status: 'failed', output: `${op.path} already exists` };
+          throw e;
+        }
         return { status: 'completed', output: `created ${op.path}` };
       },
       updateFile: async (op) => {
@@ -352,16 +359,20 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
         const after = applyDiff(before, op.diff);
         if (op.moveTo && op.moveTo !== op.path) {
           await this.writeFile(op.moveTo, after);
-          await this.sbx.exec(['rm', '-f', '--', this.abs(op.path, true)]);
+          await this.sbx.files.remove(this.abs(op.path, true));
           return { status: 'completed', output: `updated ${op.path} -> ${op.moveTo}` };
         }
         await this.writeFile(op.path, after);
         return { status: 'completed', output: `updated ${op.path}` };
       },
       deleteFile: async (op) => {
-        if (!(await this.pathExists(op.path))) return { status: 'failed', output: `${op.path} not found` };
-        const r = await this.sbx.exec(['rm', '-f', '--', this.abs(op.path, true)]);
-        return r.ok ? { status: 'completed', output: `deleted ${op.path}` } : { status: 'failed', output: r.stderr };
+        try {
+          await this.sbx.files.remove(this.abs(op.path, true));
+        } catch (e) {
+          if (e instanceof StasisError && (e.code === 'not_found' || e.code === 'invalid_state')) return { status: 'failed', output: `${op.path}: ${e.message}` };
+          throw e;
+        }
+        return { status: 'completed', output: `deleted ${op.path}` };
       },
     };
   }

@@ -78,6 +78,54 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/master-keys": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["master_keys"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/master-keys/{fingerprint}/retire": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["retire_master"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/master-keys/rotate": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["rotate_master"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants": {
         parameters: {
             query?: never;
@@ -88,6 +136,54 @@ export interface paths {
         get: operations["admin_list_tenants"];
         put?: never;
         post: operations["admin_create_tenant"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/erase": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["erase_tenant"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/regions": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put: operations["set_regions"];
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/tenants/{tenant}/rotate-key": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["rotate_tenant_key"];
         delete?: never;
         options?: never;
         head?: never;
@@ -218,6 +314,22 @@ export interface paths {
             cookie?: never;
         };
         get: operations["doctor"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/events": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["event_stream"];
         put?: never;
         post?: never;
         delete?: never;
@@ -514,6 +626,22 @@ export interface paths {
         get: operations["get_file"];
         put: operations["put_file"];
         post?: never;
+        delete: operations["remove_file"];
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files/exists": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["file_exists"];
+        put?: never;
+        post?: never;
         delete?: never;
         options?: never;
         head?: never;
@@ -536,6 +664,70 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/sandboxes/{id}/files/mkdir": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["make_dir"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files/rename": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["rename_file"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files/stat": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["stat_file"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/files/watch": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["watch_dir"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/sandboxes/{id}/fork": {
         parameters: {
             query?: never;
@@ -550,6 +742,38 @@ export interface paths {
         options?: never;
         head?: never;
         patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/idle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["sandbox_idle"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/sandboxes/{id}/lifecycle": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch: operations["set_lifecycle"];
         trace?: never;
     };
     "/v1/sandboxes/{id}/network": {
@@ -1063,6 +1287,14 @@ export interface components {
     schemas: {
         CreateSandbox: {
             /**
+             * @description Key/value labels (at most 32; keys 1 to 63 of letters, digits and
+             *     `._/-`; values at most 256 bytes). Not part of the manifest; listed
+             *     and filtered on (`GET /v1/sandboxes?label=k=v`).
+             */
+            labels?: {
+                [key: string]: string;
+            } | null;
+            /**
              * @description The sandbox's manifest (see the README); every field is optional.
              *     With `template`: replaces the template's manifest, checked as a
              *     restore checks it (same backend).
@@ -1104,6 +1336,22 @@ export interface components {
             dns_refused: number;
             /** Format: int64 */
             upstream_queries: number;
+        };
+        EraseBody: {
+            /** @description The tenant id again: erasure cannot be undone. */
+            confirm: string;
+        };
+        EraseOutcome: {
+            /** Format: int64 */
+            key_wraps_destroyed: number;
+            /**
+             * Format: int64
+             * @description Store objects removed at once (GC removes any left).
+             */
+            objects_removed: number;
+            /** Format: int64 */
+            sandboxes_destroyed: number;
+            tenant: string;
         };
         ErrorBody: {
             error: components["schemas"]["ErrorDetail"];
@@ -1171,6 +1419,9 @@ export interface components {
             /** @enum {string} */
             type: "error";
         };
+        Exists: {
+            exists: boolean;
+        };
         ForkBody: {
             /** Format: int32 */
             count: number;
@@ -1197,6 +1448,42 @@ export interface components {
             id: string;
             names: string[];
             record: Record<string, never>;
+        };
+        /**
+         * @description A change of a sandbox's lifecycle policy: the fields given replace the
+         *     policy's; the others stay.
+         */
+        LifecycleChange: {
+            /**
+             * Format: int64
+             * @description Seconds without API activity before `on_idle` applies (1 to 30 days).
+             */
+            idle_timeout_secs?: number | null;
+            /**
+             * Format: int64
+             * @description Running time after which the sandbox is destroyed; 0 = no limit.
+             */
+            max_lifetime_secs?: number | null;
+            /** @description `pause`, `pause_filesystem`, `destroy` or `nothing`. */
+            on_idle?: string | null;
+            /**
+             * Format: int64
+             * @description A paused sandbox is destroyed this long after it was paused; a paused
+             *     sandbox's expiry moves with it.
+             */
+            paused_ttl_secs?: number | null;
+            /**
+             * Format: int64
+             * @description The sandbox is destroyed after this many more seconds of running time
+             *     from now (E2B's `set_timeout`): sets `max_lifetime_secs` to the running
+             *     time so far plus this. Not together with `max_lifetime_secs`.
+             */
+            timeout_secs?: number | null;
+        };
+        MkdirBody: {
+            /** @description Make missing parents; an existing directory is then no error. */
+            parents?: boolean;
+            path: string;
         };
         /** @description The policy in force and, while the sandbox is attached, its counters. */
         NetworkStatus: {
@@ -1261,15 +1548,58 @@ export interface components {
             /** @description The full URL, when the daemon knows its public address. */
             url: string;
         };
+        RegionsBody: {
+            /**
+             * @description Regions the tenant's sandboxes and snapshots may live in; null or
+             *     empty: any region.
+             */
+            regions?: string[] | null;
+        };
         RegisterBody: {
             /** @description A host directory used in place, read-only, as the image's root. */
             dir: string;
             /** @description name[:tag] of the public image. */
             name: string;
         };
+        RenameBody: {
+            from: string;
+            to: string;
+        };
         RestoreBody: {
             /** @description Manifest for the new sandbox; default: the one the snapshot was taken under. */
             manifest?: Record<string, never>;
+        };
+        RetireOutcome: {
+            fingerprint: string;
+            /** Format: int64 */
+            tenants: number;
+            /** Format: int64 */
+            wraps_removed: number;
+        };
+        RotateMasterBody: {
+            /**
+             * @description The new master key, 64 hex characters. Every node must hold it too
+             *     (in its key file) before the old key is retired.
+             */
+            key: string;
+        };
+        RotateOutcome: {
+            fingerprint: string;
+            /** Format: int64 */
+            generation: number;
+            /** Format: int64 */
+            keys_already: number;
+            /** Format: int64 */
+            keys_rewrapped: number;
+            /** Format: int64 */
+            ms: number;
+            /**
+             * Format: int64
+             * @description Secrets (tenant secrets, webhook secrets, daemon keys) sealed again under the new key.
+             */
+            secrets_resealed: number;
+            /** Format: int64 */
+            tenants: number;
         };
         RotateRequest: {
             /**
@@ -1292,6 +1622,13 @@ export interface components {
              */
             expires_at_ms?: number | null;
             id: string;
+            /**
+             * @description The labels given at create (left out when none, and in answers to
+             *     lifecycle operations).
+             */
+            labels?: {
+                [key: string]: string;
+            };
             manifest: Record<string, never>;
             /** @description Digest of that manifest (also recorded in every snapshot taken of it). */
             manifest_digest: string;
@@ -1724,6 +2061,116 @@ export interface operations {
             };
         };
     };
+    master_keys: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description master-key generations and which this node holds */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    retire_master: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                fingerprint: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RetireOutcome"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    rotate_master: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RotateMasterBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["RotateOutcome"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     admin_list_tenants: {
         parameters: {
             query?: never;
@@ -1779,6 +2226,139 @@ export interface operations {
                 };
             };
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    erase_tenant: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["EraseBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["EraseOutcome"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    set_regions: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RegionsBody"];
+            };
+        };
+        responses: {
+            /** @description the tenant's regions */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    rotate_tenant_key: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                tenant: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description the tenant's new data-key generation */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2153,6 +2733,24 @@ export interface operations {
         requestBody?: never;
         responses: {
             /** @description what this machine and daemon support */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+        };
+    };
+    event_stream: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description text/event-stream of this tenant's audit events as they happen: `event: audit`, data {seq, ts_ms, action, target, actor} */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -2619,6 +3217,20 @@ export interface operations {
     list_sandboxes: {
         parameters: {
             query?: {
+                /** @description Only sandboxes created after this instant (milliseconds since the epoch). */
+                created_after?: number;
+                /** @description The `x-next-cursor` of the previous page. */
+                cursor?: string;
+                /**
+                 * @description Only sandboxes with these labels: `key=value`, several separated by
+                 *     commas (all must match).
+                 */
+                label?: string;
+                /**
+                 * @description At most this many (1 to 1000); when more remain, the answer's
+                 *     `x-next-cursor` header holds the cursor of the next page.
+                 */
+                limit?: number;
                 /** @description Only sandboxes in this state (e.g. `paused`). */
                 state?: string;
             };
@@ -2630,10 +3242,20 @@ export interface operations {
         responses: {
             200: {
                 headers: {
+                    /** @description present when `limit` cut the list short: pass it as `cursor` for the next page */
+                    "x-next-cursor"?: string;
                     [name: string]: unknown;
                 };
                 content: {
                     "application/json": components["schemas"]["Sandbox"][];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
@@ -2843,8 +3465,20 @@ export interface operations {
     get_file: {
         parameters: {
             query: {
+                /**
+                 * @description Writes: create the file only if nothing is at `path` (else 409
+                 *     `already_exists`).
+                 */
+                exclusive?: boolean;
+                /**
+                 * @description Reads: how many bytes at most from `offset` (default: to the end,
+                 *     within the file limit).
+                 */
+                length?: number;
                 /** @description Octal file mode for writes, e.g. "755". */
                 mode?: string;
+                /** @description Reads: the first byte to return (answers 206 with `Content-Range`). */
+                offset?: number;
                 /** @description Path inside the sandbox (absolute, or relative to the workdir). */
                 path: string;
             };
@@ -2864,6 +3498,15 @@ export interface operations {
                     "application/octet-stream": number[];
                 };
             };
+            /** @description the range asked for (`offset`/`length`, or a `Range: bytes=...` header), with `Content-Range` */
+            206: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/octet-stream": number[];
+                };
+            };
             404: {
                 headers: {
                     [name: string]: unknown;
@@ -2872,13 +3515,32 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            /** @description the range starts past the end of the file */
+            416: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
         };
     };
     put_file: {
         parameters: {
             query: {
+                /**
+                 * @description Writes: create the file only if nothing is at `path` (else 409
+                 *     `already_exists`).
+                 */
+                exclusive?: boolean;
+                /**
+                 * @description Reads: how many bytes at most from `offset` (default: to the end,
+                 *     within the file limit).
+                 */
+                length?: number;
                 /** @description Octal file mode for writes, e.g. "755". */
                 mode?: string;
+                /** @description Reads: the first byte to return (answers 206 with `Content-Range`). */
+                offset?: number;
                 /** @description Path inside the sandbox (absolute, or relative to the workdir). */
                 path: string;
             };
@@ -2900,7 +3562,89 @@ export interface operations {
                 };
                 content?: never;
             };
+            /** @description `already_exists`: an exclusive write found the path taken */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    remove_file: {
+        parameters: {
+            query: {
+                path: string;
+                /** @description Remove a directory and everything under it. */
+                recursive?: boolean;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            /** @description a directory that is not empty, without `recursive` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    file_exists: {
+        parameters: {
+            query: {
+                /** @description Path inside the sandbox (absolute, or relative to the workdir). */
+                path: string;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Exists"];
+                };
+            };
+            /** @description no such sandbox */
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2913,8 +3657,20 @@ export interface operations {
     list_files: {
         parameters: {
             query: {
+                /**
+                 * @description Writes: create the file only if nothing is at `path` (else 409
+                 *     `already_exists`).
+                 */
+                exclusive?: boolean;
+                /**
+                 * @description Reads: how many bytes at most from `offset` (default: to the end,
+                 *     within the file limit).
+                 */
+                length?: number;
                 /** @description Octal file mode for writes, e.g. "755". */
                 mode?: string;
+                /** @description Reads: the first byte to return (answers 206 with `Content-Range`). */
+                offset?: number;
                 /** @description Path inside the sandbox (absolute, or relative to the workdir). */
                 path: string;
             };
@@ -2932,6 +3688,141 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content?: never;
+            };
+        };
+    };
+    make_dir: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["MkdirBody"];
+            };
+        };
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description `already_exists` without `parents` */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    rename_file: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["RenameBody"];
+            };
+        };
+        responses: {
+            204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    stat_file: {
+        parameters: {
+            query: {
+                /** @description Path inside the sandbox (absolute, or relative to the workdir). */
+                path: string;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description `{path, kind: file|dir|symlink|other, size, mode, mtime, symlink_target?}` of the entry itself (a symlink is not followed) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    watch_dir: {
+        parameters: {
+            query: {
+                /** @description Path inside the sandbox (absolute, or relative to the workdir). */
+                path: string;
+            };
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description one JSON object per line, `{kind: created|modified|removed|renamed, path, to?}` (paths relative to the watched directory), for as long as the connection stays open; an open watch keeps the sandbox from idling. Backends that cannot watch answer 501 `unsupported`. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/x-ndjson": unknown;
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            501: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
             };
         };
     };
@@ -2956,6 +3847,84 @@ export interface operations {
                 };
                 content: {
                     "application/json": components["schemas"]["ForkResponse"];
+                };
+            };
+        };
+    };
+    sandbox_idle: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description when the lifecycle policies next act: {state, last_active_ms?, on_idle, idle_timeout_secs, idle_deadline_ms?, lifetime_deadline_ms?, expires_at_ms?}; reading it is not activity */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    set_lifecycle: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["LifecycleChange"];
+            };
+        };
+        responses: {
+            /** @description the sandbox under its new policy (audited as `lifecycle.set`) */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["Sandbox"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
                 };
             };
         };
