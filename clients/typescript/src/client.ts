@@ -1,7 +1,7 @@
 /** The entry point: a connection to one stasis daemon. */
 import { Http, type ConnectionOptions } from './http.js';
 import { Runs } from './runs.js';
-import { Sandbox, createSandbox, listSandboxes, type CreateSandboxOptions } from './sandbox.js';
+import { Sandbox, createSandbox, listPage, listSandboxes, type CreateSandboxOptions, type ListOptions } from './sandbox.js';
 import type { SandboxInfo, SnapshotInfo, TemplateInfo } from './types.js';
 
 export class StasisClient {
@@ -35,8 +35,14 @@ export class StasisClient {
     return new Sandbox(this.http, await this.http.json<SandboxInfo>('sandbox.get', { ids: { id } }));
   }
 
-  async list(opts: { state?: string } = {}): Promise<Sandbox[]> {
-    return listSandboxes(this.http, opts.state);
+  /** Every sandbox matching the filters (all pages). */
+  async list(opts: ListOptions = {}): Promise<Sandbox[]> {
+    return listSandboxes(this.http, opts);
+  }
+
+  /** One page (`limit` 1 to 1000) and the cursor of the next. */
+  async listPage(opts: ListOptions & { limit?: number; cursor?: string } = {}): Promise<{ sandboxes: Sandbox[]; nextCursor?: string }> {
+    return listPage(this.http, opts);
   }
 }
 

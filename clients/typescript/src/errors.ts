@@ -35,6 +35,10 @@ export class Forbidden extends StasisError { static override readonly CODE: stri
 export class NotFound extends StasisError { static override readonly CODE: string = 'not_found'; }
 export class InvalidState extends StasisError { static override readonly CODE: string = 'invalid_state'; }
 export class Busy extends InvalidState { static override readonly CODE: string = 'busy'; }
+/** The path (or name) is taken: an exclusive write, a mkdir without parents (409). */
+export class AlreadyExists extends InvalidState { static override readonly CODE: string = 'already_exists'; }
+/** The sandbox or snapshot lives in another region than this daemon's (409). */
+export class RegionMismatch extends InvalidState { static override readonly CODE: string = 'region_mismatch'; }
 export class PayloadTooLarge extends StasisError { static override readonly CODE: string = 'payload_too_large'; }
 export class RateLimited extends StasisError { static override readonly CODE: string = 'rate_limited'; }
 /** The sandbox has its limit of requests in flight and a full queue (429 + Retry-After): nothing was done. */
@@ -62,6 +66,8 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
   not_found: NotFound,
   invalid_state: InvalidState,
   busy: Busy,
+  already_exists: AlreadyExists,
+  region_mismatch: RegionMismatch,
   payload_too_large: PayloadTooLarge,
   rate_limited: RateLimited,
   overloaded: Overloaded,

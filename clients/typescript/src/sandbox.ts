@@ -5,6 +5,7 @@ import type {
   ExecResponse,
   ExecStreamLine,
   FileEntry,
+  FileStat,
   NetworkStatus,
   PortUrl,
   PtySize,
@@ -12,6 +13,7 @@ import type {
   SessionInfo,
   SessionOutputResponse,
   SnapshotInfo,
+  WatchEvent,
 } from './types.js';
 
 /** A command: an argv array, or a string run by `sh -c`. */
@@ -116,9 +118,9 @@ export class Sandbox {
     return new Sandbox(http, await http.json<SandboxInfo>('sandbox.get', { ids: { id } }));
   }
 
-  /** The tenant's sandboxes, optionally only those in `state`. */
-  static async list(opts: { state?: string } & ConnectionOptions = {}): Promise<Sandbox[]> {
-    return listSandboxes(new Http(opts), opts.state);
+  /** The tenant's sandboxes (every page), filtered by state, labels, creation time. */
+  static async list(opts: ListOptions & ConnectionOptions = {}): Promise<Sandbox[]> {
+    return listSandboxes(new Http(opts), opts);
   }
 
   get id(): string {
@@ -248,6 +250,34 @@ export class Sandbox {
     return this;
   }
 
+  /**
+   * Change the lifecycle policy at runtime (audited): `idleTimeoutSecs`,
+   * `onIdle` (pause, pause_filesystem, destroy, nothing), `pausedTtlSecs`,
+   * `maxLifetimeSecs`, or `timeoutSecs` (destroyed after this much more
+   * running time, E2B's setTimeout).
+   */
+  async setLifecycle(change: {
+    idleTimeoutSecs?: number;
+    onIdle?: string;
+    pausedTtlSecs?: number;
+    maxLifetimeSecs?: number;
+    timeoutSecs?: number;
+  }): Promise<this> {
+    const body: Record<string, unknown> = {};
+    if (change.idleTimeoutSecs !== undefined) body.idle_timeout_secs = change.idleTimeoutSecs;
+    if (change.onIdle !== undefined) body.on_idle = change.onIdle;
+    if (change.pausedTtlSecs !== undefined) body.paused_ttl_secs = change.pausedTtlSecs;
+    if (change.maxLifetimeSecs !== undefined) body.max_lifetime_secs = change.maxLifetimeSecs;
+    if (change.timeoutSecs !== undefined) body.timeout_secs = change.timeoutSecs;
+    this.info = await this.http.json<SandboxInfo>('sandbox.lifecycle', { ids: this.ids(), json: body });
+    return this;
+  }
+
+  /** Destroy the sandbox after `secs` more seconds of running time. */
+  async setTimeout(secs: number): Promise<this> {
+    return this.setLifecycle({ timeoutSecs: secs });
+  }
+
   /** Host CPU time, RSS and process count. */
   async usage(): Promise<Record<string, unknown>> {
     return this.http.json('sandbox.usage', { ids: this.ids() });
@@ -271,6 +301,8 @@ export class Sandbox {
 export interface CreateSandboxOptions {
   /** The stasis manifest (backend, image, resources, lifecycle, network, env, workdir, ...). */
   manifest?: Record<string, unknown>;
+  /** Key/value labels, listed and filtered on (not part of the manifest). */
+  labels?: Record<string, string>;
   /** `name` or `name:version`: start from a template's memory and disk. */
   template?: string;
 }
@@ -279,74 +311,140 @@ export async function createSandbox(http: Http, opts: CreateSandboxOptions = {})
   const body: Record<string, unknown> = {};
   if (opts.manifest !== undefined) body.manifest = opts.manifest;
   if (opts.template !== undefined) body.template = opts.template;
+  if (opts.labels !== undefined) body.labels = opts.labels;
   return new Sandbox(http, await http.json<SandboxInfo>('sandbox.create', { json: body, extraTimeoutMs: 300_000 }));
 }
 
-export async function listSandboxes(http: Http, state?: string): Promise<Sandbox[]> {
-  const infos = await http.json<SandboxInfo[]>('sandbox.list', { query: { state } });
-  return infos.map((i) => new Sandbox(http, i));
+export interface ListOptions {
+  /** Only sandboxes in this state (e.g. `paused`). */
+  state?: string;
+  /** Only sandboxes with all these labels. */
+  labels?: Record<string, string>;
+  /** Only sandboxes created after this instant (ms since the epoch, or a Date). */
+  createdAfter?: number | Date;
+}
+
+/** One page of a listing and the cursor of the next (undefined on the last). */
+export async function listPage(
+  http: Http,
+  opts: ListOptions & { limit?: number; cursor?: string } = {},
+): Promise<{ sandboxes: Sandbox[]; nextCursor?: string }> {
+  const label = opts.labels
+    ? Object.entries(opts.labels)
+        .map(([k, v]) => `${k}=${v}`)
+        .join(',')
+    : undefined;
+  const createdAfter = opts.createdAfter instanceof Date ? opts.createdAfter.getTime() : opts.createdAfter;
+  const resp = await http.raw('sandbox.list', {
+    query: { state: opts.state, label, created_after: createdAfter, limit: opts.limit, cursor: opts.cursor },
+  });
+  const infos = (await resp.json()) as SandboxInfo[];
+  return { sandboxes: infos.map((i) => new Sandbox(http, i)), nextCursor: resp.headers.get('x-next-cursor') ?? undefined };
+}
+
+/** Every sandbox matching `opts`, page after page. */
+export async function listSandboxes(http: Http, opts: ListOptions & { pageSize?: number } = {}): Promise<Sandbox[]> {
+  const out: Sandbox[] = [];
+  let cursor: string | undefined;
+  do {
+    const page = await listPage(http, { ...opts, limit: opts.pageSize ?? 1000, cursor });
+    out.push(...page.sandboxes);
+    cursor = page.nextCursor;
+  } while (cursor);
+  return out;
 }
 
 /** Files in the sandbox; paths are absolute or relative to the workdir. */
 export class Files {
   constructor(private readonly sbx: Sandbox) {}
 
-  async read(path: string): Promise<Uint8Array> {
-    return this.sbx.http.bytes('files.get', { ids: { id: this.sbx.id }, query: { path }, extraTimeoutMs: 60_000 });
+  private ids() {
+    return { id: this.sbx.id };
   }
 
-  async readText(path: string): Promise<string> {
-    return decoder.decode(await this.read(path));
+  /** The file's bytes; with `offset`/`length`, only that range (one request, not the whole file). */
+  async read(path: string, opts: { offset?: number; length?: number } = {}): Promise<Uint8Array> {
+    return this.sbx.http.bytes('files.get', {
+      ids: this.ids(),
+      query: { path, offset: opts.offset, length: opts.length },
+      extraTimeoutMs: 60_000,
+    });
   }
 
-  /** Write a file (parents are created); `mode` e.g. `0o755`. */
-  async write(path: string, data: string | Uint8Array, opts: { mode?: number } = {}): Promise<void> {
+  async readText(path: string, opts: { offset?: number; length?: number } = {}): Promise<string> {
+    return decoder.decode(await this.read(path, opts));
+  }
+
+  /**
+   * Write a file (parents are created); `mode` e.g. `0o755`; `exclusive`
+   * creates only: a path already taken answers `already_exists` (409).
+   */
+  async write(path: string, data: string | Uint8Array, opts: { mode?: number; exclusive?: boolean } = {}): Promise<void> {
     const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data;
     await this.sbx.http.none('files.put', {
-      ids: { id: this.sbx.id },
-      query: { path, mode: opts.mode !== undefined ? opts.mode.toString(8) : undefined },
+      ids: this.ids(),
+      query: {
+        path,
+        mode: opts.mode !== undefined ? opts.mode.toString(8) : undefined,
+        exclusive: opts.exclusive ? true : undefined,
+      },
       body: bytes,
       extraTimeoutMs: 60_000,
     });
   }
 
   async list(path = '.'): Promise<FileEntry[]> {
-    return this.sbx.http.json<FileEntry[]>('files.list', { ids: { id: this.sbx.id }, query: { path } });
+    return this.sbx.http.json<FileEntry[]>('files.list', { ids: this.ids(), query: { path } });
   }
 
-  /** Whether `path` exists (from a listing of its parent). */
+  /** The entry itself (a symlink is not followed: `kind: 'symlink'` with its `symlink_target`). */
+  async stat(path: string): Promise<FileStat> {
+    return this.sbx.http.json<FileStat>('files.stat', { ids: this.ids(), query: { path } });
+  }
+
   async exists(path: string): Promise<boolean> {
-    const trimmed = path.replace(/\/+$/, '');
-    if (trimmed === '' || trimmed === '.') return true;
-    const i = trimmed.lastIndexOf('/');
-    const parent = i < 0 ? '.' : i === 0 ? '/' : trimmed.slice(0, i);
-    const name = trimmed.slice(i + 1);
-    try {
-      return (await this.list(parent)).some((e) => e.name === name);
-    } catch (e) {
-      if (e instanceof NotFound || (e instanceof StasisError && e.code === 'invalid_argument')) return false;
-      throw e;
-    }
+    return (await this.sbx.http.json<{ exists: boolean }>('files.exists', { ids: this.ids(), query: { path } })).exists;
   }
 
-  /** Create a directory and its parents (runs `mkdir -p`). */
-  async mkdir(path: string): Promise<void> {
-    await this.run(['mkdir', '-p', '--', path]);
+  /** Create a directory; with `parents` (default) its parents too, and an existing one is fine. */
+  async mkdir(path: string, opts: { parents?: boolean } = {}): Promise<void> {
+    await this.sbx.http.none('files.mkdir', { ids: this.ids(), json: { path, parents: opts.parents ?? true } });
   }
 
-  /** Remove a file or a directory tree (runs `rm -rf`). */
-  async remove(path: string): Promise<void> {
-    await this.run(['rm', '-rf', '--', path]);
+  /** Remove a file, or a directory (a non-empty one only with `recursive`). */
+  async remove(path: string, opts: { recursive?: boolean } = {}): Promise<void> {
+    await this.sbx.http.none('files.remove', {
+      ids: this.ids(),
+      query: { path, recursive: opts.recursive ? true : undefined },
+    });
   }
 
-  /** Rename or move (runs `mv`). */
+  /** Rename or move. */
   async rename(from: string, to: string): Promise<void> {
-    await this.run(['mv', '-f', '--', from, to]);
+    await this.sbx.http.none('files.rename', { ids: this.ids(), json: { from, to } });
   }
 
-  private async run(argv: string[]): Promise<void> {
-    const r = await this.sbx.exec(argv, { timeoutMs: 60_000 });
-    if (!r.ok) throw new StasisError(`${argv[0]} failed: ${r.stderr.trim() || `exit ${r.exitCode}`}`, { code: 'invalid_argument' });
+  /**
+   * Changes under a directory as they happen, until `signal` aborts (an open
+   * watch keeps the sandbox from idling). Backends that cannot watch throw
+   * `Unsupported`.
+   */
+  async *watch(path: string, opts: { signal?: AbortSignal } = {}): AsyncGenerator<WatchEvent> {
+    const url = this.sbx.http.url('files.watch', { ids: this.ids(), query: { path } });
+    let resp: Response;
+    try {
+      resp = await fetch(url, { headers: this.sbx.http.headers(), signal: opts.signal });
+    } catch (e) {
+      if ((e as Error).name === 'AbortError') return;
+      throw new StasisError(`watch ${path}: ${(e as Error).message}`, { code: 'connection_failed' });
+    }
+    if (resp.status !== 200) throw errorFromResponse(resp.status, await resp.text());
+    if (!resp.body) return;
+    try {
+      for await (const ev of ndjsonLines(resp.body)) yield ev as WatchEvent;
+    } catch (e) {
+      if ((e as Error).name !== 'AbortError') throw e;
+    }
   }
 }
 
@@ -474,6 +572,104 @@ export class Session {
   attachUrl(offset = 0): string {
     return this.sandbox.http.url('session.attach', { ids: this.ids(), query: { offset } }).replace(/^http/, 'ws');
   }
+
+  /**
+   * Attach over the daemon's WebSocket (as `stasis shell` does): output as
+   * it comes to `onData`, keystrokes with `write`, `resize`; `done` settles
+   * with the exit, or with a detach when the sandbox pauses (reattach from
+   * its offset). Needs a WebSocket: the global one (Node 22+, or Node 20 with
+   * `--experimental-websocket`), or a constructor such as the `ws` package's.
+   */
+  async attach(opts: AttachOptions = {}): Promise<Attachment> {
+    const WS = (opts.WebSocket ?? (globalThis as { WebSocket?: unknown }).WebSocket) as WebSocketCtor | undefined;
+    if (!WS) {
+      throw new StasisError(
+        'attach needs a WebSocket implementation: Node 22+, node --experimental-websocket on Node 20, or opts.WebSocket (e.g. the ws package)',
+        { code: 'unsupported' },
+      );
+    }
+    const ws = new WS(this.attachUrl(opts.offset ?? this.offset), { headers: this.sandbox.http.headers() });
+    ws.binaryType = 'arraybuffer';
+    let attached!: (offset: number) => void;
+    let failed!: (e: Error) => void;
+    const ready = new Promise<number>((res, rej) => {
+      attached = res;
+      failed = rej;
+    });
+    let settle!: (end: AttachEnd) => void;
+    const done = new Promise<AttachEnd>((res) => (settle = res));
+    let offset = opts.offset ?? this.offset;
+    ws.onmessage = (ev: { data: unknown }) => {
+      const data = ev.data;
+      if (typeof data === 'string') {
+        const msg = JSON.parse(data) as { type: string; offset?: number; code?: number | string | null; reason?: string; message?: string };
+        if (msg.type === 'attached') {
+          offset = msg.offset ?? offset;
+          attached(offset);
+        } else if (msg.type === 'exit') {
+          this.ended = true;
+          this.exitCode = typeof msg.code === 'number' ? msg.code : null;
+          settle({ type: 'exit', code: this.exitCode });
+        } else if (msg.type === 'detached') {
+          this.offset = msg.offset ?? offset;
+          settle({ type: 'detached', reason: msg.reason ?? '', offset: this.offset });
+        } else if (msg.type === 'error') {
+          opts.onError?.(new StasisError(msg.message ?? 'attach error', { code: String(msg.code ?? 'internal') }));
+        }
+        return;
+      }
+      const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : (data as Uint8Array);
+      offset += bytes.byteLength;
+      this.offset = offset;
+      opts.onData?.(bytes);
+    };
+    ws.onerror = () => failed(new StasisError(`attaching to session ${this.id} failed`, { code: 'connection_failed' }));
+    ws.onclose = (ev: { code?: number; reason?: string }) => {
+      failed(new StasisError(`attach closed before it started (${ev.code ?? ''} ${ev.reason ?? ''})`, { code: 'connection_failed' }));
+      settle({ type: 'closed', code: ev.code ?? null, reason: ev.reason ?? '' });
+    };
+    await ready;
+    return {
+      done,
+      write: (d) => ws.send(typeof d === 'string' ? new TextEncoder().encode(d) : d),
+      resize: (cols, rows) => ws.send(JSON.stringify({ type: 'resize', cols, rows })),
+      close: () => ws.close(1000),
+    };
+  }
+}
+
+type WebSocketCtor = new (
+  url: string,
+  init?: { headers?: Record<string, string> },
+) => {
+  binaryType: string;
+  onmessage: ((ev: { data: unknown }) => void) | null;
+  onerror: ((ev: unknown) => void) | null;
+  onclose: ((ev: { code?: number; reason?: string }) => void) | null;
+  send(data: string | Uint8Array): void;
+  close(code?: number): void;
+};
+
+export interface AttachOptions {
+  /** Replay output from this offset (default: where this handle got to). */
+  offset?: number;
+  onData?: (data: Uint8Array) => void;
+  onError?: (e: StasisError) => void;
+  /** A WebSocket constructor taking `(url, { headers })` (default: the global one). */
+  WebSocket?: unknown;
+}
+
+/** How an attachment ended: the session exited, the sandbox paused (detached), or the socket closed. */
+export type AttachEnd =
+  | { type: 'exit'; code: number | null }
+  | { type: 'detached'; reason: string; offset: number }
+  | { type: 'closed'; code: number | null; reason: string };
+
+export interface Attachment {
+  readonly done: Promise<AttachEnd>;
+  write(data: string | Uint8Array): void;
+  resize(cols: number, rows: number): void;
+  close(): void;
 }
 
 /** Exposed ports: signed URLs and requests through the daemon's proxy. */

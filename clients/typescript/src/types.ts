@@ -39,6 +39,23 @@ export interface FileEntry {
   mtime: number;
 }
 
+/** One entry itself (`GET .../files/stat`; a symlink is not followed). */
+export interface FileStat {
+  path: string;
+  kind: 'file' | 'dir' | 'symlink' | 'other';
+  size: number;
+  mode: number;
+  mtime: number;
+  symlink_target?: string;
+}
+
+/** A change under a watched directory (paths relative to it). */
+export interface WatchEvent {
+  kind: 'created' | 'modified' | 'removed' | 'renamed';
+  path: string;
+  to?: string;
+}
+
 export interface PtySize {
   cols: number;
   rows: number;

@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 
 import { applyDiff } from '@openai/agents';
-import { Manifest, SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, file } from '@openai/agents/sandbox';
+import { Manifest, SandboxArchiveError, SandboxInvalidManifestPathError, SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, file } from '@openai/agents/sandbox';
 
 import { StasisClient } from '../dist/index.js';
 import { StasisSandboxClient, StasisSandboxSession } from '../dist/agents/index.js';
@@ -78,11 +78,30 @@ for (const backend of backends()) {
       const partial = await session.readFile({ path: 'notes/hello.txt', maxBytes: 5 });
       assert.equal(Buffer.from(partial).toString(), 'hello');
 
+      // The workspace boundary, as the SDK draws it (lexically).
+      await assert.rejects(session.readFile({ path: '../etc/passwd' }), SandboxInvalidManifestPathError);
+      await assert.rejects(session.readFile({ path: '/etc/passwd' }), SandboxInvalidManifestPathError);
+      await assert.rejects(session.exec({ cmd: 'pwd', workdir: '/etc' }), SandboxInvalidManifestPathError);
+
       // Workspace archives round-trip.
       const tar = await session.persistWorkspace();
       await session.exec({ cmd: 'rm -rf out' });
       await session.hydrateWorkspace(tar);
       assert.equal(Buffer.from(await session.readFile({ path: 'out/result.txt' })).toString(), 'result');
+
+      // Archives that would leave the workspace are refused before extraction.
+      for (const make of [
+        'ln -s /etc/passwd evil && tar -cf /tmp/bad.tar evil',
+        'mkdir -p d && ln -s ../../outside d/up && tar -cf /tmp/bad.tar d',
+        'echo x > /tmp/abs.txt && tar -cPf /tmp/bad.tar /tmp/abs.txt',
+      ]) {
+        const r = await session.sandbox.exec(['sh', '-c', `cd /tmp && rm -rf evil d /tmp/bad.tar && ${make}`]);
+        assert.ok(r.ok, r.stderr);
+        const bad = await session.sandbox.files.read('/tmp/bad.tar');
+        await assert.rejects(session.hydrateWorkspace(bad), SandboxArchiveError, make);
+      }
+      await assert.rejects(session.hydrateWorkspace(tar, { archiveLimits: { maxMembers: 1 } }), /members/);
+      assert.equal(await session.pathExists('evil'), false);
 
       // The runner saves the state of an interrupted run: a snapshot, then a pause.
       const payload = await provider.serializeSessionState(session.state, { preserveOwnedSession: true });

@@ -1,9 +1,14 @@
 // The client against a live daemon, on each backend.
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
 import { after, before, describe, it } from 'node:test';
 
 import {
+  AlreadyExists,
   ExecResult,
+  InvalidState,
   Forbidden,
   InvalidArgument,
   InvalidManifest,
@@ -13,7 +18,7 @@ import {
   StasisClient,
   StasisError,
 } from '../dist/index.js';
-import { Daemon, FULL, backends } from './daemon.mjs';
+import { Daemon, FULL, HERE, backends } from './daemon.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -93,13 +98,77 @@ for (const backend of backends()) {
       assert.equal(await sbx.files.exists('dir/a.txt'), true);
       assert.equal(await sbx.files.exists('dir/nope'), false);
       assert.equal(await sbx.files.exists('nodir/nope'), false);
+      const st = await sbx.files.stat('dir/run.sh');
+      assert.equal(st.kind, 'file');
+      assert.equal(st.size, '#!/bin/sh\necho ran\n'.length);
+      assert.equal(st.mode & 0o777, 0o755);
+      await sbx.exec('ln -sf a.txt dir/link');
+      const ln = await sbx.files.stat('dir/link');
+      assert.deepEqual([ln.kind, ln.symlink_target], ['symlink', 'a.txt']);
+      // Ranged reads: only the bytes asked for.
+      assert.equal(await sbx.files.readText('dir/a.txt', { offset: 1, length: 3 }), 'lph');
+      assert.equal(await sbx.files.readText('dir/a.txt', { offset: 3 }), 'ha');
+      // Exclusive writes create only.
+      await assert.rejects(sbx.files.write('dir/a.txt', 'other', { exclusive: true }), (e) => e instanceof AlreadyExists && e.status === 409);
+      await sbx.files.write('dir/new.txt', 'new', { exclusive: true });
       await sbx.files.mkdir('x/y/z');
-      assert.equal(await sbx.files.exists('x/y/z'), true);
+      assert.equal((await sbx.files.stat('x/y/z')).kind, 'dir');
+      await assert.rejects(sbx.files.mkdir('x/y/z', { parents: false }), AlreadyExists);
       await sbx.files.rename('dir/a.txt', 'x/a.txt');
       assert.equal(await sbx.files.readText('x/a.txt'), 'alpha');
-      await sbx.files.remove('x');
+      await assert.rejects(sbx.files.remove('x'), InvalidState);
+      await sbx.files.remove('x', { recursive: true });
       assert.equal(await sbx.files.exists('x'), false);
+      await assert.rejects(sbx.files.stat('x'), NotFound);
       await assert.rejects(sbx.files.read('missing.txt'), NotFound);
+    });
+
+    it('watches a directory for changes', async () => {
+      await sbx.files.mkdir('watched');
+      const ac = new AbortController();
+      const seen = [];
+      const watching = (async () => {
+        try {
+          for await (const ev of sbx.files.watch('watched', { signal: ac.signal })) {
+            seen.push(ev);
+            if (seen.some((e) => e.path === 'w.txt')) break;
+          }
+        } catch (e) {
+          if (e.code !== 'unsupported') throw e;
+          seen.push({ unsupported: true });
+        }
+      })();
+      const deadline = Date.now() + 30_000;
+      while (seen.length === 0 && Date.now() < deadline) {
+        await sbx.files.write(`watched/w.txt`, `t${Date.now()}`);
+        await sleep(300);
+      }
+      ac.abort();
+      await watching;
+      if (!seen[0]?.unsupported) assert.ok(seen.some((e) => e.path === 'w.txt' && ['created', 'modified'].includes(e.kind)), JSON.stringify(seen));
+    });
+
+    it('labels, filters and pages sandboxes; changes the lifecycle at runtime', async () => {
+      const t0 = Date.now() - 1;
+      const a = await client.create({ manifest: { lifecycle: { idle_timeout_secs: 600 } }, labels: { team: 'ts', n: '1' } });
+      const b = await client.create({ manifest: { lifecycle: { idle_timeout_secs: 600 } }, labels: { team: 'ts', n: '2' } });
+      assert.deepEqual(a.info.labels, { team: 'ts', n: '1' });
+      const mine = await client.list({ labels: { team: 'ts' } });
+      assert.deepEqual(mine.map((s) => s.id).sort(), [a.id, b.id].sort());
+      assert.deepEqual((await client.list({ labels: { team: 'ts', n: '2' } })).map((s) => s.id), [b.id]);
+      assert.ok((await client.list({ createdAfter: new Date(t0) })).every((s) => s.info.created_at_ms > t0));
+      const p1 = await client.listPage({ labels: { team: 'ts' }, limit: 1 });
+      assert.equal(p1.sandboxes.length, 1);
+      assert.ok(p1.nextCursor);
+      const p2 = await client.listPage({ labels: { team: 'ts' }, limit: 1, cursor: p1.nextCursor });
+      assert.equal(p2.sandboxes.length, 1);
+      assert.notEqual(p2.sandboxes[0].id, p1.sandboxes[0].id);
+      await a.setLifecycle({ idleTimeoutSecs: 900 });
+      assert.equal(a.info.manifest.lifecycle.idle_timeout_secs, 900);
+      await a.setTimeout(3600);
+      assert.ok(a.info.manifest.lifecycle.max_lifetime_secs >= 3600);
+      await a.destroy();
+      await b.destroy();
     });
 
     it('runs persistent sessions and terminals', async () => {
@@ -125,6 +194,23 @@ for (const backend of backends()) {
       assert.match(text, /40 120/);
       assert.match(pty.attachUrl(5), /^ws:\/\/.*\/sessions\/.*\/attach\?offset=5$/);
       await pty.kill();
+    });
+
+    it('attaches to a terminal over the WebSocket', async () => {
+      // The global WebSocket: built in from Node 22, behind a flag on Node 20.
+      const flags = typeof WebSocket === 'undefined' ? ['--experimental-websocket'] : [];
+      const { stdout } = await promisify(execFile)(process.execPath, [...flags, join(HERE, 'attach_flow.mjs'), sbx.id], {
+        env: { ...process.env, ...d.env() },
+        timeout: 120_000,
+      });
+      const r = JSON.parse(stdout.trim().split('\n').at(-1));
+      assert.deepEqual(r, { end: { type: 'exit', code: 3 }, sawSize: true, sawEcho: true });
+      if (typeof WebSocket === 'undefined') {
+        // Without one, attach says what it needs.
+        const s = await sbx.pty(['sh']);
+        await assert.rejects(s.attach(), (e) => e.code === 'unsupported' && /WebSocket/.test(e.message));
+        await s.kill();
+      }
     });
 
     it('pauses, resumes, snapshots, forks and restores', async () => {

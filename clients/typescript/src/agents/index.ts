@@ -28,17 +28,24 @@
  */
 import {
   Manifest,
+  DEFAULT_SANDBOX_ARCHIVE_LIMITS,
+  SandboxArchiveError,
   SandboxConfigurationError,
+  SandboxError,
   SandboxExposedPortUnavailableError,
   SandboxProviderError,
   SandboxUnsupportedFeatureError,
   SandboxWorkspaceArchiveReadError,
   SandboxWorkspaceArchiveWriteError,
   SandboxWorkspaceReadNotFoundError,
+  WorkspacePathPolicy,
   normalizeSandboxClientCreateArgs,
+  resolveSandboxArchiveLimits,
   recordExposedPortEndpoint,
   type ExecCommandArgs,
   type ExposedPortEndpoint,
+  type SandboxArchiveLimits,
+  type WorkspaceArchiveOptions,
   type ListDirectoryArgs,
   type ReadFileArgs,
   type ViewImageArgs,
@@ -72,6 +79,7 @@ import type { Run } from '../runs.js';
 import type { Sandbox, Session } from '../sandbox.js';
 import type { CallOutcome } from '../types.js';
 import { PortRelay } from './relay.js';
+import { archiveProblem } from './tar.js';
 
 export const BACKEND_ID = 'stasis';
 
@@ -129,6 +137,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private readonly processes = new Map<number, Process>();
   private nextProcessId = 1;
   private readonly relays = new Map<number, PortRelay>();
+  private archiveLimits: SandboxArchiveLimits | null | undefined;
 
   constructor(
     readonly state: StasisSandboxSessionState,
@@ -171,11 +180,18 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
 
   // -- paths --
 
-  private abs(path: string | undefined): string {
-    const root = this.state.manifest.root.replace(/\/+$/, '') || '/';
-    if (!path || path === '.') return root;
-    if (path.startsWith('/')) return path;
-    return `${root === '/' ? '' : root}/${path.replace(/^\.\//, '')}`;
+  /**
+   * A path as the SDK resolves it: relative to the workspace root, and
+   * inside the root or an extra path grant (read-only grants refuse
+   * writes), else `SandboxInvalidManifestPathError`. The check is on the
+   * path as written: symlinks inside the sandbox are not resolved.
+   */
+  private abs(path: string | undefined, forWrite = false): string {
+    const policy = new WorkspacePathPolicy({
+      root: this.state.manifest.root,
+      extraPathGrants: this.state.manifest.extraPathGrants,
+    });
+    return policy.resolve(path && path !== '.' ? path : undefined, { forWrite }).path;
   }
 
   private logical(path: string, name: string): string {
@@ -266,18 +282,21 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
 
   async readFile(args: ReadFileArgs): Promise<Uint8Array> {
     const path = this.abs(args.path);
+    const bounded = typeof args.maxBytes === 'number';
+    if (bounded && args.maxBytes! <= 0) return new Uint8Array();
     let data: Uint8Array;
     try {
-      data = await this.sbx.files.read(path);
+      // A bounded read asks for that range only, not the whole file.
+      data = await this.sbx.files.read(path, bounded ? { offset: 0, length: args.maxBytes } : {});
     } catch (e) {
       if (e instanceof NotFound) throw new SandboxWorkspaceReadNotFoundError(`file not found: ${args.path}`, { path });
       throw providerError('read', e);
     }
-    return typeof args.maxBytes === 'number' && data.byteLength > args.maxBytes ? data.subarray(0, args.maxBytes) : data;
+    return bounded && data.byteLength > args.maxBytes! ? data.subarray(0, args.maxBytes) : data;
   }
 
   async writeFile(path: string, content: string | Uint8Array): Promise<void> {
-    await this.sbx.files.write(this.abs(path), content);
+    await this.sbx.files.write(this.abs(path, true), content);
   }
 
   async listDir(args: ListDirectoryArgs): Promise<SandboxDirectoryEntry[]> {
@@ -315,14 +334,18 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   /**
    * The filesystem capability's apply_patch editor: diffs applied to files
    * read and written through the files API. A create over an existing file
-   * is refused (checked first: the files API has no create-exclusive write).
+   * is refused (an exclusive write: atomic in the sandbox).
    */
   createEditor(): Editor {
     const text = async (path: string) => new TextDecoder().decode(await this.readFile({ path }));
     return {
       createFile: async (op) => {
-        if (await this.pathExists(op.path)) return { status: 'failed', output: `${op.path} already exists` };
-        await this.writeFile(op.path, applyDiff('', op.diff, 'create'));
+        try {
+          await this.sbx.files.write(this.abs(op.path, true), applyDiff('', op.diff, 'create'), { exclusive: true });
+        } catch (e) {
+          if (e instanceof StasisError && e.code === 'already_exists') return { status: 'failed', output: `${op.path} already exists` };
+          throw e;
+        }
         return { status: 'completed', output: `created ${op.path}` };
       },
       updateFile: async (op) => {
@@ -336,16 +359,20 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
         const after = applyDiff(before, op.diff);
         if (op.moveTo && op.moveTo !== op.path) {
           await this.writeFile(op.moveTo, after);
-          await this.sbx.exec(['rm', '-f', '--', this.abs(op.path)]);
+          await this.sbx.files.remove(this.abs(op.path, true));
           return { status: 'completed', output: `updated ${op.path} -> ${op.moveTo}` };
         }
         await this.writeFile(op.path, after);
         return { status: 'completed', output: `updated ${op.path}` };
       },
       deleteFile: async (op) => {
-        if (!(await this.pathExists(op.path))) return { status: 'failed', output: `${op.path} not found` };
-        const r = await this.sbx.exec(['rm', '-f', '--', this.abs(op.path)]);
-        return r.ok ? { status: 'completed', output: `deleted ${op.path}` } : { status: 'failed', output: r.stderr };
+        try {
+          await this.sbx.files.remove(this.abs(op.path, true));
+        } catch (e) {
+          if (e instanceof StasisError && (e.code === 'not_found' || e.code === 'invalid_state')) return { status: 'failed', output: `${op.path}: ${e.message}` };
+          throw e;
+        }
+        return { status: 'completed', output: `deleted ${op.path}` };
       },
     };
   }
@@ -382,11 +409,23 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     }
   }
 
-  /** Extract a tar (from {@link persistWorkspace}) into the workspace. */
-  async hydrateWorkspace(data: WorkspaceArchiveData): Promise<void> {
+  setArchiveLimits(limits?: SandboxArchiveLimits | null): void {
+    this.archiveLimits = limits;
+  }
+
+  /**
+   * Extract a tar (from {@link persistWorkspace}) into the workspace, after
+   * checking it: members and links that would leave the workspace, devices,
+   * and archives over the limits are refused with `SandboxArchiveError`.
+   */
+  async hydrateWorkspace(data: WorkspaceArchiveData, options: WorkspaceArchiveOptions = {}): Promise<void> {
     const root = this.state.manifest.root;
     const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
     const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data instanceof Uint8Array ? data : new Uint8Array(data);
+    const requested = options.archiveLimits !== undefined ? options.archiveLimits : this.archiveLimits;
+    const limits = requested === undefined ? DEFAULT_SANDBOX_ARCHIVE_LIMITS : resolveSandboxArchiveLimits(requested);
+    const problem = archiveProblem(bytes, limits);
+    if (problem) throw new SandboxArchiveError(`refusing the workspace archive: ${problem}`, { provider: BACKEND_ID });
     try {
       await this.sbx.files.write(tmp, bytes);
       const r = await this.sbx.exec(
@@ -519,7 +558,7 @@ async function collect(p: Process, yieldMs: number): Promise<{ text: string; end
 }
 
 function providerError(op: string, e: unknown): Error {
-  if (e instanceof Error && e.name.startsWith('Sandbox')) return e;
+  if (e instanceof SandboxError) return e;
   return new SandboxProviderError(`stasis ${op}: ${(e as Error).message}`, { provider: BACKEND_ID, cause: String(e) });
 }
 

@@ -74,6 +74,9 @@ export class PortRelay {
       server.once('error', reject);
       server.listen(0, '127.0.0.1', () => resolve());
     });
+    // A relay never keeps the process alive: a run interrupted for an
+    // approval keeps its session (and relays) while the process ends.
+    server.unref();
     this.server = server;
     const addr = server.address() as AddressInfo;
     return { host: '127.0.0.1', port: addr.port };
