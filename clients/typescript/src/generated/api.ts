@@ -3799,7 +3799,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description one JSON object per line, `{kind: created|modified|removed|renamed, path, to?}` (paths relative to the watched directory), for as long as the connection stays open; an open watch keeps the sandbox from idling. Backends that cannot watch answer 501 `unsupported`. */
+            /** @description one JSON object per line, `{kind: created|modified|removed|renamed, path, to?}` (paths relative to the watched directory), for as long as the connection stays open; an open watch keeps the sandbox from idling; it ends when the sandbox pauses. On the microVM backend changes within one 100 ms scan coalesce. */
             200: {
                 headers: {
                     [name: string]: unknown;
