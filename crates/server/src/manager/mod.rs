@@ -237,7 +237,25 @@ impl Manager {
 
     /// A state write; in a cluster fenced by this node's lease of the
     /// sandbox, and the lease is given up when the sandbox stops running here.
+    /// Every way into `Failed` passes here, so it is audited here (`fail`,
+    /// which webhooks deliver as `sandbox.failed`), with the reason.
     async fn transition(
+        &self,
+        id: &SandboxId,
+        from: SandboxState,
+        to: SandboxState,
+        patch: Patch,
+    ) -> Result<SandboxRecord> {
+        let rec = self.transition_state(id, from, to, patch).await?;
+        if to == SandboxState::Failed && from != SandboxState::Failed {
+            let detail = serde_json::json!({"from": from, "reason": rec.reason});
+            let ctx = Ctx::system(rec.tenant.clone());
+            self.audit(&ctx, "fail", rec.id.as_str(), detail).await;
+        }
+        Ok(rec)
+    }
+
+    async fn transition_state(
         &self,
         id: &SandboxId,
         from: SandboxState,

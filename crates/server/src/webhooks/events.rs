@@ -16,6 +16,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "sandbox.resumed",
     "sandbox.destroyed",
     "sandbox.expired",
+    "sandbox.failed",
     "sandbox.restored",
     "sandbox.forked",
     "sandbox.taken_over",
@@ -36,6 +37,7 @@ pub fn event_type(action: &str, target: &str) -> Option<&'static str> {
         "resume" if target.starts_with("run-") => "run.resumed",
         "resume" => "sandbox.resumed",
         "expire" => "sandbox.expired",
+        "fail" => "sandbox.failed",
         "restore" => "sandbox.restored",
         "fork" => "sandbox.forked",
         "takeover" => "sandbox.taken_over",
@@ -77,6 +79,7 @@ mod tests {
         assert_eq!(event_type("resume", "sb-1"), Some("sandbox.resumed"));
         assert_eq!(event_type("resume", "run-1"), Some("run.resumed"));
         assert_eq!(event_type("delete", "sb-1"), Some("sandbox.destroyed"));
+        assert_eq!(event_type("fail", "sb-1"), Some("sandbox.failed"));
         assert_eq!(event_type("delete", "snap-1"), Some("snapshot.deleted"));
         assert_eq!(
             event_type("approval_request", "run-1"),
@@ -87,8 +90,8 @@ mod tests {
             assert_eq!(event_type(a, "x"), None, "{a}");
         }
         for a in [
-            "create", "pause", "resume", "expire", "restore", "fork", "takeover", "snapshot",
-            "delete", "approve", "reject",
+            "create", "pause", "resume", "expire", "fail", "restore", "fork", "takeover",
+            "snapshot", "delete", "approve", "reject",
         ] {
             let t = event_type(a, "sb-1").unwrap();
             assert!(EVENT_TYPES.contains(&t), "{t}");

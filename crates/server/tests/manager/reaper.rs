@@ -313,6 +313,19 @@ async fn a_takeover_without_any_snapshot_fails_the_sandbox() {
     assert_eq!(r.state, SandboxState::Failed);
     assert!(r.reason.unwrap().contains("no snapshot"), "says why");
     assert!(b.fake.held().is_empty());
+    // The way into Failed is audited (webhooks deliver it as sandbox.failed).
+    let audit = mb
+        .meta()
+        .audit_list(Some(&rec.tenant), Some(rec.id.as_str()), 100)
+        .await
+        .unwrap();
+    let fails: Vec<_> = audit.iter().filter(|e| e.action == "fail").collect();
+    assert_eq!(fails.len(), 1, "{audit:?}");
+    assert_eq!(fails[0].actor, "system");
+    assert!(fails[0].detail["reason"]
+        .as_str()
+        .unwrap()
+        .contains("no snapshot"));
 }
 
 #[tokio::test]
