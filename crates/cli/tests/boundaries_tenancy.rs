@@ -33,31 +33,6 @@ impl Count {
     }
 }
 
-/// Admin: a new tenant and a token for it.
-async fn new_tenant(admin: &Http, id: &str) -> String {
-    let t = admin
-        .ok(
-            "POST",
-            "/v1/admin/tenants",
-            Some(json!({"id": id, "name": id})),
-        )
-        .await;
-    assert_eq!(t["id"], id);
-    let tok = admin
-        .ok(
-            "POST",
-            &format!("/v1/admin/tenants/{id}/tokens"),
-            Some(json!({"name": "test"})),
-        )
-        .await;
-    let token = tok["token"].as_str().unwrap().to_string();
-    assert!(
-        token.starts_with("stk_") && token.len() == 4 + 43,
-        "{token}"
-    );
-    token
-}
-
 /// One request as `who`; the body is JSON unless `raw` is given.
 async fn send(who: &Http, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
     let r = who.call(method, path, body).await;
@@ -99,7 +74,7 @@ async fn cross_tenant_access_is_not_found_everywhere() {
     let d = Daemon::start(&[]).await;
     let a = d.http();
     let admin = d.http_as(Some(&d.admin_token()));
-    let b = d.http_as(Some(&new_tenant(&admin, "t-bravo").await));
+    let b = d.http_as(Some(&admin.new_tenant("t-bravo").await));
     let mut n = Count(0);
 
     // Tenant A (t-default): a sandbox with a file, a session, a snapshot, a
@@ -438,7 +413,7 @@ async fn tokens_and_admin_routes() {
 
     // A token works until it is revoked, then 401. Creation and revocation
     // are audited (in the tenant's log), the token text never.
-    let t2 = new_tenant(&admin, "t-two").await;
+    let t2 = admin.new_tenant("t-two").await;
     let two = d.http_as(Some(&t2));
     two.ok("GET", "/v1/sandboxes", None).await;
     let toks = admin
@@ -456,7 +431,7 @@ async fn tokens_and_admin_routes() {
         .call("DELETE", &format!("/v1/admin/tokens/{tok_id}"), None)
         .await;
     assert_eq!(r.status, 409, "{}", r.body);
-    let t3 = new_tenant_token(&admin, "t-two").await;
+    let t3 = admin.new_token("t-two").await;
     let audit = d.http_as(Some(&t3)).ok("GET", "/v1/audit", None).await;
     let actions: Vec<&str> = audit
         .as_array()
@@ -509,7 +484,7 @@ async fn rate_limit_is_per_token() {
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "rate_limited");
     n.denied("rate limit: GET /v1/sandboxes over the burst");
-    let t3 = new_tenant(&admin, "t-other").await;
+    let t3 = admin.new_tenant("t-other").await;
     let other = d.http_as(Some(&t3));
     assert_eq!(other.call("GET", "/v1/sandboxes", None).await.status, 200);
     // The CLI says so in one line.
@@ -529,19 +504,6 @@ async fn rate_limit_is_per_token() {
     n.denied("rate limit through the CLI");
 
     println!("rate limit attempts: {}, all denied", n.0);
-}
-
-async fn new_tenant_token(admin: &Http, tenant: &str) -> String {
-    admin
-        .ok(
-            "POST",
-            &format!("/v1/admin/tenants/{tenant}/tokens"),
-            Some(json!({"name": "second"})),
-        )
-        .await["token"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 #[tokio::test]

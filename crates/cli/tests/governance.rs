@@ -169,29 +169,11 @@ async fn tenant_data_key_rotation_keeps_old_snapshots() {
     assert_eq!(&rec[..3], &[b'R', 2, 1]);
 }
 
-async fn new_tenant(admin: &Http, id: &str) -> String {
-    admin
-        .ok(
-            "POST",
-            "/v1/admin/tenants",
-            Some(json!({"id": id, "name": id})),
-        )
-        .await;
-    let tok = admin
-        .ok(
-            "POST",
-            &format!("/v1/admin/tenants/{id}/tokens"),
-            Some(json!({"name": "test"})),
-        )
-        .await;
-    tok["token"].as_str().unwrap().to_string()
-}
-
 #[tokio::test]
 async fn erased_tenant_unreadable_even_from_a_store_copy() {
     let d = Daemon::start(&[]).await;
     let admin = d.http_as(Some(&d.admin_token()));
-    let g = d.http_as(Some(&new_tenant(&admin, "t-gone").await));
+    let g = d.http_as(Some(&admin.new_tenant("t-gone").await));
     let id = g.create(manifest()).await;
     g.sh(&id, "echo personal-data > note").await;
     let gone = snapshot(&g, &id).await;

@@ -11,24 +11,6 @@ use common::archives::{f, import_busybox, l, layers, oci_archive, tar_of};
 use common::{Daemon, Http};
 use serde_json::{json, Value};
 
-async fn new_tenant(admin: &Http, id: &str) -> String {
-    admin
-        .ok(
-            "POST",
-            "/v1/admin/tenants",
-            Some(json!({"id": id, "name": id})),
-        )
-        .await;
-    let tok = admin
-        .ok(
-            "POST",
-            &format!("/v1/admin/tenants/{id}/tokens"),
-            Some(json!({"name": "t"})),
-        )
-        .await;
-    tok["token"].as_str().unwrap().to_string()
-}
-
 /// An image list without the stasis base, which every daemon registers
 /// when the guest image build left it (see `build_from_the_stasis_base...`).
 fn without_base(v: Value) -> Value {
@@ -91,7 +73,7 @@ async fn import_an_oci_archive_and_run_it_on_the_process_backend() {
 
     // Another tenant finds neither the name nor the id.
     let admin = d.http_as(Some(&d.admin_token()));
-    let other = d.http_as(Some(&new_tenant(&admin, "t-other").await));
+    let other = d.http_as(Some(&admin.new_tenant("t-other").await));
     for r in ["mini:1", id.as_str()] {
         let got = other.call("GET", &format!("/v1/images/{r}"), None).await;
         assert_eq!(got.status, 404, "{r}: {}", got.body);

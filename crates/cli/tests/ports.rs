@@ -16,24 +16,6 @@ use common::{Daemon, Http};
 use ports_fixtures::{addr_of, wait_serving, ws_echo, SRV};
 use serde_json::{json, Value};
 
-async fn new_tenant_token(admin: &Http, id: &str) -> String {
-    admin
-        .ok(
-            "POST",
-            "/v1/admin/tenants",
-            Some(json!({"id": id, "name": id})),
-        )
-        .await;
-    let t = admin
-        .ok(
-            "POST",
-            &format!("/v1/admin/tenants/{id}/tokens"),
-            Some(json!({"name": "t"})),
-        )
-        .await;
-    t["token"].as_str().unwrap().to_string()
-}
-
 fn code(r: &common::Resp) -> String {
     r.body["error"]["code"].as_str().unwrap_or("").to_string()
 }
@@ -385,7 +367,7 @@ async fn ports_through_the_daemon() {
 
     // Another tenant: 404 for the proxy and the URL routes.
     let admin = d.http_as(Some(&d.admin_token()));
-    let other = d.http_as(Some(&new_tenant_token(&admin, "t-ports-other").await));
+    let other = d.http_as(Some(&admin.new_tenant("t-ports-other").await));
     for (m, p) in [
         ("GET", format!("{p8000}/hello.txt")),
         ("POST", format!("{p8000}/urls")),

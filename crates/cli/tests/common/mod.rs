@@ -505,6 +505,39 @@ pub fn kill_qemus_under(dir: &Path) {
 }
 
 impl Http {
+    /// As the admin: a new tenant `id` and a fresh token for it (checked
+    /// to have the token format: `stk_` and 43 base64url characters).
+    pub async fn new_tenant(&self, id: &str) -> String {
+        let t = self
+            .ok(
+                "POST",
+                "/v1/admin/tenants",
+                Some(json!({"id": id, "name": id})),
+            )
+            .await;
+        assert_eq!(t["id"], id);
+        self.new_token(id).await
+    }
+
+    /// As the admin: another token for the existing tenant `id`.
+    pub async fn new_token(&self, id: &str) -> String {
+        let tok = self
+            .ok(
+                "POST",
+                &format!("/v1/admin/tenants/{id}/tokens"),
+                Some(json!({"name": "test"})),
+            )
+            .await;
+        let token = tok["token"].as_str().unwrap().to_string();
+        assert!(
+            token.starts_with("stk_") && token.len() == 4 + 43,
+            "{token}"
+        );
+        token
+    }
+}
+
+impl Http {
     /// A request whose response body is returned as raw bytes.
     pub async fn bytes(&self, method: &str, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
         let m = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
