@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::Daemon;
+use common::{Daemon, Http};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -192,23 +192,14 @@ async fn file_operations_microvm() {
     // The guest agent's watch: polled scans (changes within one scan
     // interval coalesce), renames paired by inode.
     h.sh(&id, "mkdir -p /workspace/w").await;
-    let mut resp =
-        h.c.get(format!("{}{}", h.base, f("/watch?path=w")))
-            .send()
-            .await
-            .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
+    let mut resp = open_watch(&h, &id, "w").await;
     h.sh(
         &id,
         "echo hi > w/a; sleep 0.5; mv w/a w/c; sleep 0.5; rm w/c",
     )
     .await;
     let events = read_events(&mut resp, "removed").await;
-    let has = |kind: &str, path: &str| {
-        events
-            .iter()
-            .any(|e| e["kind"] == kind && e["path"] == path)
-    };
+    let has = |kind: &str, path: &str| has_event(&events, kind, path);
     assert!(has("created", "a"), "{events:?}");
     assert!(
         events
@@ -227,23 +218,14 @@ async fn watch_streams_events() {
     let h = d.http();
     let id = h.create(manifest()).await;
     h.sh(&id, "mkdir -p /workspace/w").await;
-    let mut resp =
-        h.c.get(format!("{}/v1/sandboxes/{id}/files/watch?path=w", h.base))
-            .send()
-            .await
-            .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
+    let mut resp = open_watch(&h, &id, "w").await;
     h.sh(
         &id,
         "echo hi > w/a && mkdir w/sub && sleep 0.5 && echo x > w/sub/b && mv w/a w/c && rm w/c",
     )
     .await;
     let events = read_events(&mut resp, "removed").await;
-    let has = |kind: &str, path: &str| {
-        events
-            .iter()
-            .any(|e| e["kind"] == kind && e["path"] == path)
-    };
+    let has = |kind: &str, path: &str| has_event(&events, kind, path);
     assert!(has("created", "a"), "{events:?}");
     assert!(has("modified", "a"), "{events:?}");
     assert!(has("created", "sub/b"), "{events:?}");
@@ -254,6 +236,21 @@ async fn watch_streams_events() {
         "{events:?}"
     );
     assert!(has("removed", "c"), "{events:?}");
+}
+
+/// A watch of `dir` in sandbox `id`, answered 200 and left streaming.
+async fn open_watch(h: &Http, id: &str, dir: &str) -> reqwest::Response {
+    let url = format!("{}/v1/sandboxes/{id}/files/watch?path={dir}", h.base);
+    let resp = h.c.get(url).send().await.unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    resp
+}
+
+/// Whether `events` hold one of `kind` for `path`.
+fn has_event(events: &[Value], kind: &str, path: &str) -> bool {
+    events
+        .iter()
+        .any(|e| e["kind"] == kind && e["path"] == path)
 }
 
 /// NDJSON events of a watch until one of `kind` arrives (10 s at most).
