@@ -174,6 +174,7 @@ pub(crate) async fn tar_upper(upper: PathBuf, out: &Path) -> Result<Vec<Artifact
         name: FS_TAR.to_string(),
         kind: ArtifactKind::FsLayer,
         size,
+        block: None,
     }])
 }
 

@@ -72,6 +72,11 @@ pub struct Artifact {
     pub name: String,
     pub kind: ArtifactKind,
     pub size: u64,
+    /// The file is page-addressed (a guest's RAM): the store cuts it into
+    /// fixed blocks of this many bytes, so a later pause stores only the
+    /// blocks that changed. None: content-defined chunks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<u32>,
 }
 
 /// What a backend can and cannot do: reported by the API and `stasis doctor`.

@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 use stasis_backend::Artifact;
 use stasis_core::{now_ms, BackendKind, Error, Manifest, Result, SandboxId, SnapshotId, TenantId};
 use stasis_meta::SandboxRecord;
-use stasis_store::{GcOptions, GcReport, NewSnapshot, Progress, SnapshotRecord, Store, StoreStats};
+use stasis_store::{
+    Chunking, GcOptions, GcReport, NewSnapshot, Progress, PutArtifact, SnapshotRecord, Store,
+    StoreStats,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -180,7 +183,10 @@ impl Snapshots {
             })?,
         };
         let list = artifact_list(artifacts);
-        let r = self.store.put_snapshot(meta, dir, &list, None).await?;
+        let r = self
+            .store
+            .put_snapshot_artifacts(meta, dir, &list, None)
+            .await?;
         SnapshotInfo::from_record(r)
     }
 
@@ -237,7 +243,7 @@ impl Snapshots {
 }
 
 /// Names of the artifacts in a directory as the store wants them.
-fn artifact_list(artifacts: &[Artifact]) -> Vec<(String, String)> {
+fn artifact_list(artifacts: &[Artifact]) -> Vec<PutArtifact> {
     artifacts
         .iter()
         .map(|a| {
@@ -245,7 +251,11 @@ fn artifact_list(artifacts: &[Artifact]) -> Vec<(String, String)> {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
                 .unwrap_or_else(|| "meta".into());
-            (a.name.clone(), kind)
+            PutArtifact {
+                name: a.name.clone(),
+                kind,
+                chunking: a.block.map_or(Chunking::ContentDefined, Chunking::Blocks),
+            }
         })
         .collect()
 }
@@ -256,17 +266,28 @@ mod tests {
 
     #[test]
     fn artifacts_are_named_for_the_store() {
-        let arts = vec![Artifact {
-            name: "memory.bin".into(),
-            kind: stasis_backend::ArtifactKind::Memory,
-            size: 3,
-        }];
+        let arts = vec![
+            Artifact {
+                name: "memory.bin".into(),
+                kind: stasis_backend::ArtifactKind::Memory,
+                size: 3,
+                block: None,
+            },
+            Artifact {
+                name: "memory.ram".into(),
+                kind: stasis_backend::ArtifactKind::Memory,
+                size: 1 << 20,
+                block: Some(65536),
+            },
+        ];
         let list = artifact_list(&arts);
-        assert_eq!(list.len(), 1);
-        assert_eq!(list[0].0, "memory.bin");
+        assert_eq!(list.len(), 2);
+        assert_eq!(list[0].name, "memory.bin");
         assert_eq!(
-            list[0].1,
+            list[0].kind,
             serde_json::to_value(stasis_backend::ArtifactKind::Memory).unwrap()
         );
+        assert_eq!(list[0].chunking, Chunking::ContentDefined);
+        assert_eq!(list[1].chunking, Chunking::Blocks(65536));
     }
 }

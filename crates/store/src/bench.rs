@@ -223,3 +223,86 @@ pub async fn bench_synthetic(
     let _ = std::fs::remove_dir_all(&after);
     r.map_err(|e: Error| e.context("bench"))
 }
+
+/// A guest-RAM-like file put twice (the second after a few scattered pages
+/// changed, naming the first as parent), cut into fixed blocks and, for
+/// comparison in the same run, into content-defined chunks.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RamBenchReport {
+    pub raw_bytes: u64,
+    pub block: u32,
+    pub pages_changed: u64,
+    pub blocks_first_ms: f64,
+    pub blocks_second_ms: f64,
+    pub blocks_second_new_bytes: u64,
+    pub cdc_first_ms: f64,
+    pub cdc_second_ms: f64,
+    pub cdc_second_new_bytes: u64,
+    /// Second put, blocks vs content-defined: time and new bytes.
+    pub second_ms_ratio: f64,
+    pub second_new_bytes_ratio: f64,
+}
+
+/// See [`RamBenchReport`]: one tenant per cutting so neither dedups against the other.
+pub async fn bench_ram(
+    store: &Store,
+    scratch: &Path,
+    size: u64,
+    block: u32,
+) -> Result<RamBenchReport> {
+    use crate::{Chunking, PutArtifact};
+    let dir = scratch.join("ram");
+    std::fs::create_dir_all(&dir)?;
+    let ram = dir.join("memory.ram");
+    let pages_changed = 16u64;
+    let mut out = Vec::new();
+    for (t, chunking) in [
+        ("t-ram-blocks", Chunking::Blocks(block)),
+        ("t-ram-cdc", Chunking::ContentDefined),
+    ] {
+        write_vm_like_image(&ram, size, 21)?;
+        let tenant = TenantId::parse(t)?;
+        let arts = vec![PutArtifact {
+            name: "memory.ram".into(),
+            kind: "memory".into(),
+            chunking,
+        }];
+        let t0 = Instant::now();
+        let first = store
+            .put_snapshot_artifacts(
+                NewSnapshot::new(tenant.clone(), BackendKind::Microvm),
+                &dir,
+                &arts,
+                None,
+            )
+            .await?;
+        let first_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        for k in 0..pages_changed {
+            mutate_in_place(&ram, (size / pages_changed) * k + 4096 * 3, 4096, 300 + k)?;
+        }
+        let mut m = NewSnapshot::new(tenant, BackendKind::Microvm);
+        m.parent = Some(first.id);
+        let t0 = Instant::now();
+        let second = store.put_snapshot_artifacts(m, &dir, &arts, None).await?;
+        out.push((
+            first_ms,
+            t0.elapsed().as_secs_f64() * 1000.0,
+            second.new_raw_bytes,
+        ));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let (b, c) = (out[0], out[1]);
+    Ok(RamBenchReport {
+        raw_bytes: size,
+        block,
+        pages_changed,
+        blocks_first_ms: b.0,
+        blocks_second_ms: b.1,
+        blocks_second_new_bytes: b.2,
+        cdc_first_ms: c.0,
+        cdc_second_ms: c.1,
+        cdc_second_new_bytes: c.2,
+        second_ms_ratio: b.1 / c.1.max(1e-9),
+        second_new_bytes_ratio: b.2 as f64 / (c.2 as f64).max(1.0),
+    })
+}

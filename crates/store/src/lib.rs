@@ -23,6 +23,7 @@
 
 #[cfg(feature = "bench")]
 pub mod bench;
+mod blocks;
 pub mod crypto;
 mod export;
 mod format;

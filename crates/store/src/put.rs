@@ -1,13 +1,20 @@
 //! Putting a snapshot: validating its artifacts, chunking their files
-//! (content-defined, seeded per tenant), uploading new chunks under a put
+//! (content-defined, seeded per tenant, or fixed aligned blocks for
+//! page-addressed files: see `blocks`), uploading new chunks under a put
 //! lease, then writing the record last.
+//!
+//! A put that names a parent snapshot of the same tenant and key
+//! generation deduplicates against the parent's chunks (no listing of the
+//! tenant's store) and carries unchanged blocks of block-cut artifacts
+//! forward without storing them again.
 
+use crate::blocks::{self, Block, Scan};
 use crate::crypto::TenantKeys;
 use crate::objects::record_path;
 use crate::upload::Uploader;
 use crate::{
-    gc, validate_artifact_name, ArtifactRecord, ChunkRef, NewSnapshot, Progress, SnapshotRecord,
-    Store,
+    gc, validate_artifact_name, ArtifactRecord, ChunkRef, Chunking, NewSnapshot, Progress,
+    PutArtifact, SnapshotRecord, Store,
 };
 use futures::StreamExt;
 use stasis_core::{Error, Result};
@@ -26,10 +33,29 @@ impl Store {
         artifacts: &[(String, String)],
         progress: Option<&dyn Progress>,
     ) -> Result<SnapshotRecord> {
+        let arts: Vec<PutArtifact> = artifacts
+            .iter()
+            .map(|(n, k)| PutArtifact::new(n, k))
+            .collect();
+        self.put_snapshot_artifacts(meta, dir, &arts, progress)
+            .await
+    }
+
+    /// [`Store::put_snapshot`] with each artifact's chunking chosen.
+    pub async fn put_snapshot_artifacts(
+        &self,
+        meta: NewSnapshot,
+        dir: &Path,
+        artifacts: &[PutArtifact],
+        progress: Option<&dyn Progress>,
+    ) -> Result<SnapshotRecord> {
         let mut names = HashSet::new();
         let mut total = 0u64;
-        for (name, _) in artifacts {
+        for PutArtifact { name, chunking, .. } in artifacts {
             validate_artifact_name(name)?;
+            if let Chunking::Blocks(b) = chunking {
+                blocks::validate_block(*b).map_err(|e| e.context(format!("artifact {name:?}")))?;
+            }
             if !names.insert(name.as_str()) {
                 return Err(Error::invalid(format!("artifact {name:?} listed twice")));
             }
@@ -72,21 +98,49 @@ impl Store {
         &self,
         meta: NewSnapshot,
         dir: &Path,
-        artifacts: &[(String, String)],
+        artifacts: &[PutArtifact],
         progress: Option<&dyn Progress>,
         keys: &Arc<TenantKeys>,
         lease: &gc::Lease,
     ) -> Result<SnapshotRecord> {
         let tenant = meta.tenant.clone();
-        let up = Uploader::new(self, &tenant, keys.clone(), lease).await?;
+        let parent = self.parent_record(&meta, keys).await;
+        let up = match parent
+            .as_ref()
+            .and_then(|p| Uploader::from_parent(self, &tenant, keys.clone(), lease, p))
+        {
+            Some(up) => up,
+            None => Uploader::new(self, &tenant, keys.clone(), lease).await?,
+        };
         let mut arts = Vec::new();
         let mut new_per = Vec::new();
-        for (name, kind) in artifacts {
+        for PutArtifact {
+            name,
+            kind,
+            chunking,
+        } in artifacts
+        {
             let before = up.new_stored_so_far();
-            let chunks = self
-                .chunk_file(&up, &dir.join(name), keys.cdc_seed, progress)
-                .await
-                .map_err(|e| e.context(format!("artifact {name:?}")))?;
+            let path = dir.join(name);
+            let (chunks, block) = match *chunking {
+                Chunking::ContentDefined => (
+                    self.chunk_file(&up, &path, keys.cdc_seed, progress).await,
+                    None,
+                ),
+                Chunking::Blocks(b) => {
+                    // The parent's blocks of the same artifact, cut the same way.
+                    let prev = parent
+                        .as_ref()
+                        .and_then(|p| p.artifact(name))
+                        .filter(|a| a.block == Some(b))
+                        .map(|a| Arc::new(a.chunks.clone()));
+                    (
+                        self.block_file(&up, &path, b, keys, prev, progress).await,
+                        Some(b),
+                    )
+                }
+            };
+            let chunks = chunks.map_err(|e| e.context(format!("artifact {name:?}")))?;
             new_per.push(up.new_stored_so_far() - before);
             arts.push(ArtifactRecord {
                 name: name.clone(),
@@ -94,6 +148,7 @@ impl Store {
                 raw_size: 0,
                 stored_size: 0,
                 new_stored_size: 0,
+                block,
                 chunks,
             });
         }
@@ -120,6 +175,87 @@ impl Store {
         up.finish_record(&mut rec, &new_per);
         self.write_record(keys, &rec, lease).await?;
         Ok(rec)
+    }
+
+    /// The put's parent, when it is readable and sealed under the same
+    /// data key generation (its chunk addresses are comparable with ours).
+    /// Any failure just means no parent: the put then deduplicates by
+    /// listing, as a first put does.
+    async fn parent_record(
+        &self,
+        meta: &NewSnapshot,
+        keys: &Arc<TenantKeys>,
+    ) -> Option<SnapshotRecord> {
+        let id = meta.parent.as_ref()?;
+        match self.snapshot_with_keys(&meta.tenant, id).await {
+            Ok((rec, k)) if k.gen == keys.gen => Some(rec),
+            _ => None,
+        }
+    }
+
+    /// Cut a page-addressed file into `block`-sized chunks, carrying the
+    /// parent's unchanged blocks forward (see `blocks`).
+    async fn block_file(
+        &self,
+        up: &Uploader<'_>,
+        path: &Path,
+        block: u32,
+        keys: &Arc<TenantKeys>,
+        parent: Option<Arc<Vec<ChunkRef>>>,
+        progress: Option<&dyn Progress>,
+    ) -> Result<Vec<ChunkRef>> {
+        let len = std::fs::metadata(path)?.len();
+        let scan = Arc::new(Scan {
+            keys: keys.clone(),
+            block,
+            len,
+            parent,
+        });
+        let n = scan.blocks();
+        let workers = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .min(8);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(self.inner.cfg.concurrency * 2);
+        let p = path.to_path_buf();
+        let scanner = tokio::task::spawn_blocking(move || blocks::scan(&p, scan, workers, tx));
+        let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+        let mut results = stream
+            .map(|r: Result<(usize, Block)>| async move {
+                match r? {
+                    (i, Block::Same(c)) => Ok((i, c)),
+                    (i, Block::New(addr, data)) => Ok((i, up.add_hashed(addr, data).await?)),
+                }
+            })
+            .buffer_unordered(self.inner.cfg.concurrency);
+        let mut refs: Vec<Option<ChunkRef>> = vec![None; n];
+        let mut err = None;
+        while let Some(r) = results.next().await {
+            match r {
+                Ok((i, c)) => {
+                    if let Some(p) = progress {
+                        p.inc(c.len as u64);
+                    }
+                    refs[i] = Some(c);
+                }
+                Err(e) => {
+                    err = Some(e);
+                    break;
+                }
+            }
+        }
+        drop(results);
+        let scanned = scanner
+            .await
+            .map_err(|e| Error::internal(format!("block scan task: {e}")))?;
+        if let Some(e) = err {
+            return Err(e);
+        }
+        scanned?;
+        refs.into_iter()
+            .enumerate()
+            .map(|(i, c)| c.ok_or_else(|| Error::internal(format!("block {i} was never scanned"))))
+            .collect()
     }
 
     pub(crate) async fn write_record(

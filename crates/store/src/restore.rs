@@ -11,7 +11,7 @@ use stasis_core::{Error, ErrorCode, Result, SnapshotId, TenantId};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
 impl Store {
     /// Fetch a chunk and verify it (AEAD + length + keyed hash). Missing -> integrity error.
@@ -128,6 +128,20 @@ impl Store {
                 *mult.entry(c.addr).or_default() += 1;
             }
         }
+        // Repeated chunks that are all zeros (untouched guest pages, empty
+        // disk clusters) are left as holes: not fetched, not written. The
+        // record is authenticated, so an address equal to the keyed hash of
+        // zeros of that length means exactly those bytes.
+        let mut zero_lens: HashMap<u32, ChunkAddr> = HashMap::new();
+        for a in &rec.artifacts {
+            for c in &a.chunks {
+                if mult.get(&c.addr).copied().unwrap_or(0) > 1 && !zero_lens.contains_key(&c.len) {
+                    let z = ChunkAddr(keys.address(&vec![0u8; c.len as usize]));
+                    zero_lens.insert(c.len, z);
+                }
+            }
+        }
+        let is_zero = |c: &ChunkRef| zero_lens.get(&c.len) == Some(&c.addr);
         let cache: Mutex<(HashMap<ChunkAddr, Bytes>, usize)> = Mutex::new((HashMap::new(), 0));
         let cap = self.inner.cfg.restore_cache_bytes;
         for a in &rec.artifacts {
@@ -142,8 +156,11 @@ impl Store {
             let mut s = futures::stream::iter(a.chunks.iter().cloned())
                 .map(|c| async move {
                     let c = &c;
+                    if is_zero(c) {
+                        return Ok(None);
+                    }
                     if let Some(b) = cache.lock().unwrap().0.get(&c.addr) {
-                        return Ok(b.clone());
+                        return Ok(Some(b.clone()));
                     }
                     let b = self.fetch_chunk(keys, tenant, c).await?;
                     if mult.get(&c.addr).copied().unwrap_or(0) > 1 {
@@ -153,18 +170,36 @@ impl Store {
                             g.0.insert(c.addr, b.clone());
                         }
                     }
-                    Ok::<Bytes, Error>(b)
+                    Ok::<_, Error>(Some(b))
                 })
                 .buffered(self.inner.cfg.concurrency);
+            let mut chunks = a.chunks.iter();
+            let mut written = 0u64;
             while let Some(r) = s.next().await {
-                let b = r.map_err(ctx)?;
-                w.write_all(&b).await.map_err(|e| ctx(e.into()))?;
+                let len = chunks.next().map(|c| c.len as u64).unwrap_or(0);
+                written += len;
+                match r.map_err(ctx)? {
+                    Some(b) => w.write_all(&b).await.map_err(|e| ctx(e.into()))?,
+                    // A hole: the file's length is set below.
+                    None => {
+                        w.seek(std::io::SeekFrom::Current(len as i64))
+                            .await
+                            .map_err(|e| ctx(e.into()))?;
+                    }
+                }
                 if let Some(p) = progress {
-                    p.inc(b.len() as u64);
+                    p.inc(len);
                 }
             }
             w.flush().await.map_err(|e| ctx(e.into()))?;
             let f = w.into_inner();
+            if written != a.raw_size {
+                return Err(ctx(Error::integrity(format!(
+                    "the chunks hold {written} bytes, record says {}",
+                    a.raw_size
+                ))));
+            }
+            f.set_len(a.raw_size).await.map_err(|e| ctx(e.into()))?;
             f.sync_all().await.map_err(|e| ctx(e.into()))?;
             let len = f.metadata().await.map_err(|e| ctx(e.into()))?.len();
             if len != a.raw_size {

@@ -48,6 +48,48 @@ pub struct ChunkRef {
     /// Plaintext length.
     #[serde(rename = "n")]
     pub len: u32,
+    /// Size of the stored object (0 in records written before it was kept):
+    /// lets a later put that carries this reference forward account for it
+    /// without asking the object store.
+    #[serde(rename = "s", default, skip_serializing_if = "is_zero")]
+    pub stored: u32,
+}
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+/// How a put cuts an artifact's file into chunks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Chunking {
+    /// Content-defined (fastcdc, seeded per tenant): what survives inserts
+    /// and shifts (disks, tars, streams).
+    #[default]
+    ContentDefined,
+    /// Fixed, aligned blocks of this many bytes (a power of two, 4 KiB to
+    /// 4 MiB): for page-addressed files such as a guest's RAM, where a put
+    /// with a parent carries unchanged blocks forward (see `blocks`).
+    Blocks(u32),
+}
+
+/// One artifact of a put: a file `dir/<name>`, its kind and how to cut it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutArtifact {
+    pub name: String,
+    pub kind: String,
+    pub chunking: Chunking,
+}
+
+impl PutArtifact {
+    /// Content-defined chunks.
+    pub fn new(name: impl Into<String>, kind: impl Into<String>) -> Self {
+        PutArtifact {
+            name: name.into(),
+            kind: kind.into(),
+            chunking: Chunking::ContentDefined,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,6 +102,9 @@ pub struct ArtifactRecord {
     pub stored_size: u64,
     /// Bytes this artifact added to the store when it was written (0 = fully deduplicated).
     pub new_stored_size: u64,
+    /// Fixed block size when the artifact was cut into aligned blocks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block: Option<u32>,
     pub chunks: Vec<ChunkRef>,
 }
 

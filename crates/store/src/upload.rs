@@ -18,6 +18,9 @@ pub(crate) struct Uploader<'a> {
     keys: Arc<TenantKeys>,
     /// addr -> stored object size (None while this put is uploading it).
     present: Mutex<HashMap<ChunkAddr, Option<u64>>>,
+    /// `present` holds only the parent's chunks: ask the object store
+    /// about any other before uploading it.
+    head_on_miss: bool,
     lease: &'a gc::Lease,
     new_chunks: Mutex<(u64, u64, u64)>, // (chunks, stored bytes, raw bytes)
 }
@@ -42,23 +45,83 @@ impl<'a> Uploader<'a> {
             tenant,
             keys,
             present: Mutex::new(present),
+            head_on_miss: false,
+            lease,
+            new_chunks: Mutex::new((0, 0, 0)),
+        })
+    }
+
+    /// Deduplicate against the parent snapshot's chunks, known present
+    /// without listing the tenant's store (its record exists, and the put
+    /// lease keeps GC away until ours is written); any other chunk is
+    /// looked up before it is uploaded. `None` when the parent's record
+    /// does not carry its chunks' stored sizes (written by an older build).
+    pub(crate) fn from_parent(
+        store: &'a Store,
+        tenant: &'a TenantId,
+        keys: Arc<TenantKeys>,
+        lease: &'a gc::Lease,
+        parent: &SnapshotRecord,
+    ) -> Option<Uploader<'a>> {
+        let mut present = HashMap::new();
+        for c in parent.artifacts.iter().flat_map(|a| &a.chunks) {
+            if c.stored == 0 {
+                return None;
+            }
+            present.insert(c.addr, Some(c.stored as u64));
+        }
+        Some(Uploader {
+            store,
+            tenant,
+            keys,
+            present: Mutex::new(present),
+            head_on_miss: true,
             lease,
             new_chunks: Mutex::new((0, 0, 0)),
         })
     }
 
     pub(crate) async fn add(&self, data: Vec<u8>) -> Result<ChunkRef> {
+        let addr = ChunkAddr(self.keys.address(&data));
+        self.add_hashed(addr, data).await
+    }
+
+    /// Store a chunk whose address the caller computed (`keys.address`).
+    pub(crate) async fn add_hashed(&self, addr: ChunkAddr, data: Vec<u8>) -> Result<ChunkRef> {
         let len = u32::try_from(data.len()).map_err(|_| Error::internal("chunk too large"))?;
         let keys = self.keys.clone();
         let tenant = self.tenant.clone();
         let level = self.store.inner.cfg.zstd_level;
-        let addr = ChunkAddr(keys.address(&data));
+        let chunk = |stored: u64| ChunkRef {
+            addr,
+            len,
+            stored: stored as u32,
+        };
         {
             let mut p = self.present.lock().unwrap();
-            if p.contains_key(&addr) {
-                return Ok(ChunkRef { addr, len });
+            if let Some(s) = p.get(&addr) {
+                return Ok(chunk(s.unwrap_or(0)));
             }
             p.insert(addr, None);
+        }
+        if self.head_on_miss {
+            match self
+                .store
+                .inner
+                .os
+                .head(&chunk_path(self.tenant, &addr))
+                .await
+            {
+                Ok(m) => {
+                    self.present.lock().unwrap().insert(addr, Some(m.size));
+                    return Ok(chunk(m.size));
+                }
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => {
+                    self.present.lock().unwrap().remove(&addr);
+                    return Err(os_err(e));
+                }
+            }
         }
         self.lease.keep_alive(self.store).await?;
         let obj =
@@ -77,7 +140,7 @@ impl<'a> Uploader<'a> {
         n.0 += 1;
         n.1 += size;
         n.2 += len as u64;
-        Ok(ChunkRef { addr, len })
+        Ok(chunk(size))
     }
 
     fn stored_size(&self, a: &ChunkAddr) -> u64 {
@@ -99,7 +162,10 @@ impl<'a> Uploader<'a> {
             let mut mine = HashSet::new();
             a.raw_size = a.chunks.iter().map(|c| c.len as u64).sum();
             a.stored_size = 0;
-            for c in &a.chunks {
+            for c in a.chunks.iter_mut() {
+                // A reference handed out while its chunk was still uploading
+                // learns its size now.
+                c.stored = self.stored_size(&c.addr) as u32;
                 if mine.insert(c.addr) {
                     a.stored_size += self.stored_size(&c.addr);
                 }

@@ -56,6 +56,7 @@ pub(super) fn write(sb: &FakeSandbox, out: &Path, memory: bool) -> Result<Vec<Ar
         name: FS_ARTIFACT.into(),
         kind: ArtifactKind::FsLayer,
         size: fs.len() as u64,
+        block: None,
     }];
     let mut meta = ArtifactsMeta {
         fs: checksum(&fs),
@@ -72,6 +73,7 @@ pub(super) fn write(sb: &FakeSandbox, out: &Path, memory: bool) -> Result<Vec<Ar
             name: MEMORY_ARTIFACT.into(),
             kind: ArtifactKind::Memory,
             size: mem.len() as u64,
+            block: None,
         });
     }
     let m = serde_json::to_vec(&meta)?;
@@ -80,6 +82,7 @@ pub(super) fn write(sb: &FakeSandbox, out: &Path, memory: bool) -> Result<Vec<Ar
         name: META_ARTIFACT.into(),
         kind: ArtifactKind::Meta,
         size: m.len() as u64,
+        block: None,
     });
     Ok(arts)
 }
@@ -105,11 +108,13 @@ pub(super) fn read(workdir: &str, dir: &Path) -> Result<Option<(FakeSandbox, Vec
             name: FS_ARTIFACT.into(),
             kind: ArtifactKind::FsLayer,
             size: fs.len() as u64,
+            block: None,
         },
         Artifact {
             name: META_ARTIFACT.into(),
             kind: ArtifactKind::Meta,
             size: m.len() as u64,
+            block: None,
         },
     ];
     if let Some(sum) = meta.memory {
@@ -124,6 +129,7 @@ pub(super) fn read(workdir: &str, dir: &Path) -> Result<Option<(FakeSandbox, Vec
             name: MEMORY_ARTIFACT.into(),
             kind: ArtifactKind::Memory,
             size: mem.len() as u64,
+            block: None,
         });
     }
     Ok(Some((sb, arts)))

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 mod access;
+mod blocks;
 mod export_import;
 mod gc_crash;
 mod gc_sweep;
