@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use stasis_backend::{Backend, SandboxSpec};
 use stasis_backend_microvm::{AccelChoice, MicrovmBackend, MicrovmConfig};
-use stasis_core::{ErrorCode, Manifest, SandboxId, WriteMode};
+use stasis_core::{ErrorCode, ExecRequest, Manifest, SandboxId, WriteMode};
 
 #[path = "support/watchdog.rs"]
 mod watchdog;
@@ -51,6 +51,31 @@ fn spec(root: &Path, img: &Path, reaper: &Reaper) -> SandboxSpec {
     };
     reaper.0.lock().unwrap().push(id.clone());
     SandboxSpec { id, manifest, dir }
+}
+
+/// Run a shell command in the guest; its stdout and stderr.
+async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
+    let r = b
+        .exec(
+            id,
+            ExecRequest {
+                argv: vec!["sh".into(), "-c".into(), cmd.into()],
+                env: Default::default(),
+                cwd: None,
+                timeout_ms: 60_000,
+                stdin: None,
+                user: None,
+            },
+            None,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("exec {cmd:?}: {e}"));
+    assert_eq!(r.exit_code, Some(0), "{cmd:?}: {r:?}");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&r.stdout),
+        String::from_utf8_lossy(&r.stderr)
+    )
 }
 
 /// Incompressible bytes.
@@ -106,6 +131,53 @@ async fn microvm_file_transfer() {
         get * 1000.0,
         mb_f / get
     );
+
+    // Where the time goes: the channel and the agent without the guest's
+    // filesystem (put to /dev/null, get from tmpfs), and the guest's own
+    // file I/O (dd).
+    w.step("breakdown");
+    let t = Instant::now();
+    b.write_file(&a.id, "/dev/null", &d, None)
+        .await
+        .expect("put null");
+    let null = t.elapsed().as_secs_f64();
+    sh(&b, &a.id, "mkdir -p /dev/shm && mount -t tmpfs tmpfs /dev/shm 2>/dev/null; cp /workspace/big.bin /dev/shm/big.bin").await;
+    let t = Instant::now();
+    let back = b
+        .read_file(&a.id, "/dev/shm/big.bin", 64 << 20)
+        .await
+        .expect("get tmpfs");
+    let shm = t.elapsed().as_secs_f64();
+    assert!(back == d);
+    eprintln!(
+        "FIGURE file {mb} MiB without the guest filesystem: put to /dev/null {:.1} MB/s, get from tmpfs {:.1} MB/s",
+        mb_f / null,
+        mb_f / shm
+    );
+    let dd = sh(
+        &b,
+        &a.id,
+        "t() { s=$(date +%s%N); \"$@\" >/dev/null 2>&1; e=$(date +%s%N); echo \"$((e - s))\"; }; \
+         w=$(t dd if=/dev/shm/big.bin of=/workspace/dd.bin bs=1M); \
+         r=$(t dd if=/workspace/dd.bin of=/dev/null bs=1M); \
+         m=$(t dd if=/dev/zero of=/dev/null bs=1M count=500); \
+         rm -f /workspace/dd.bin /dev/shm/big.bin; echo $w $r $m",
+    )
+    .await;
+    let ns: Vec<f64> = dd
+        .split_whitespace()
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if let [w_ns, r_ns, m_ns] = ns[..] {
+        eprintln!(
+            "FIGURE guest dd: write to the guest filesystem {:.1} MB/s, read it back {:.1} MB/s, /dev/zero to /dev/null {:.1} MB/s",
+            mb_f / (w_ns / 1e9),
+            mb_f / (r_ns / 1e9),
+            500.0 * 1.048576 / (m_ns / 1e9)
+        );
+    } else {
+        eprintln!("FIGURE guest dd: {dd}");
+    }
 
     w.step("range, exclusive create, limit");
     let (r, size) = b
