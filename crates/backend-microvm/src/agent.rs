@@ -9,7 +9,9 @@ use std::time::Duration;
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot};
 
-use stasis_agent_proto::{asynch, Body, Event, Frame, Reply, Request, PROTOCOL_VERSION};
+use stasis_agent_proto::{
+    asynch, encode_as, Body, Event, Frame, Reply, Request, FEATURE_BINARY, PROTOCOL_VERSION,
+};
 use stasis_backend::ExecChunk;
 use stasis_core::{Error, ErrorCode, Result};
 
@@ -29,6 +31,9 @@ pub struct AgentConn {
     next_id: AtomicU64,
     closed: Arc<AtomicBool>,
     reader: tokio::task::JoinHandle<()>,
+    /// The agent's hello advertised binary frames: file data goes raw (an
+    /// older agent, e.g. one resumed from an older snapshot, gets JSON).
+    binary: AtomicBool,
 }
 
 /// Map an agent `Reply::Error` to a stasis error with the same code.
@@ -92,11 +97,17 @@ impl AgentConn {
             next_id: AtomicU64::new((rand::random::<u64>() >> 16) | 1),
             closed,
             reader,
+            binary: AtomicBool::new(false),
         }))
     }
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Whether file data travels in binary frames (see `hello`).
+    pub fn binary(&self) -> bool {
+        self.binary.load(Ordering::SeqCst)
     }
 
     /// Send a request and wait for its reply. `Reply::Error` becomes `Err`.
@@ -132,13 +143,23 @@ impl AgentConn {
             .lock()
             .unwrap()
             .insert(id, Pending { reply: tx, events });
+        // File data goes raw to an agent that reads binary frames (and
+        // comes back raw: the agent answers in the frame kind it was asked in).
+        let binary = self.binary() && is_bulk(&req);
         let frame = Frame {
             id,
             body: Body::Request(req),
         };
+        let bytes = match encode_as(frame, binary) {
+            Ok(b) => b,
+            Err(e) => {
+                self.pending.lock().unwrap().remove(&id);
+                return Err(Error::backend(format!("agent write ({op}): {e}")));
+            }
+        };
         let sent = {
             let mut w = self.writer.lock().await;
-            tokio::time::timeout(timeout, asynch::write_frame(&mut *w, &frame)).await
+            tokio::time::timeout(timeout, asynch::write_bytes(&mut *w, &bytes)).await
         };
         match sent {
             Ok(Ok(())) => {}
@@ -184,17 +205,23 @@ impl AgentConn {
         Ok(reply)
     }
 
-    /// Hello: returns the guest's boot id.
+    /// Hello: returns the guest's boot id, and learns what the agent can
+    /// do (binary frames).
     pub async fn hello(&self, timeout: Duration) -> Result<String> {
         match self.request(Request::Hello, None, timeout).await? {
             Reply::Hello {
-                protocol, boot_id, ..
+                protocol,
+                boot_id,
+                features,
+                ..
             } => {
                 if protocol != PROTOCOL_VERSION {
                     return Err(Error::backend(format!(
                         "guest agent speaks protocol {protocol}, host {PROTOCOL_VERSION}"
                     )));
                 }
+                let binary = features.iter().any(|f| f == FEATURE_BINARY);
+                self.binary.store(binary, Ordering::SeqCst);
                 Ok(boot_id)
             }
             other => Err(Error::backend(format!(
@@ -227,6 +254,15 @@ impl Drop for AgentConn {
     fn drop(&mut self) {
         self.reader.abort();
     }
+}
+
+/// Requests whose file data goes raw in a binary frame (and whose answer
+/// comes back in one).
+fn is_bulk(r: &Request) -> bool {
+    matches!(
+        r,
+        Request::WriteFile { .. } | Request::CreateFile { .. } | Request::ReadFile { .. }
+    )
 }
 
 fn request_name(r: &Request) -> &'static str {
@@ -314,6 +350,7 @@ mod tests {
                             protocol: PROTOCOL_VERSION,
                             agent_version: "fake".into(),
                             boot_id: "b1".into(),
+                            features: Vec::new(),
                         }))
                         .await
                     }

@@ -167,6 +167,7 @@ pub(crate) async fn configure(
                 data: format!("nameserver {}\n", crate::net::NAMESERVER).into_bytes(),
                 append: false,
                 mode: Some(0o644),
+                offset: None,
             },
             None,
             Duration::ZERO,

@@ -81,8 +81,8 @@ use stasis_backend::{
     Artifact, Backend, Capabilities, ExecChunk, PauseLeftovers, Recovered, SandboxSpec, Usage,
 };
 use stasis_core::{
-    BackendKind, Error, ErrorCode, ExecRequest, ExecResult, FileEntry, FileEvent, FileOp, FileStat,
-    PtySize, Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, WriteMode,
+    BackendKind, Error, ExecRequest, ExecResult, FileEntry, FileEvent, FileOp, FileStat, PtySize,
+    Result, SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, WriteMode,
 };
 
 pub use accel::{kvm_is_pvm, probe_accelerator, AccelReport};
@@ -326,40 +326,7 @@ impl Backend for MicrovmBackend {
     }
 
     async fn read_file(&self, id: &SandboxId, path: &str, limit: u64) -> Result<Vec<u8>> {
-        let vm = state::vm(self, id)?;
-        let path = guest::resolve_path(&vm, path)?;
-        let mut out = Vec::new();
-        loop {
-            let want = (FILE_CHUNK as u64).min(limit.saturating_add(1) - out.len() as u64);
-            let r = guest::call(
-                self,
-                &vm,
-                Request::ReadFile {
-                    path: path.clone(),
-                    offset: out.len() as u64,
-                    limit: want.max(1),
-                },
-                None,
-                Duration::ZERO,
-            )
-            .await?;
-            let Reply::File { data, size } = r else {
-                return Err(Error::backend(format!(
-                    "unexpected reply to read_file: {r:?}"
-                )));
-            };
-            if size > limit {
-                return Err(Error::new(
-                    ErrorCode::PayloadTooLarge,
-                    format!("{path} is {size} bytes, over the limit of {limit}"),
-                ));
-            }
-            let got = data.len();
-            out.extend_from_slice(&data);
-            if got == 0 || out.len() as u64 >= size {
-                return Ok(out);
-            }
-        }
+        files::read_file(self, id, path, limit).await
     }
 
     async fn list_files(&self, id: &SandboxId, path: &str) -> Result<Vec<FileEntry>> {
@@ -708,7 +675,7 @@ mod tests {
         let b = MicrovmBackend::new(c);
         let id = SandboxId::generate();
         let e = b.read_file(&id, "/x", 10).await.unwrap_err();
-        assert_eq!(e.code, ErrorCode::InvalidState);
+        assert_eq!(e.code, stasis_core::ErrorCode::InvalidState);
         let dir = tempfile::tempdir().unwrap();
         b.destroy(&id, dir.path()).await.unwrap();
         b.destroy(&id, dir.path()).await.unwrap();

@@ -392,6 +392,7 @@ impl Sup {
                 // For a supervisor: the host pid of the sandbox's PID 1
                 // (fixed for the life of the sandbox's processes).
                 boot_id: self.init_pid.to_string(),
+                features: Vec::new(),
             },
             Request::SessionStart { spec } => Reply::Session {
                 info: self.start_session(spec).await?,

@@ -66,33 +66,48 @@ fn mkdir_p_hops(dir: &Path, hops: u32) -> Result<(), AgentError> {
     Ok(())
 }
 
+/// How a write opens its file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum How {
+    Truncate,
+    Append,
+    Exclusive,
+    /// At an offset of a file that exists (made by the transfer's first
+    /// chunk): neither truncating nor appending, nor creating (a chunk that
+    /// arrives after a failed transfer was cleaned up does not bring its
+    /// file back). Chunks of one transfer are written in any order.
+    At(u64),
+}
+
 pub fn write(path: &str, data: &[u8], append: bool, mode: Option<u32>) -> Result<(), AgentError> {
-    write_with(path, data, append, mode, false)
+    let how = if append { How::Append } else { How::Truncate };
+    write_with(path, data, mode, how)
 }
 
 /// Create `path` that must not exist yet (`already_exists`).
 pub fn create(path: &str, data: &[u8], mode: Option<u32>) -> Result<(), AgentError> {
-    write_with(path, data, false, mode, true)
+    write_with(path, data, mode, How::Exclusive)
 }
 
-fn write_with(
-    path: &str,
-    data: &[u8],
-    append: bool,
-    mode: Option<u32>,
-    exclusive: bool,
-) -> Result<(), AgentError> {
+/// Write `data` at `offset` of `path`, which must exist.
+pub fn write_at(path: &str, data: &[u8], offset: u64, mode: Option<u32>) -> Result<(), AgentError> {
+    write_with(path, data, mode, How::At(offset))
+}
+
+fn write_with(path: &str, data: &[u8], mode: Option<u32>, how: How) -> Result<(), AgentError> {
     let p = check_path(path)?;
     if let Some(parent) = p.parent() {
         mkdir_p(parent)?;
     }
     let mut o = OpenOptions::new();
     o.write(true).mode(mode.unwrap_or(0o644));
-    if exclusive {
-        o.create_new(true);
-    } else {
-        o.create(true).append(append).truncate(!append);
-    }
+    let exclusive = how == How::Exclusive;
+    match how {
+        How::Exclusive => o.create_new(true),
+        How::Append => o.create(true).append(true),
+        How::Truncate => o.create(true).truncate(true),
+        How::At(_) => &mut o,
+    };
     let mut f = o.open(p).map_err(|e| {
         if exclusive && e.kind() == std::io::ErrorKind::AlreadyExists {
             AgentError::new("already_exists", format!("{path} already exists"))
@@ -100,7 +115,11 @@ fn write_with(
             AgentError::io(p, e)
         }
     })?;
-    f.write_all(data).map_err(|e| AgentError::io(p, e))?;
+    match how {
+        How::At(offset) => std::os::unix::fs::FileExt::write_all_at(&f, data, offset),
+        _ => f.write_all(data),
+    }
+    .map_err(|e| AgentError::io(p, e))?;
     if let Some(m) = mode {
         f.set_permissions(fs::Permissions::from_mode(m & 0o7777))
             .map_err(|e| AgentError::io(p, e))?;
@@ -118,7 +137,8 @@ pub fn read(path: &str, offset: u64, limit: u64) -> Result<(Vec<u8>, u64), Agent
     }
     let size = md.len();
     let limit = limit.min(READ_CHUNK_LIMIT);
-    let mut data = Vec::new();
+    // Sized once (a file that grows meanwhile still reads to `limit`).
+    let mut data = Vec::with_capacity(limit.min(size.saturating_sub(offset)) as usize);
     // Read even when the size says there is nothing: /proc and /sys files report 0.
     if limit > 0 {
         f.seek(SeekFrom::Start(offset))

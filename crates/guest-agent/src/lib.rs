@@ -17,7 +17,7 @@ pub mod session;
 pub mod system;
 pub mod watch;
 
-use stasis_agent_proto::{Event, Reply, Request, PROTOCOL_VERSION};
+use stasis_agent_proto::{Event, Reply, Request, FEATURE_BINARY, PROTOCOL_VERSION};
 use std::path::Path;
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -93,12 +93,31 @@ pub fn random_hex(n: usize) -> String {
 pub struct Agent {
     pub sessions: session::Sessions,
     pub watches: watch::Watches,
+    /// Behave as an agent from before binary frames (to test the host's
+    /// fallback): advertise no features, skip binary frames as garbage.
+    pub legacy: bool,
 }
 
 impl Agent {
     pub fn new() -> Self {
         reaper::init();
         Agent::default()
+    }
+
+    /// An agent as it was before binary frames (see `legacy`).
+    pub fn legacy() -> Self {
+        Agent {
+            legacy: true,
+            ..Agent::new()
+        }
+    }
+
+    /// What this agent advertises in its `Hello`.
+    pub fn features(&self) -> Vec<String> {
+        match self.legacy {
+            true => Vec::new(),
+            false => vec![FEATURE_BINARY.to_string()],
+        }
     }
 
     /// Handle one request. `emit` sends an event for this request (streaming exec).
@@ -112,6 +131,7 @@ impl Agent {
                 protocol: PROTOCOL_VERSION,
                 agent_version: AGENT_VERSION.to_string(),
                 boot_id: system::boot_id(),
+                features: self.features(),
             },
             Request::SetTime { unix_nanos } => {
                 system::set_time(unix_nanos)?;
@@ -145,8 +165,19 @@ impl Agent {
             Request::WriteFile {
                 path,
                 data,
+                mode,
+                offset: Some(offset),
+                ..
+            } if !self.legacy => {
+                files::write_at(&path, &data, offset, mode)?;
+                Reply::Ok
+            }
+            Request::WriteFile {
+                path,
+                data,
                 append,
                 mode,
+                ..
             } => {
                 files::write(&path, &data, append, mode)?;
                 Reply::Ok

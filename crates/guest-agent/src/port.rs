@@ -17,10 +17,17 @@
 //!   that follow show a complete, well-formed frame further on, the stale prefix
 //!   is skipped (resynchronisation on the `{"id":` that starts every frame).
 //!   Garbage (bad length, not JSON) is skipped the same way at any time.
+//!
+//! Binary frames (a length word with `BINARY_FLAG`, then the JSON's length,
+//! the JSON, raw bytes) are parsed and resynchronised on the same `{"id":`,
+//! which stands 8 bytes after their start instead of 4. A request that came
+//! as a binary frame is answered with binary frames.
 
 use crate::reaper::lock;
 use crate::Agent;
-use stasis_agent_proto::{decode_body, encode, Body, Frame, Reply, MAX_FRAME};
+use stasis_agent_proto::{
+    decode_binary, decode_body, encode_as, split_len_word, Body, Frame, Reply, MAX_FRAME,
+};
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -104,20 +111,21 @@ pub struct Conn {
 }
 
 impl Conn {
-    /// Write one frame (whole, under the writer lock).
-    pub fn send(&self, frame: &Frame) {
-        let bytes = match encode(frame) {
+    /// Write one frame (whole, under the writer lock), binary or JSON.
+    pub fn send(&self, frame: Frame, binary: bool) {
+        let id = frame.id;
+        let bytes = match encode_as(frame, binary) {
             Ok(b) => b,
             Err(e) => {
                 // Typically a reply too large for one frame: say so instead.
                 let err = Frame {
-                    id: frame.id,
+                    id,
                     body: Body::Reply(Reply::Error {
                         code: "payload_too_large".into(),
                         message: e.to_string(),
                     }),
                 };
-                match encode(&err) {
+                match encode_as(err, binary) {
                     Ok(b) => b,
                     Err(_) => return,
                 }
@@ -146,64 +154,115 @@ const FRAME_START: &[u8] = b"{\"id\":";
 pub enum Parse {
     /// A frame whose body is `buf[4..4 + len]`.
     Frame(usize),
+    /// A binary frame whose body is `buf[4..4 + len]`.
+    Binary(usize),
     /// Garbage or a stale prefix: drop this many bytes.
     Skip(usize),
     /// Wait for more bytes.
     NeedMore,
 }
 
-fn header_len(buf: &[u8], at: usize) -> Option<usize> {
+/// The length word at `at`: (length, binary).
+fn header_len(buf: &[u8], at: usize) -> Option<(usize, bool)> {
     let b = buf.get(at..at + 4)?;
-    Some(u32::from_be_bytes(b.try_into().ok()?) as usize)
+    Some(split_len_word(b.try_into().ok()?))
 }
 
-/// A complete, well-formed frame at `at` (length prefix + JSON object)?
+/// A binary frame's header at `at` is plausible as far as it is there: the
+/// flag, a length in range, its JSON part's length inside it, a `{` after.
+fn binary_plausible(buf: &[u8], at: usize) -> bool {
+    let Some((len, true)) = header_len(buf, at) else {
+        return false;
+    };
+    if !(4 + FRAME_START.len()..=MAX_FRAME).contains(&len) {
+        return false;
+    }
+    let json_ok = match header_len(buf, at + 4) {
+        Some((jl, false)) => (FRAME_START.len()..=len - 4).contains(&jl),
+        Some((_, true)) => false,
+        None => true,
+    };
+    json_ok && buf.get(at + 8).is_none_or(|&b| b == b'{')
+}
+
+/// The body of a complete frame is well formed: JSON with an `id` (a binary
+/// frame's JSON part).
+fn well_formed(body: &[u8], binary: bool) -> bool {
+    let json = if binary {
+        match header_len(body, 0) {
+            Some((jl, false)) if jl <= body.len() - 4 => &body[4..4 + jl],
+            _ => return false,
+        }
+    } else {
+        body
+    };
+    serde_json::from_slice::<serde_json::Value>(json)
+        .ok()
+        .is_some_and(|v| v.get("id").is_some())
+}
+
+/// A complete, well-formed frame at `at` (length prefix + JSON object, or
+/// a binary frame)?
 fn complete_frame_at(buf: &[u8], at: usize) -> Option<usize> {
-    let len = header_len(buf, at)?;
-    if len > MAX_FRAME || buf.len() < at + 4 + len {
+    let (len, binary) = header_len(buf, at)?;
+    if len > MAX_FRAME || buf.len() < at + 4 + len || (binary && len < 4) {
         return None;
     }
-    serde_json::from_slice::<serde_json::Value>(&buf[at + 4..at + 4 + len])
-        .ok()
-        .filter(|v| v.get("id").is_some())
-        .map(|_| len)
+    well_formed(&buf[at + 4..at + 4 + len], binary).then_some(len)
 }
 
 /// Start of the next plausible frame after `from` (a `{"id":` with room for a
-/// length prefix before it), else how much can be dropped safely.
+/// length prefix before it, or a binary frame's header), else how much can be
+/// dropped safely. The JSON inside a binary frame that starts before `from`
+/// is no frame of its own.
 fn next_candidate(buf: &[u8], from: usize) -> usize {
-    let start = from + 4;
-    buf.get(start..)
-        .and_then(|rest| {
+    let mut search = from + 4;
+    loop {
+        let Some(i) = buf.get(search..).and_then(|rest| {
             rest.windows(FRAME_START.len())
                 .position(|w| w == FRAME_START)
-        })
-        .map(|i| start + i - 4)
-        .unwrap_or_else(|| buf.len().saturating_sub(FRAME_START.len() + 3).max(from))
+        }) else {
+            return buf.len().saturating_sub(FRAME_START.len() + 7).max(from);
+        };
+        let p = search + i;
+        if p >= 8 && binary_plausible(buf, p - 8) {
+            if p - 8 >= from {
+                return p - 8;
+            }
+            search = p + 1;
+            continue;
+        }
+        return p - 4;
+    }
 }
 
 /// Decide what the front of `buf` is. `suspect`: an EOF came while a frame was
 /// incomplete, so its prefix may be stale.
 pub fn parse(buf: &[u8], suspect: bool) -> Parse {
-    let Some(len) = header_len(buf, 0) else {
+    let Some((len, binary)) = header_len(buf, 0) else {
         return Parse::NeedMore;
     };
     let body = &buf[4..];
-    let plausible = (2..=MAX_FRAME).contains(&len)
-        && body
-            .iter()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_none_or(|&b| b == b'{');
+    let plausible = if binary {
+        binary_plausible(buf, 0)
+    } else {
+        (2..=MAX_FRAME).contains(&len)
+            && body
+                .iter()
+                .find(|b| !b.is_ascii_whitespace())
+                .is_none_or(|&b| b == b'{')
+    };
     if !plausible {
         return Parse::Skip(next_candidate(buf, 1).max(1));
     }
     if body.len() >= len {
         // Complete: well-formed JSON is a frame (unknown ops get an error
         // reply); anything else is garbage.
-        if serde_json::from_slice::<serde_json::Value>(&body[..len]).is_ok() {
-            return Parse::Frame(len);
-        }
-        return Parse::Skip(next_candidate(buf, 1).max(1));
+        return match (well_formed(&body[..len], binary), binary) {
+            (true, true) => Parse::Binary(len),
+            (true, false) => Parse::Frame(len),
+            (false, _) => Parse::Skip(next_candidate(buf, 1).max(1)),
+        };
     }
     if suspect {
         // Incomplete, after an EOF: if a complete frame follows, this prefix
@@ -261,11 +320,21 @@ pub fn serve(agent: Arc<Agent>, file: File, on_eof: OnEof) -> io::Result<()> {
         let mut start = 0;
         loop {
             match parse(&buf[start..], suspect) {
-                Parse::Frame(len) => {
+                Parse::Binary(len) if agent.legacy => {
+                    eprintln!("stasis-agent: skipped {len} bytes of stale or malformed input");
+                    start += 4 + len;
+                }
+                p @ (Parse::Frame(len) | Parse::Binary(len)) => {
+                    let binary = p == Parse::Binary(len);
                     let body = &mut buf[start + 4..start + 4 + len];
-                    dispatch(&agent, &conn, body);
-                    // The body may hold secrets (exec env): do not leave it in memory.
-                    body.fill(0);
+                    dispatch(&agent, &conn, body, binary);
+                    // The JSON may hold secrets (exec env): do not leave it in
+                    // memory (a binary frame's raw part is file data).
+                    let json = match binary {
+                        true => 4 + header_len(body, 0).map_or(0, |(jl, _)| jl),
+                        false => len,
+                    };
+                    body[..json.min(len)].fill(0);
                     start += 4 + len;
                     suspect = false;
                 }
@@ -280,15 +349,28 @@ pub fn serve(agent: Arc<Agent>, file: File, on_eof: OnEof) -> io::Result<()> {
     }
 }
 
-fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8]) {
-    let frame = match decode_body(body) {
+/// The `id` of an undecodable frame, if its JSON has one.
+fn frame_id(body: &[u8], binary: bool) -> Option<u64> {
+    let json = match (binary, header_len(body, 0)) {
+        (false, _) => body,
+        (true, Some((jl, false))) => body.get(4..4 + jl)?,
+        (true, _) => return None,
+    };
+    serde_json::from_slice::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| v.get("id").and_then(|i| i.as_u64()))
+}
+
+fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8], binary: bool) {
+    let decoded = match binary {
+        true => decode_binary(body),
+        false => decode_body(body),
+    };
+    let frame = match decoded {
         Ok(f) => f,
         Err(e) => {
             // Unknown op or bad field: answer with an error if we can find the id.
-            if let Some(id) = serde_json::from_slice::<serde_json::Value>(body)
-                .ok()
-                .and_then(|v| v.get("id").and_then(|i| i.as_u64()))
-            {
+            if let Some(id) = frame_id(body, binary) {
                 let reply = Reply::Error {
                     code: "invalid_argument".into(),
                     message: format!("undecodable request: {e}"),
@@ -300,7 +382,7 @@ fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8]) {
                     body: Body::Reply(reply),
                 };
                 if std::thread::Builder::new()
-                    .spawn(move || c.send(&frame))
+                    .spawn(move || c.send(frame, binary))
                     .is_err()
                 {
                     eprintln!("stasis-agent: cannot answer undecodable request {id}");
@@ -320,33 +402,42 @@ fn dispatch(agent: &Arc<Agent>, conn: &Arc<Conn>, body: &[u8]) {
         .name(format!("req-{id}"))
         .spawn(move || {
             let mut emit = |ev| {
-                c.send(&Frame {
-                    id,
-                    body: Body::Event(ev),
-                })
+                c.send(
+                    Frame {
+                        id,
+                        body: Body::Event(ev),
+                    },
+                    binary,
+                )
             };
             let reply = a.handle(req, &mut emit);
-            c.send(&Frame {
-                id,
-                body: Body::Reply(reply),
-            });
+            c.send(
+                Frame {
+                    id,
+                    body: Body::Reply(reply),
+                },
+                binary,
+            );
         });
     if let Err(e) = spawned {
         // No thread to spare: the reader answers itself (may block on the host).
-        conn.send(&Frame {
-            id,
-            body: Body::Reply(Reply::Error {
-                code: "busy".into(),
-                message: format!("agent cannot start a thread: {e}"),
-            }),
-        });
+        conn.send(
+            Frame {
+                id,
+                body: Body::Reply(Reply::Error {
+                    code: "busy".into(),
+                    message: format!("agent cannot start a thread: {e}"),
+                }),
+            },
+            binary,
+        );
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stasis_agent_proto::Request;
+    use stasis_agent_proto::{encode, encode_binary, Request};
 
     fn frame(id: u64) -> Vec<u8> {
         encode(&Frame {
@@ -375,6 +466,7 @@ mod tests {
                 data: vec![7; 1000],
                 append: false,
                 mode: None,
+                offset: None,
             }),
         })
         .unwrap();
@@ -408,5 +500,67 @@ mod tests {
             panic!()
         };
         assert_eq!(parse(&buf[k..], false), Parse::Frame(new.len() - 4));
+    }
+
+    fn binary(id: u64, n: usize) -> Vec<u8> {
+        encode_binary(Frame {
+            id,
+            body: Body::Request(Request::WriteFile {
+                path: "/x".into(),
+                // Raw bytes that look like the start of a frame.
+                data: b"\x80\0\0\x10{\"id\":".repeat(n),
+                append: false,
+                mode: None,
+                offset: Some(0),
+            }),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn binary_frames_parse_whole_and_partial() {
+        let f = binary(1, 100);
+        assert_eq!(parse(&f, false), Parse::Binary(f.len() - 4));
+        for cut in [3, 4, 7, 9, f.len() - 1] {
+            assert_eq!(parse(&f[..cut], false), Parse::NeedMore, "{cut}");
+        }
+        // After it, a JSON frame.
+        let mut buf = f.clone();
+        buf.extend_from_slice(&frame(2));
+        assert_eq!(parse(&buf, false), Parse::Binary(f.len() - 4));
+        assert_eq!(
+            parse(&buf[f.len()..], false),
+            Parse::Frame(buf.len() - f.len() - 4)
+        );
+    }
+
+    #[test]
+    fn stale_binary_prefix_skipped_and_binary_found_after_garbage() {
+        let old = binary(7, 200);
+        let new = binary(8, 3);
+        let mut buf = old[..old.len() / 2].to_vec();
+        buf.extend_from_slice(&new);
+        assert_eq!(parse(&buf, false), Parse::NeedMore);
+        assert_eq!(parse(&buf, true), Parse::Skip(old.len() / 2));
+        // Garbage, then a binary frame: skipped up to its very start.
+        let mut buf = b"\xff\xff\xff\xffjunk and more junk".to_vec();
+        let at = buf.len();
+        buf.extend_from_slice(&new);
+        let mut start = 0;
+        loop {
+            match parse(&buf[start..], false) {
+                Parse::Skip(k) => start += k,
+                Parse::Binary(len) => {
+                    assert_eq!((start, len), (at, new.len() - 4));
+                    break;
+                }
+                p => panic!("{p:?} at {start}"),
+            }
+        }
+        // A binary header whose JSON is not JSON is garbage.
+        let mut bad = new.clone();
+        bad[8] = b'{';
+        bad[9] = b'!';
+        assert!(matches!(parse(&bad, false), Parse::Skip(_)));
     }
 }

@@ -154,12 +154,14 @@ fn files() {
         data: b"hello ".to_vec(),
         append: false,
         mode: Some(0o600),
+        offset: None,
     }));
     ok(c.reply(Request::WriteFile {
         path: path.clone(),
         data: b"world".to_vec(),
         append: true,
         mode: None,
+        offset: None,
     }));
     match c.reply(Request::ReadFile {
         path: path.clone(),

@@ -292,6 +292,7 @@ fn boot_exec_session_pause_resume() {
                 data: line.clone().into_bytes(),
                 append: true,
                 mode: None,
+                offset: None,
             }),
             Reply::Ok
         );
