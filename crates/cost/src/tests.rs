@@ -30,6 +30,7 @@ fn zero_measured() -> Measured {
         paused_vcpus: 0.0,
         standby_resident_bytes: 0.0,
         standby_resume_secs: None,
+        incremental_pause_secs: None,
     }
 }
 
@@ -277,4 +278,29 @@ fn standby_pays_its_memory_and_shortens_the_resume_it_covers() {
     assert_close!(r.added_latency_secs_per_burst, 0.1);
     let memory = cycles * busy * 2.0 * 0.0005 + cycles * (600.0 - busy) * 0.5 * 0.0005;
     assert_close!(r.pause_on_idle.memory, memory);
+}
+
+/// Later pauses are incremental: each cycle pays the incremental pause, the
+/// horizon's first pause its extra time once.
+#[test]
+fn incremental_pauses_price_each_cycle_and_the_first_once() {
+    let (profile, prices, mut m) = round_case();
+    let full = compare(&profile, &prices, &m).unwrap();
+    m.incremental_pause_secs = Some(1.0);
+    let inc = compare(&profile, &prices, &m).unwrap();
+    // 6 cycles, each 4 s shorter, plus 4 s once: 20 s less running.
+    assert_close!(
+        full.running_secs_per_cycle - inc.running_secs_per_cycle,
+        4.0
+    );
+    let per_running_sec = profile.vcpus * prices.vcpu_second + profile.ram_gib * prices.gib_second;
+    let saved = full.pause_on_idle.total - inc.pause_on_idle.total;
+    // Paused time grows by what running lost: priced at the paused rates (0 here).
+    assert_close!(saved, 20.0 * per_running_sec);
+    // An incremental figure above the first changes nothing extra.
+    m.incremental_pause_secs = Some(5.0);
+    let same = compare(&profile, &prices, &m).unwrap();
+    assert_close!(same.pause_on_idle.total, full.pause_on_idle.total);
+    m.incremental_pause_secs = Some(-1.0);
+    assert!(compare(&profile, &prices, &m).is_err());
 }
