@@ -241,6 +241,10 @@ pub struct RamBenchReport {
     /// Second put, blocks vs content-defined: time and new bytes.
     pub second_ms_ratio: f64,
     pub second_new_bytes_ratio: f64,
+    /// Verified restore of the second (block-cut) snapshot: fetch, decrypt,
+    /// decompress, write (zero blocks left as holes) and fsync.
+    pub blocks_restore_ms: f64,
+    pub blocks_restore_allocated_bytes: u64,
 }
 
 /// See [`RamBenchReport`]: one tenant per cutting so neither dedups against the other.
@@ -256,6 +260,7 @@ pub async fn bench_ram(
     let ram = dir.join("memory.ram");
     let pages_changed = 16u64;
     let mut out = Vec::new();
+    let mut restore = (0.0, 0);
     for (t, chunking) in [
         ("t-ram-blocks", Chunking::Blocks(block)),
         ("t-ram-cdc", Chunking::ContentDefined),
@@ -284,11 +289,21 @@ pub async fn bench_ram(
         m.parent = Some(first.id);
         let t0 = Instant::now();
         let second = store.put_snapshot_artifacts(m, &dir, &arts, None).await?;
-        out.push((
-            first_ms,
-            t0.elapsed().as_secs_f64() * 1000.0,
-            second.new_raw_bytes,
-        ));
+        let second_ms = t0.elapsed().as_secs_f64() * 1000.0;
+        if matches!(chunking, Chunking::Blocks(_)) {
+            use std::os::unix::fs::MetadataExt;
+            let dest = scratch.join("ram-restored");
+            let t0 = Instant::now();
+            store
+                .restore_snapshot(&second.tenant, &second.id, &dest, None)
+                .await?;
+            restore = (
+                t0.elapsed().as_secs_f64() * 1000.0,
+                std::fs::metadata(dest.join("memory.ram"))?.blocks() * 512,
+            );
+            let _ = std::fs::remove_dir_all(&dest);
+        }
+        out.push((first_ms, second_ms, second.new_raw_bytes));
     }
     let _ = std::fs::remove_dir_all(&dir);
     let (b, c) = (out[0], out[1]);
@@ -304,5 +319,7 @@ pub async fn bench_ram(
         cdc_second_new_bytes: c.2,
         second_ms_ratio: b.1 / c.1.max(1e-9),
         second_new_bytes_ratio: b.2 as f64 / (c.2 as f64).max(1.0),
+        blocks_restore_ms: restore.0,
+        blocks_restore_allocated_bytes: restore.1,
     })
 }

@@ -1,7 +1,9 @@
 //! stasis snapshot store.
 //!
 //! Artifacts (guest memory images, disk overlays, filesystem tars) are split
-//! into content-defined chunks (fastcdc, seeded per tenant), addressed by a
+//! into content-defined chunks (fastcdc, seeded per tenant) or, for
+//! page-addressed files such as a guest's RAM, fixed aligned blocks that a
+//! later put carries forward unchanged (`blocks`), addressed by a
 //! per-tenant keyed blake3 of the plaintext, zstd-compressed when that helps,
 //! sealed with XChaCha20-Poly1305 under the tenant's data key (AAD = tenant,
 //! address, compression flag) and written to an `object_store` (local dir or
