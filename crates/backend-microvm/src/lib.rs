@@ -46,6 +46,7 @@
 
 mod accel;
 mod agent;
+mod applied;
 pub mod boundary;
 mod config;
 mod disk;

@@ -24,6 +24,7 @@ use stasis_agent_proto::Request;
 use stasis_backend::SandboxSpec;
 use stasis_core::{Error, Result, SnapshotId};
 
+use crate::applied;
 use crate::disk;
 use crate::guest::{self, expect_ok};
 use crate::image::Image;
@@ -119,7 +120,7 @@ pub(crate) async fn resume(b: &MicrovmBackend, spec: &SandboxSpec, artifacts: &P
         .await
         .map_err(|e| e.context("resume"))?;
     let saved = snapshot::read_meta(artifacts)?;
-    let r = finish_resume(b, spec, &vm, with_memory, saved.as_ref()).await;
+    let r = finish_resume(b, spec, &vm, with_memory, saved.as_ref(), false).await;
     note_path(b, spec, "store");
     r
 }
@@ -173,7 +174,7 @@ async fn resume_local(b: &MicrovmBackend, spec: &SandboxSpec, meta: &SnapshotMet
     if let Some(t) = b.timings.lock().unwrap().get_mut(&spec.id) {
         t.prepare_ms = prepare_ms;
     }
-    finish_resume(b, spec, &vm, with_memory, Some(meta)).await
+    finish_resume(b, spec, &vm, with_memory, Some(meta), true).await
 }
 
 /// After a resumed guest's agent answered: its clock, the manifest's
@@ -185,21 +186,13 @@ async fn finish_resume(
     vm: &Arc<Vm>,
     with_memory: bool,
     saved: Option<&SnapshotMeta>,
+    reuse_config: bool,
 ) -> Result<()> {
     let tf = Instant::now();
     let r = if with_memory {
-        async {
-            guest::set_time(b, vm).await?;
-            let inputs = saved.map(|m| m.inputs.clone());
-            guest::configure(b, vm, false, inputs.as_deref()).await?;
-            if saved.is_some_and(legacy_relays) {
-                guest::drop_relay_addresses(b, vm).await?;
-            }
-            Ok(())
-        }
-        .await
+        after_memory_load(b, vm, saved, None, reuse_config).await
     } else {
-        guest::after_cold_boot(b, vm).await
+        cold_configure(b, vm).await
     };
     state::note_finish(b, &spec.id, tf);
     if let Err(e) = r {
@@ -207,6 +200,76 @@ async fn finish_resume(
         return Err(e.context("resume"));
     }
     state::insert(b, vm.clone())
+}
+
+/// What a guest whose memory state was loaded needs before it serves:
+/// its clock (it stood still), the manifest's boundaries again (the
+/// inputs that changed refreshed) and, for a restore, a new identity.
+/// These requests are independent of one another and the agent serves
+/// each on a thread of its own, so they are sent together: one agent
+/// round trip (the longest request's) instead of one per request. The
+/// relay addresses of a format 2 guest go after its configuration.
+///
+/// `reuse_config` (a local resume: the guest that paused, as it was): the
+/// configuration is not sent again when the guest is recorded to have it
+/// (`applied`) and no input disk changed.
+async fn after_memory_load(
+    b: &MicrovmBackend,
+    vm: &Arc<Vm>,
+    saved: Option<&SnapshotMeta>,
+    identity: Option<Request>,
+    reuse_config: bool,
+) -> Result<()> {
+    let t = Instant::now();
+    let ms = |t: Instant| t.elapsed().as_millis() as u64;
+    let time = async { (guest::set_time(b, vm).await, ms(t)) };
+    let ident = async {
+        let r = match identity {
+            Some(req) => match guest::call(b, vm, req, None, Duration::ZERO).await {
+                Ok(r) => expect_ok(r),
+                Err(e) => Err(e),
+            },
+            None => Ok(()),
+        };
+        (r, ms(t))
+    };
+    let inputs = saved.map(|m| m.inputs.clone());
+    let conf = async {
+        let want = applied::wanted(vm);
+        let same_inputs = inputs.as_ref().is_some_and(|old| {
+            old.len() == vm.inputs.len() && old.iter().zip(&vm.inputs).all(|(o, d)| o == &d.digest)
+        });
+        if reuse_config && same_inputs && applied::has(&vm.dir, &want) {
+            return (Ok(()), 0);
+        }
+        applied::forget(&vm.dir);
+        let r = guest::configure(b, vm, false, inputs.as_deref()).await;
+        if r.is_ok() {
+            applied::record(&vm.dir, &want);
+        }
+        (r, ms(t))
+    };
+    let ((rt, time_ms), (ri, ident_ms), (rc, conf_ms)) = tokio::join!(time, ident, conf);
+    if let Some(tm) = b.timings.lock().unwrap().get_mut(&vm.id) {
+        tm.set_time_ms = time_ms;
+        tm.identity_ms = ident_ms;
+        tm.configure_ms = conf_ms;
+    }
+    rt?;
+    ri?;
+    rc?;
+    if saved.is_some_and(legacy_relays) {
+        guest::drop_relay_addresses(b, vm).await?;
+    }
+    Ok(())
+}
+
+/// A cold-booted guest's first configuration, recorded (`applied`).
+pub(crate) async fn cold_configure(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
+    applied::forget(&vm.dir);
+    guest::after_cold_boot(b, vm).await?;
+    applied::record(&vm.dir, &applied::wanted(vm));
+    Ok(())
 }
 
 /// A format 2 guest with a NIC was saved with the relays of that time: the
@@ -379,30 +442,17 @@ pub(crate) async fn restore(
         rand::thread_rng().fill_bytes(&mut mid);
         let machine_id: String = mid.iter().map(|b| format!("{b:02x}")).collect();
         let hostname: String = spec.id.as_str().chars().take(63).collect();
-        if !with_memory {
-            guest::after_cold_boot(b, &vm).await?;
-        }
-        let r = guest::call(
-            b,
-            &vm,
-            Request::SetIdentity {
-                hostname,
-                machine_id,
-                entropy,
-            },
-            None,
-            Duration::ZERO,
-        )
-        .await?;
-        expect_ok(r)?;
+        let identity = Request::SetIdentity {
+            hostname,
+            machine_id,
+            entropy,
+        };
         if with_memory {
-            guest::set_time(b, &vm).await?;
             let saved = snapshot::read_meta(artifacts)?;
-            let inputs = saved.as_ref().map(|m| m.inputs.clone());
-            guest::configure(b, &vm, false, inputs.as_deref()).await?;
-            if saved.as_ref().is_some_and(legacy_relays) {
-                guest::drop_relay_addresses(b, &vm).await?;
-            }
+            after_memory_load(b, &vm, saved.as_ref(), Some(identity), false).await?;
+        } else {
+            cold_configure(b, &vm).await?;
+            expect_ok(guest::call(b, &vm, identity, None, Duration::ZERO).await?)?;
         }
         Ok::<(), Error>(())
     }
