@@ -18,8 +18,11 @@ use std::path::Path;
 
 use stasis_agent_proto::GuestConfig;
 
+use stasis_core::Result;
+
 use crate::boundary;
-use crate::state::Vm;
+use crate::guest;
+use crate::state::{MicrovmBackend, Vm};
 
 /// In the sandbox directory.
 pub(crate) const RECORD: &str = "guest-config.json";
@@ -63,6 +66,15 @@ pub(crate) fn record(dir: &Path, config: &GuestConfig) {
     if let Err(e) = stasis_backend::fsafe::write_replace(&dir.join(RECORD), &bytes, 0o644) {
         tracing::warn!(dir = %dir.display(), "cannot record the guest configuration: {e}");
     }
+}
+
+/// A cold-booted guest's first configuration (`guest::after_cold_boot`),
+/// recorded.
+pub(crate) async fn cold_configure(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
+    forget(&vm.dir);
+    guest::after_cold_boot(b, vm).await?;
+    record(&vm.dir, &wanted(vm));
+    Ok(())
 }
 
 #[cfg(test)]

@@ -64,6 +64,7 @@ mod ports;
 pub mod qemu;
 pub mod qmp;
 mod resume;
+mod shared_ram;
 mod snapshot;
 mod standby;
 mod state;

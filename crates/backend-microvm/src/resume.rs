@@ -31,6 +31,7 @@ use crate::image::Image;
 use crate::local;
 use crate::migration::copy_data_extents;
 use crate::qemu::{self, cleanup_dir_files, RamBacking};
+use crate::shared_ram;
 use crate::snapshot::{self, check_devices, same_qemu, SnapshotMeta, MEMORY_RAM, MEMORY_STATE};
 use crate::standby;
 use crate::state::{self, op_lock, MicrovmBackend, Vm};
@@ -192,7 +193,7 @@ async fn finish_resume(
     let r = if with_memory {
         after_memory_load(b, vm, saved, None, reuse_config).await
     } else {
-        cold_configure(b, vm).await
+        applied::cold_configure(b, vm).await
     };
     state::note_finish(b, &spec.id, tf);
     if let Err(e) = r {
@@ -264,14 +265,6 @@ async fn after_memory_load(
     Ok(())
 }
 
-/// A cold-booted guest's first configuration, recorded (`applied`).
-pub(crate) async fn cold_configure(b: &MicrovmBackend, vm: &Vm) -> Result<()> {
-    applied::forget(&vm.dir);
-    guest::after_cold_boot(b, vm).await?;
-    applied::record(&vm.dir, &applied::wanted(vm));
-    Ok(())
-}
-
 /// A format 2 guest with a NIC was saved with the relays of that time: the
 /// agent had put every non-loopback destination's address on the guest's
 /// `lo`, which would now catch the guest's connections to it.
@@ -330,6 +323,7 @@ pub(crate) async fn start_from_artifacts(
         ));
     }
     let with_memory = has_state && meta.as_ref().is_some_and(|m| m.memory);
+    let mut ram_kept = false;
     let image = match &meta {
         Some(m) => checked_image(b, spec, m)?,
         None => Image::resolve_with(
@@ -348,9 +342,16 @@ pub(crate) async fn start_from_artifacts(
         )
         .await?;
         // A RAM file without a hash is the guest's own (format 4): the
-        // store verified it chunk by chunk.
+        // store verified it chunk by chunk. A restore whose RAM image this
+        // node keeps already (`shared_ram`) maps that file, and its staged
+        // copy is not even read.
         if let (true, Some(want)) = (m.ram_file, m.memory_ram_blake3.clone()) {
-            snapshot::verify(&b.verified, &artifacts.join(MEMORY_RAM), &want, None).await?;
+            std::fs::create_dir_all(&spec.dir)?;
+            let base = spec.dir.join(qemu::BASE_RAM);
+            ram_kept = !own_ram && shared_ram::link_kept(&spec.dir, &want, &base);
+            if !ram_kept {
+                snapshot::verify(&b.verified, &artifacts.join(MEMORY_RAM), &want, None).await?;
+            }
         }
     }
     std::fs::create_dir_all(&spec.dir)?;
@@ -369,7 +370,12 @@ pub(crate) async fn start_from_artifacts(
             } else {
                 // Keep our own link so the server may delete the artifacts.
                 let base = spec.dir.join(qemu::BASE_RAM);
-                crate::util::link_or_copy(&artifacts.join(MEMORY_RAM), &base)?;
+                let staged = artifacts.join(MEMORY_RAM);
+                match (ram_kept, m.memory_ram_blake3.as_deref()) {
+                    (true, _) => {}
+                    (false, Some(h)) => shared_ram::keep(&spec.dir, h, &staged, &base)?,
+                    (false, None) => crate::util::link_or_copy(&staged, &base)?,
+                }
                 RamBacking::PrivateFile(base)
             };
             let kind = StartKind::Incoming {
@@ -451,7 +457,7 @@ pub(crate) async fn restore(
             let saved = snapshot::read_meta(artifacts)?;
             after_memory_load(b, &vm, saved.as_ref(), Some(identity), false).await?;
         } else {
-            cold_configure(b, &vm).await?;
+            applied::cold_configure(b, &vm).await?;
             expect_ok(guest::call(b, &vm, identity, None, Duration::ZERO).await?)?;
         }
         Ok::<(), Error>(())

@@ -158,7 +158,10 @@ async fn start_vm_inner(
         incoming: incoming.as_ref().map(|_| "defer".into()),
         paused: true,
         ram: ram.clone(),
-        tcg_tb_mb: b.config.tcg_tb_mb,
+        tcg_tb_mb: match &ram {
+            RamBacking::PrivateFile(_) => b.config.tcg_tb_mb_restore.or(b.config.tcg_tb_mb),
+            _ => b.config.tcg_tb_mb,
+        },
         nic,
         inputs: inputs
             .iter()
@@ -596,7 +599,7 @@ pub(crate) async fn create(b: &MicrovmBackend, spec: &SandboxSpec) -> Result<()>
             return Err(e.context("create"));
         }
     };
-    if let Err(e) = crate::resume::cold_configure(b, &vm).await {
+    if let Err(e) = crate::applied::cold_configure(b, &vm).await {
         abandon(b, &vm).await;
         return Err(e.context("create"));
     }
