@@ -200,7 +200,11 @@ async fn finish_resume(
         abandon(b, vm).await;
         return Err(e.context("resume"));
     }
-    state::insert(b, vm.clone())
+    state::insert(b, vm.clone())?;
+    if with_memory {
+        warm_up(vm).await;
+    }
+    Ok(())
 }
 
 /// What a guest whose memory state was loaded needs before it serves:
@@ -225,14 +229,13 @@ async fn after_memory_load(
     let ms = |t: Instant| t.elapsed().as_millis() as u64;
     let time = async { (guest::set_time(b, vm).await, ms(t)) };
     let ident = async {
-        let r = match identity {
+        match identity {
             Some(req) => match guest::call(b, vm, req, None, Duration::ZERO).await {
-                Ok(r) => expect_ok(r),
-                Err(e) => Err(e),
+                Ok(r) => (expect_ok(r), ms(t)),
+                Err(e) => (Err(e), ms(t)),
             },
-            None => Ok(()),
-        };
-        (r, ms(t))
+            None => (Ok(()), 0),
+        }
     };
     let inputs = saved.map(|m| m.inputs.clone());
     let conf = async {
@@ -263,6 +266,35 @@ async fn after_memory_load(
         guest::drop_relay_addresses(b, vm).await?;
     }
     Ok(())
+}
+
+/// Under TCG a QEMU that loaded a memory state starts with an empty code
+/// cache: the guest's first process start (kernel fork/exec paths, the
+/// shell, the agent's exec path) is translated again, ~200 ms here, more
+/// than the resume itself. So the resumed guest starts one `true` on its
+/// own, not waited for: its translation overlaps the rest of the resume
+/// (the server's bookkeeping, the answer, the client's next request), and
+/// the client's first exec finds that code translated. Nothing of it is
+/// visible but a short-lived process; its outcome is ignored.
+async fn warm_up(vm: &Vm) {
+    if vm.accel != crate::qemu::Accel::Tcg {
+        return;
+    }
+    let agent = vm.agent.read().await.clone();
+    let req = Request::Exec {
+        req: stasis_core::ExecRequest {
+            argv: vec!["true".into()],
+            env: Default::default(),
+            cwd: Some("/".into()),
+            timeout_ms: 10_000,
+            stdin: None,
+            user: None,
+        },
+        stream: false,
+    };
+    tokio::spawn(async move {
+        let _ = agent.request(req, None, Duration::from_secs(20)).await;
+    });
 }
 
 /// A format 2 guest with a NIC was saved with the relays of that time: the
@@ -468,5 +500,9 @@ pub(crate) async fn restore(
         abandon(b, &vm).await;
         return Err(e.context("restore"));
     }
-    state::insert(b, vm)
+    state::insert(b, vm.clone())?;
+    if with_memory {
+        warm_up(&vm).await;
+    }
+    Ok(())
 }
