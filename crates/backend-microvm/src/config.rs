@@ -73,6 +73,13 @@ pub struct MicrovmConfig {
     /// TCG translation buffer per guest, MiB (None: QEMU's 1 GiB default).
     /// Bounds the per-sandbox code cache, the main private memory of a fork.
     pub tcg_tb_mb: Option<u32>,
+    /// The same for a restored guest (a fork, mapping its snapshot's RAM
+    /// copy-on-write; None: `tcg_tb_mb`). Its translation buffer is the
+    /// largest memory a fork does not share with its siblings, and a fork
+    /// runs little new code after its restore: a smaller cap keeps N forks
+    /// cheap, at the price of a code-cache flush (retranslation) once it
+    /// fills.
+    pub tcg_tb_mb_restore: Option<u32>,
     /// Host directories under which read-only mount sources may lie (the
     /// operator's `--allow-mount`); empty: every mount is refused.
     pub mount_roots: Vec<PathBuf>,
@@ -110,6 +117,7 @@ impl MicrovmConfig {
             shared_ram: true,
             standby_max_bytes: 2 << 30,
             tcg_tb_mb: Some(128),
+            tcg_tb_mb_restore: Some(32),
             mount_roots: Vec::new(),
             mkfs_ext4: "mkfs.ext4".into(),
             egress: None,
@@ -134,6 +142,7 @@ impl std::fmt::Debug for MicrovmConfig {
             .field("shared_ram", &self.shared_ram)
             .field("standby_max_bytes", &self.standby_max_bytes)
             .field("tcg_tb_mb", &self.tcg_tb_mb)
+            .field("tcg_tb_mb_restore", &self.tcg_tb_mb_restore)
             .field("mount_roots", &self.mount_roots)
             .field("mkfs_ext4", &self.mkfs_ext4)
             .field("egress", &self.egress.as_ref().map(|_| "attached"))

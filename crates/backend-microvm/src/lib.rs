@@ -46,6 +46,7 @@
 
 mod accel;
 mod agent;
+mod applied;
 pub mod boundary;
 mod config;
 mod disk;
@@ -63,6 +64,7 @@ mod ports;
 pub mod qemu;
 pub mod qmp;
 mod resume;
+mod shared_ram;
 mod snapshot;
 mod standby;
 mod state;

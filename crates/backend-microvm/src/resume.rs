@@ -24,12 +24,14 @@ use stasis_agent_proto::Request;
 use stasis_backend::SandboxSpec;
 use stasis_core::{Error, Result, SnapshotId};
 
+use crate::applied;
 use crate::disk;
 use crate::guest::{self, expect_ok};
 use crate::image::Image;
 use crate::local;
 use crate::migration::copy_data_extents;
 use crate::qemu::{self, cleanup_dir_files, RamBacking};
+use crate::shared_ram;
 use crate::snapshot::{self, check_devices, same_qemu, SnapshotMeta, MEMORY_RAM, MEMORY_STATE};
 use crate::standby;
 use crate::state::{self, op_lock, MicrovmBackend, Vm};
@@ -119,7 +121,7 @@ pub(crate) async fn resume(b: &MicrovmBackend, spec: &SandboxSpec, artifacts: &P
         .await
         .map_err(|e| e.context("resume"))?;
     let saved = snapshot::read_meta(artifacts)?;
-    let r = finish_resume(b, spec, &vm, with_memory, saved.as_ref()).await;
+    let r = finish_resume(b, spec, &vm, with_memory, saved.as_ref(), false).await;
     note_path(b, spec, "store");
     r
 }
@@ -173,7 +175,7 @@ async fn resume_local(b: &MicrovmBackend, spec: &SandboxSpec, meta: &SnapshotMet
     if let Some(t) = b.timings.lock().unwrap().get_mut(&spec.id) {
         t.prepare_ms = prepare_ms;
     }
-    finish_resume(b, spec, &vm, with_memory, Some(meta)).await
+    finish_resume(b, spec, &vm, with_memory, Some(meta), true).await
 }
 
 /// After a resumed guest's agent answered: its clock, the manifest's
@@ -185,28 +187,114 @@ async fn finish_resume(
     vm: &Arc<Vm>,
     with_memory: bool,
     saved: Option<&SnapshotMeta>,
+    reuse_config: bool,
 ) -> Result<()> {
     let tf = Instant::now();
     let r = if with_memory {
-        async {
-            guest::set_time(b, vm).await?;
-            let inputs = saved.map(|m| m.inputs.clone());
-            guest::configure(b, vm, false, inputs.as_deref()).await?;
-            if saved.is_some_and(legacy_relays) {
-                guest::drop_relay_addresses(b, vm).await?;
-            }
-            Ok(())
-        }
-        .await
+        after_memory_load(b, vm, saved, None, reuse_config).await
     } else {
-        guest::after_cold_boot(b, vm).await
+        applied::cold_configure(b, vm).await
     };
     state::note_finish(b, &spec.id, tf);
     if let Err(e) = r {
         abandon(b, vm).await;
         return Err(e.context("resume"));
     }
-    state::insert(b, vm.clone())
+    state::insert(b, vm.clone())?;
+    if with_memory {
+        warm_up(vm).await;
+    }
+    Ok(())
+}
+
+/// What a guest whose memory state was loaded needs before it serves:
+/// its clock (it stood still), the manifest's boundaries again (the
+/// inputs that changed refreshed) and, for a restore, a new identity.
+/// These requests are independent of one another and the agent serves
+/// each on a thread of its own, so they are sent together: one agent
+/// round trip (the longest request's) instead of one per request. The
+/// relay addresses of a format 2 guest go after its configuration.
+///
+/// `reuse_config` (a local resume: the guest that paused, as it was): the
+/// configuration is not sent again when the guest is recorded to have it
+/// (`applied`) and no input disk changed.
+async fn after_memory_load(
+    b: &MicrovmBackend,
+    vm: &Arc<Vm>,
+    saved: Option<&SnapshotMeta>,
+    identity: Option<Request>,
+    reuse_config: bool,
+) -> Result<()> {
+    let t = Instant::now();
+    let ms = |t: Instant| t.elapsed().as_millis() as u64;
+    let time = async { (guest::set_time(b, vm).await, ms(t)) };
+    let ident = async {
+        match identity {
+            Some(req) => match guest::call(b, vm, req, None, Duration::ZERO).await {
+                Ok(r) => (expect_ok(r), ms(t)),
+                Err(e) => (Err(e), ms(t)),
+            },
+            None => (Ok(()), 0),
+        }
+    };
+    let inputs = saved.map(|m| m.inputs.clone());
+    let conf = async {
+        let want = applied::wanted(vm);
+        let same_inputs = inputs.as_ref().is_some_and(|old| {
+            old.len() == vm.inputs.len() && old.iter().zip(&vm.inputs).all(|(o, d)| o == &d.digest)
+        });
+        if reuse_config && same_inputs && applied::has(&vm.dir, &want) {
+            return (Ok(()), 0);
+        }
+        applied::forget(&vm.dir);
+        let r = guest::configure(b, vm, false, inputs.as_deref()).await;
+        if r.is_ok() {
+            applied::record(&vm.dir, &want);
+        }
+        (r, ms(t))
+    };
+    let ((rt, time_ms), (ri, ident_ms), (rc, conf_ms)) = tokio::join!(time, ident, conf);
+    if let Some(tm) = b.timings.lock().unwrap().get_mut(&vm.id) {
+        tm.set_time_ms = time_ms;
+        tm.identity_ms = ident_ms;
+        tm.configure_ms = conf_ms;
+    }
+    rt?;
+    ri?;
+    rc?;
+    if saved.is_some_and(legacy_relays) {
+        guest::drop_relay_addresses(b, vm).await?;
+    }
+    Ok(())
+}
+
+/// Under TCG a QEMU that loaded a memory state starts with an empty code
+/// cache: the guest's first process start (kernel fork/exec paths, the
+/// shell, the agent's exec path) is translated again, ~200 ms here, more
+/// than the resume itself. So the resumed guest starts one `true` on its
+/// own, not waited for: its translation overlaps the rest of the resume
+/// (the server's bookkeeping, the answer, the client's next request), and
+/// the client's first exec finds that code translated. Nothing of it is
+/// visible but a short-lived process; its outcome is ignored.
+async fn warm_up(vm: &Vm) {
+    if vm.accel != crate::qemu::Accel::Tcg {
+        return;
+    }
+    let agent = vm.agent.read().await.clone();
+    let req = Request::Exec {
+        req: stasis_core::ExecRequest {
+            argv: vec!["true".into()],
+            env: Default::default(),
+            cwd: Some("/".into()),
+            timeout_ms: 10_000,
+            stdin: None,
+            user: None,
+        },
+        stream: false,
+    };
+    tokio::spawn(async move {
+        let _ = agent.request(req, None, Duration::from_secs(20)).await;
+    });
 }
 
 /// A format 2 guest with a NIC was saved with the relays of that time: the
@@ -267,6 +355,7 @@ pub(crate) async fn start_from_artifacts(
         ));
     }
     let with_memory = has_state && meta.as_ref().is_some_and(|m| m.memory);
+    let mut ram_kept = false;
     let image = match &meta {
         Some(m) => checked_image(b, spec, m)?,
         None => Image::resolve_with(
@@ -285,9 +374,16 @@ pub(crate) async fn start_from_artifacts(
         )
         .await?;
         // A RAM file without a hash is the guest's own (format 4): the
-        // store verified it chunk by chunk.
+        // store verified it chunk by chunk. A restore whose RAM image this
+        // node keeps already (`shared_ram`) maps that file, and its staged
+        // copy is not even read.
         if let (true, Some(want)) = (m.ram_file, m.memory_ram_blake3.clone()) {
-            snapshot::verify(&b.verified, &artifacts.join(MEMORY_RAM), &want, None).await?;
+            std::fs::create_dir_all(&spec.dir)?;
+            let base = spec.dir.join(qemu::BASE_RAM);
+            ram_kept = !own_ram && shared_ram::link_kept(&spec.dir, &want, &base);
+            if !ram_kept {
+                snapshot::verify(&b.verified, &artifacts.join(MEMORY_RAM), &want, None).await?;
+            }
         }
     }
     std::fs::create_dir_all(&spec.dir)?;
@@ -306,7 +402,12 @@ pub(crate) async fn start_from_artifacts(
             } else {
                 // Keep our own link so the server may delete the artifacts.
                 let base = spec.dir.join(qemu::BASE_RAM);
-                crate::util::link_or_copy(&artifacts.join(MEMORY_RAM), &base)?;
+                let staged = artifacts.join(MEMORY_RAM);
+                match (ram_kept, m.memory_ram_blake3.as_deref()) {
+                    (true, _) => {}
+                    (false, Some(h)) => shared_ram::keep(&spec.dir, h, &staged, &base)?,
+                    (false, None) => crate::util::link_or_copy(&staged, &base)?,
+                }
                 RamBacking::PrivateFile(base)
             };
             let kind = StartKind::Incoming {
@@ -379,30 +480,17 @@ pub(crate) async fn restore(
         rand::thread_rng().fill_bytes(&mut mid);
         let machine_id: String = mid.iter().map(|b| format!("{b:02x}")).collect();
         let hostname: String = spec.id.as_str().chars().take(63).collect();
-        if !with_memory {
-            guest::after_cold_boot(b, &vm).await?;
-        }
-        let r = guest::call(
-            b,
-            &vm,
-            Request::SetIdentity {
-                hostname,
-                machine_id,
-                entropy,
-            },
-            None,
-            Duration::ZERO,
-        )
-        .await?;
-        expect_ok(r)?;
+        let identity = Request::SetIdentity {
+            hostname,
+            machine_id,
+            entropy,
+        };
         if with_memory {
-            guest::set_time(b, &vm).await?;
             let saved = snapshot::read_meta(artifacts)?;
-            let inputs = saved.as_ref().map(|m| m.inputs.clone());
-            guest::configure(b, &vm, false, inputs.as_deref()).await?;
-            if saved.as_ref().is_some_and(legacy_relays) {
-                guest::drop_relay_addresses(b, &vm).await?;
-            }
+            after_memory_load(b, &vm, saved.as_ref(), Some(identity), false).await?;
+        } else {
+            applied::cold_configure(b, &vm).await?;
+            expect_ok(guest::call(b, &vm, identity, None, Duration::ZERO).await?)?;
         }
         Ok::<(), Error>(())
     }
@@ -412,5 +500,9 @@ pub(crate) async fn restore(
         abandon(b, &vm).await;
         return Err(e.context("restore"));
     }
-    state::insert(b, vm)
+    state::insert(b, vm.clone())?;
+    if with_memory {
+        warm_up(&vm).await;
+    }
+    Ok(())
 }

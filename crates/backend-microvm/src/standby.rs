@@ -20,6 +20,7 @@ use std::time::Duration;
 use stasis_backend::{SandboxSpec, Standby};
 use stasis_core::{now_ms, Error, Result, SandboxId, SnapshotId};
 
+use crate::agent::AgentConn;
 use crate::guest;
 use crate::jail::trust;
 use crate::local;
@@ -175,8 +176,14 @@ pub(crate) async fn release(b: &MicrovmBackend, id: &SandboxId) -> Result<bool> 
     })
 }
 
-/// Standbys past their window, and the oldest over the cap, released.
+/// Standbys past their window, and the oldest over the cap, released;
+/// unused kept RAM images removed.
 pub(crate) async fn housekeeping(b: &MicrovmBackend) -> Vec<SandboxId> {
+    // Kept restore RAM images no sandbox maps any more go too.
+    let parents: Vec<_> = b.seen_parents.lock().unwrap().iter().cloned().collect();
+    for p in parents {
+        crate::shared_ram::sweep_dir(&p.join(crate::shared_ram::DIR));
+    }
     let now = now_ms();
     let mut due: Vec<SandboxId> = b
         .standby
@@ -204,6 +211,15 @@ pub(crate) async fn housekeeping(b: &MicrovmBackend) -> Vec<SandboxId> {
 /// Continue a sandbox held in standby: the same QEMU, the same RAM. The
 /// local files are unbound first (the guest writes them again). On error
 /// the QEMU is gone and the sandbox stays paused (its stored pause intact).
+///
+/// The guest's clock stood still while it was stopped; it is set before
+/// the guest serves anything else, but without making the resume wait for
+/// that round trip: the agent channel is taken (its write lock) before
+/// `cont` and given back only once the guest answered `SetTime`, so every
+/// request that follows the resume waits for it while the resume's answer
+/// is on its way. Should the guest not answer it, the sandbox fails (its
+/// QEMU is killed; later calls say why), as a guest dead at its first
+/// request would.
 pub(crate) async fn continue_held(
     b: &MicrovmBackend,
     spec: &SandboxSpec,
@@ -212,19 +228,63 @@ pub(crate) async fn continue_held(
     let vm = held.vm;
     local::unbind(&spec.dir);
     let _ = std::fs::remove_file(spec.dir.join(MARKER));
+    let (locked_tx, locked) = tokio::sync::oneshot::channel::<()>();
+    let (go, go_rx) = tokio::sync::oneshot::channel::<()>();
+    let timeout = b.config.agent_timeout;
+    let v = vm.clone();
+    tokio::spawn(async move {
+        let mut agent = v.agent.write().await;
+        let _ = locked_tx.send(());
+        if go_rx.await.is_err() {
+            return; // `cont` failed: the resume fails, nothing to set.
+        }
+        let r = async {
+            if agent.is_closed() {
+                // The channel dropped while held: connect again (as every
+                // request would), checking it is the same boot.
+                let path = v.dir.join(crate::qemu::AGENT_SOCK);
+                let fresh = AgentConn::connect(&path, Duration::from_secs(5)).await?;
+                let boot = fresh.hello(timeout).await?;
+                if boot != v.boot_id {
+                    return Err(Error::backend(format!(
+                        "guest rebooted (boot_id {boot}, expected {})",
+                        v.boot_id
+                    )));
+                }
+                *agent = fresh;
+            }
+            let req = stasis_agent_proto::Request::SetTime {
+                unix_nanos: util::now_unix_nanos(),
+            };
+            guest::expect_ok(agent.request(req, None, timeout).await?)
+        }
+        .await;
+        drop(agent);
+        if let Err(e) = r {
+            guest::fail_vm(
+                &v,
+                &format!("setting the clock after standby: {}", e.message),
+            )
+            .await;
+        }
+    });
     let r = async {
+        locked
+            .await
+            .map_err(|_| Error::internal("clock task ended early"))?;
         if !vm.proc.lock().await.alive() {
             return Err(Error::backend("the QEMU held in standby has exited"));
         }
         vm.qmp.lock().await.execute("cont", None).await?;
-        // Guest time stood still while it was stopped.
-        guest::set_time(b, &vm).await
+        Ok(())
     }
     .await;
     if let Err(e) = r {
+        drop(go);
         vm::abandon(b, &vm).await;
         return Err(e.context("continuing the sandbox held in standby"));
     }
+    let _ = go.send(());
     state::insert(b, vm)
 }
 

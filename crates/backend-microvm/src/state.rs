@@ -68,8 +68,27 @@ pub struct OpTimings {
     pub net_ms: u64,
     /// Resume/restore: checks + disk placement before QEMU starts.
     pub prepare_ms: u64,
+    /// The jail planned and its directory prepared (part of `start_ms`).
+    #[serde(default)]
+    pub jail_ms: u64,
+    /// QEMU spawned -> QMP answered: QEMU's exec and init (part of
+    /// `start_ms`; what a pre-started QEMU would save).
+    #[serde(default)]
+    pub qmp_ms: u64,
+    /// The guest continued -> its agent answered `hello` (part of `start_ms`).
+    #[serde(default)]
+    pub hello_ms: u64,
     /// Resume/restore: SetIdentity/SetTime after the agent answered.
     pub finish_ms: u64,
+    /// Within `finish_ms` (the requests are sent together): when the
+    /// guest's clock was set, its identity (restore) and its configuration
+    /// applied, counted from the first request.
+    #[serde(default)]
+    pub set_time_ms: u64,
+    #[serde(default)]
+    pub identity_ms: u64,
+    #[serde(default)]
+    pub configure_ms: u64,
     /// Outgoing migration (pause/snapshot).
     pub migrate_ms: u64,
     pub disk_ms: u64,
@@ -87,7 +106,13 @@ impl OpTimings {
             ("state_load_ms", self.incoming_ms),
             ("net_ms", self.net_ms),
             ("prepare_ms", self.prepare_ms),
+            ("jail_ms", self.jail_ms),
+            ("qmp_ms", self.qmp_ms),
+            ("agent_hello_ms", self.hello_ms),
             ("agent_finish_ms", self.finish_ms),
+            ("set_time_ms", self.set_time_ms),
+            ("identity_ms", self.identity_ms),
+            ("configure_ms", self.configure_ms),
             ("migrate_ms", self.migrate_ms),
             ("disk_ms", self.disk_ms),
         ]

@@ -18,7 +18,6 @@ use stasis_core::{Error, Manifest, Result};
 use crate::agent::connect_agent;
 use crate::boundary;
 use crate::disk::qemu_img;
-use crate::guest;
 use crate::image::{kernel_append, Image};
 use crate::net::Nic;
 use crate::ports;
@@ -159,7 +158,10 @@ async fn start_vm_inner(
         incoming: incoming.as_ref().map(|_| "defer".into()),
         paused: true,
         ram: ram.clone(),
-        tcg_tb_mb: b.config.tcg_tb_mb,
+        tcg_tb_mb: match &ram {
+            RamBacking::PrivateFile(_) => b.config.tcg_tb_mb_restore.or(b.config.tcg_tb_mb),
+            _ => b.config.tcg_tb_mb,
+        },
         nic,
         inputs: inputs
             .iter()
@@ -172,26 +174,48 @@ async fn start_vm_inner(
         Some(cfg) => Some(qemu::prepare_jail(cfg, &launch, &dir, &image.dir)?),
         None => None,
     };
+    let jail_ms = t0.elapsed().as_millis() as u64;
     let mut proc = qemu::QemuProc::spawn(&launch, &dir, jail.as_ref().map(|j| &j.1))?;
     drop(jail);
+    let spawned = Instant::now();
     let pid = proc.pid;
     let fail = |why: String, proc: &mut qemu::QemuProc| {
         let why = format!("{why}{}", diagnostics(&dir, proc.alive()));
         Error::backend(why)
     };
-    // QMP.
-    let qmp = match connect_qmp(&dir, &mut proc).await {
-        Ok(q) => q,
-        Err(e) => {
+    // QMP, and meanwhile the network, while the guest is stopped: QEMU's
+    // namespace (the jail's, made when the jail was cloned, before QEMU
+    // runs) gets loopback and the egress service. Neither needs the other:
+    // QEMU's init and the service's firewall proceed side by side.
+    let jailed = b.config.jail.is_some();
+    let net = async {
+        let tn = Instant::now();
+        let netns = match jailed {
+            true => crate::net::qemu_netns(pid)?,
+            false => None,
+        };
+        if let Some(ns) = &netns {
+            let ns2 = ns.try_clone()?;
+            tokio::task::spawn_blocking(move || crate::net::prepare_netns(&ns2))
+                .await
+                .map_err(|e| Error::internal(e.to_string()))??;
+            if nic == Nic::Open {
+                attach(b, spec, ns).await?;
+            }
+        }
+        Ok::<_, Error>((netns, tn.elapsed()))
+    };
+    let (qmp, net) = tokio::join!(connect_qmp(&dir, &mut proc), net);
+    let qmp_ms = spawned.elapsed().as_millis() as u64;
+    let (mut qmp, netns, prep) = match (qmp, net) {
+        (Ok(q), Ok(x)) => (q, x.0, x.1),
+        (Err(e), _) | (_, Err(e)) => {
             let err = fail(e.message, &mut proc);
             proc.kill().await;
             return Err(err);
         }
     };
-    let mut qmp = qmp;
-    // The network, while the guest is stopped: QEMU's namespace (the
-    // jail's) gets loopback and the egress service; forwards of a paused
-    // sandbox come back.
+    // Forwards of a paused sandbox come back.
     let forwards = if nic == Nic::None {
         BTreeSet::new()
     } else {
@@ -202,47 +226,19 @@ async fn start_vm_inner(
             .cloned()
             .unwrap_or_default()
     };
-    let netns = match b.config.jail.is_some() {
-        true => match crate::net::qemu_netns(pid) {
-            Ok(ns) => ns,
-            Err(e) => {
-                let err = fail(e.message, &mut proc);
-                proc.kill().await;
-                return Err(err);
+    let tf = Instant::now();
+    let mut gone = Vec::new();
+    if netns.is_some() {
+        for p in &forwards {
+            // Not worth failing a start over: connect_port adds it again.
+            if let Err(e) = ports::add_forward(&mut qmp, *p).await {
+                tracing::warn!(sandbox = %spec.id, port = p, "{e}");
+                gone.push(*p);
             }
-        },
-        false => None,
-    };
-    let tn = Instant::now();
-    let r = async {
-        if let Some(ns) = &netns {
-            crate::net::prepare_netns(ns)?;
-            if nic == Nic::Open {
-                attach(b, spec, ns).await?;
-            }
-            let mut gone = Vec::new();
-            for p in &forwards {
-                // Not worth failing a start over: connect_port adds it again.
-                if let Err(e) = ports::add_forward(&mut qmp, *p).await {
-                    tracing::warn!(sandbox = %spec.id, port = p, "{e}");
-                    gone.push(*p);
-                }
-            }
-            Ok::<Vec<u16>, Error>(gone)
-        } else {
-            Ok(Vec::new())
         }
     }
-    .await;
-    let net_ms = tn.elapsed().as_millis() as u64;
-    let gone = match r {
-        Ok(gone) => gone,
-        Err(e) => {
-            let err = fail(e.message, &mut proc);
-            proc.kill().await;
-            return Err(err);
-        }
-    };
+    // The namespace's preparation (overlapping QEMU's init) and the forwards.
+    let net_ms = (prep + tf.elapsed()).as_millis() as u64;
     let forwards: BTreeSet<u16> = match netns.is_some() {
         true => forwards.into_iter().filter(|p| !gone.contains(p)).collect(),
         false => BTreeSet::new(),
@@ -302,6 +298,7 @@ async fn start_vm_inner(
         StartKind::Incoming { .. } => b.config.agent_timeout,
     };
     let agent_path = dir.join(qemu::AGENT_SOCK);
+    let ta = Instant::now();
     let (agent, boot_id) = match connect_agent(&agent_path, &mut proc, hello_timeout).await {
         Ok(x) => x,
         Err(e) => {
@@ -310,6 +307,7 @@ async fn start_vm_inner(
             return Err(Error::new(e.code, err.message));
         }
     };
+    let hello_ms = ta.elapsed().as_millis() as u64;
     if let Some(want) = expect_boot {
         if want != boot_id {
             proc.kill().await;
@@ -346,6 +344,9 @@ async fn start_vm_inner(
             start_ms: t0.elapsed().as_millis() as u64,
             incoming_ms,
             net_ms,
+            jail_ms,
+            qmp_ms,
+            hello_ms,
             ..Default::default()
         },
     );
@@ -598,7 +599,7 @@ pub(crate) async fn create(b: &MicrovmBackend, spec: &SandboxSpec) -> Result<()>
             return Err(e.context("create"));
         }
     };
-    if let Err(e) = guest::after_cold_boot(b, &vm).await {
+    if let Err(e) = crate::applied::cold_configure(b, &vm).await {
         abandon(b, &vm).await;
         return Err(e.context("create"));
     }

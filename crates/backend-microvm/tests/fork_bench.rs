@@ -88,6 +88,10 @@ async fn fork_n_memory() {
     {
         c.tcg_tb_mb = Some(mb);
     }
+    c.tcg_tb_mb_restore = std::env::var("STASIS_TB_MB_RESTORE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .or(c.tcg_tb_mb_restore);
     c.boot_timeout = Duration::from_secs(180);
     let b = MicrovmBackend::new(c);
     let root = tempfile::tempdir().unwrap();

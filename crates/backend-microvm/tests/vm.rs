@@ -7,6 +7,7 @@
 //! two from one snapshot, corrupt/truncated memory state, an unanswering
 //! guest. Figures are printed with `--nocapture`.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -440,8 +441,20 @@ async fn microvm_pause_resume_fork_and_bad_input() {
             .unwrap();
         use std::os::unix::fs::FileExt;
         f.write_all_at(b"garbage", 1 << 20).unwrap();
+        // Restores map the node's kept, verified RAM image: the copy is unread.
+        let k1 = spec(root.path(), &img, &reaper);
+        let k2 = spec(root.path(), &img, &reaper);
+        b.restore(&k1, &snap).await.unwrap();
+        b.restore(&k2, &bad2).await.unwrap();
+        let ino = |s: &SandboxSpec| std::fs::metadata(s.dir.join("base.ram")).unwrap().ino();
+        assert_eq!(ino(&k1), ino(&k2), "restores of one image share its file");
+        b.destroy(&k1.id, &k1.dir).await.unwrap();
+        b.destroy(&k2.id, &k2.dir).await.unwrap();
+        // An image the node does not keep is verified: refused.
+        let mut m = meta_of(&bad2);
+        m.memory_ram_blake3 = Some(blake3::hash(b"another image").to_hex().to_string());
+        std::fs::write(bad2.join("meta.json"), serde_json::to_vec(&m).unwrap()).unwrap();
         let e = b.restore(&d, &bad2).await.unwrap_err();
-        eprintln!("corrupt ram: {e}");
         assert_eq!(e.code, ErrorCode::IntegrityError, "{e}");
         assert!(e.message.contains("memory.ram"), "{e}");
         assert!(qemus_of(&d.id).is_empty());

@@ -361,11 +361,26 @@ async fn fork_bench(c: &Client, manifest: &Value, n: u32) -> Result<Value> {
     let fork_ms = ms_since(t);
     let kids: Vec<String> = f.sandboxes.into_iter().map(|s| s.id).collect();
     let (mut total_rss, mut total_pss) = (0u64, 0u64);
+    let mut first_exec = Vec::new();
     for k in &kids {
+        let t = Instant::now();
         exec_ok(c, k, &["true"]).await?;
+        first_exec.push(ms_since(t));
         let u = c.usage(k).await?;
         total_rss += u.rss_bytes;
         total_pss += u.pss_bytes;
+    }
+    // New code in a fork (an interpreter's start, twice: translated, then
+    // from the code cache), the price of a small translation buffer
+    // (`--tcg-tb-mb-restore`); on a few children, after the memory figures.
+    let (mut new_code, mut again) = (Vec::new(), Vec::new());
+    for k in kids.iter().take(3) {
+        let t = Instant::now();
+        exec_ok(c, k, &["python3", "-c", "pass"]).await?;
+        new_code.push(ms_since(t));
+        let t = Instant::now();
+        exec_ok(c, k, &["python3", "-c", "pass"]).await?;
+        again.push(ms_since(t));
     }
     for k in &kids {
         c.destroy(k).await?;
@@ -376,6 +391,9 @@ async fn fork_bench(c: &Client, manifest: &Value, n: u32) -> Result<Value> {
         "children": kids.len(),
         "total_ms": fork_ms,
         "per_child_ms": fork_ms / kids.len().max(1) as f64,
+        "child_first_exec_ms": median(&mut first_exec),
+        "child_python_first_ms": median(&mut new_code),
+        "child_python_again_ms": median(&mut again),
         "one_sandbox_rss_bytes": one_rss,
         "children_total_rss_bytes": total_rss,
         "total_rss_vs_one": total_rss as f64 / one_rss.max(1) as f64,

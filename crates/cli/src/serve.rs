@@ -104,6 +104,10 @@ pub struct ServeArgs {
     /// the one that entered standby first is released.
     #[arg(long, default_value_t = 2048)]
     standby_max_mb: u64,
+    /// TCG translation buffer (MiB) of a restored microVM (a fork): its
+    /// largest memory not shared with its siblings. 0: as a booted guest's.
+    #[arg(long, env = "STASIS_TCG_TB_MB_RESTORE", default_value_t = 32)]
+    tcg_tb_mb_restore: u32,
     /// Requests (exec, files, sessions) that may run in one sandbox at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_inflight: u32,
@@ -220,6 +224,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     };
     cfg.standby = Duration::from_secs(a.standby_secs);
     cfg.standby_max_bytes = a.standby_max_mb.saturating_mul(1 << 20);
+    cfg.tcg_tb_mb_restore = (a.tcg_tb_mb_restore > 0).then_some(a.tcg_tb_mb_restore);
     cfg.inflight = stasis_server::inflight::InflightLimits {
         max_inflight: a.max_inflight as usize,
         max_queued: a.max_queued as usize,

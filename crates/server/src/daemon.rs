@@ -84,6 +84,9 @@ pub struct DaemonConfig {
     pub standby: Duration,
     /// Host RAM sandboxes in standby may hold together (`--standby-max-mb`).
     pub standby_max_bytes: u64,
+    /// TCG translation buffer (MiB) of a restored microVM
+    /// (`--tcg-tb-mb-restore`; None: as a booted guest's).
+    pub tcg_tb_mb_restore: Option<u32>,
     /// This node's region and its store's (`--region`, `--store-region`);
     /// tenants pinned to other regions are refused here.
     pub region: crate::governance::Region,
@@ -117,6 +120,7 @@ impl DaemonConfig {
             egress: stasis_net::EgressConfig::default(),
             standby: Duration::from_secs(crate::manager::DEFAULT_STANDBY_SECS),
             standby_max_bytes: 2 << 30,
+            tcg_tb_mb_restore: Some(32),
             region: Default::default(),
         }
     }
@@ -222,6 +226,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     mcfg.base_dir = Some(data_dir.join("sandboxes"));
     mcfg.mount_roots = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
     mcfg.standby_max_bytes = cfg.standby_max_bytes;
+    mcfg.tcg_tb_mb_restore = cfg.tcg_tb_mb_restore;
     let microvm = Arc::new(MicrovmBackend::new(mcfg));
     let accel = microvm.init().await;
     info!(accelerator = ?accel.accelerator, reason = %accel.reason, "microVM accelerator");

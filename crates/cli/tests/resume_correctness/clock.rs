@@ -71,6 +71,32 @@ pub(super) async fn guest_clock_follows_host(b: B) {
     } else {
         assert!(mono > wall - 1.0, "{mono} vs {wall}");
     }
+    if b == B::Microvm {
+        // From standby (the stopped QEMU kept and continued): the clock is
+        // set before the guest serves the first request after the resume,
+        // even though the resume no longer waits for it.
+        let v = h
+            .ok(
+                "POST",
+                &format!("/v1/sandboxes/{id}/pause"),
+                Some(json!({"keep_memory": true, "standby": true})),
+            )
+            .await;
+        assert_eq!(v["state"], "paused", "{v}");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let r = h
+            .ok("POST", &format!("/v1/sandboxes/{id}/resume"), None)
+            .await;
+        let skew = clock_skew(&h, &id).await;
+        eprintln!(
+            "[p5::microvm] after 5 s in standby ({}): skew {skew:.3} s",
+            r["timing"]["breakdown"]
+        );
+        assert!(
+            skew.abs() < 1.0,
+            "guest clock off by {skew} s after standby"
+        );
+    }
     // Restore 5 s after the snapshot was taken.
     let snap = h
         .ok(
