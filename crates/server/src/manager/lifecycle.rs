@@ -563,7 +563,7 @@ impl Manager {
                     ctx,
                     "resume",
                     rec.id.as_str(),
-                    serde_json::json!({"ms": timing.total_ms}),
+                    serde_json::json!({"ms": timing.total_ms, "path": path}),
                 )
                 .await;
                 timer.ok();
