@@ -344,15 +344,22 @@ async fn failover_microvm_memory() {
         .trim()
         .parse()
         .unwrap_or(0);
-    // That resumed it on n1 (n0 had paused it); pause again, kill n0 and n1's
-    // twin n2 resumes it: memory crosses nodes through the store.
+    // That resumed it on n1 (n0 had paused it); pause again into standby
+    // (n1 keeps the stopped QEMU), kill n0 and n1 while it sits there, and
+    // n1's twin n2 resumes it: memory crosses nodes through the store, which
+    // the standby pause wrote before holding the VM.
     assert_eq!(get(&h1, &id).await["node"], "n1");
-    h1.ok(
-        "POST",
-        &format!("/v1/sandboxes/{id}/pause"),
-        Some(json!({})),
-    )
-    .await;
+    let p = h1
+        .ok(
+            "POST",
+            &format!("/v1/sandboxes/{id}/pause"),
+            Some(json!({"standby": true})),
+        )
+        .await;
+    assert!(
+        p.get("standby").is_some_and(|s| s.is_object()),
+        "not held in standby: {p}"
+    );
     c.nodes[0].kill9();
     c.nodes[1].kill9();
     let h2 = c.nodes[2].http();
