@@ -110,6 +110,9 @@ pub struct JailSpec {
     /// Data files QEMU only reads (kernel, initrd, backing chain, RAM file,
     /// input disks), wherever they lie.
     pub reads: Vec<PathBuf>,
+    /// No transparent huge pages for the process (`PR_SET_THP_DISABLE`,
+    /// kept across exec): its memory grows by 4 KiB pages, not 2 MiB.
+    pub no_thp: bool,
 }
 
 /// What QEMU opens, gathered by the caller from the launch.
@@ -405,6 +408,7 @@ impl JailSpec {
             new_net: true,
             cwd: dir,
             reads,
+            no_thp: false,
         })
     }
 
@@ -592,6 +596,7 @@ mod tests {
             new_net: true,
             cwd: sb.clone(),
             reads: vec![ram.clone()],
+            no_thp: false,
         };
         spec.prepare_dir(&[PathBuf::from("disk.qcow2")], d.path())
             .unwrap();
@@ -688,6 +693,7 @@ mod tests {
                 new_net: true,
                 cwd: sb.clone(),
                 reads: vec![read.clone()],
+                no_thp: false,
             };
             let r = spec.prepare_dir(&[PathBuf::from("disk.qcow2")], &img);
             assert_eq!(r.is_err(), read.ends_with("input.ext4"), "{read:?}: {r:?}");
@@ -704,6 +710,7 @@ mod tests {
             new_net: true,
             cwd: sb.clone(),
             reads: vec![],
+            no_thp: false,
         };
         assert!(spec
             .prepare_dir(&[PathBuf::from("disk.qcow2")], &img)

@@ -301,10 +301,14 @@ impl QemuProc {
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log);
+        let no_thp = no_huge_pages(launch);
         unsafe {
-            cmd.pre_exec(|| {
+            cmd.pre_exec(move || {
                 if libc::setsid() < 0 {
                     return Err(std::io::Error::last_os_error());
+                }
+                if no_thp {
+                    libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
                 }
                 Ok(())
             });
@@ -468,13 +472,22 @@ pub fn prepare_jail(
         dir,
         image_dir,
     };
-    let spec = JailSpec::plan(lease.0, &needs)?;
+    let mut spec = JailSpec::plan(lease.0, &needs)?;
+    spec.no_thp = no_huge_pages(launch);
     let mut writable = vec![PathBuf::from(DISK)];
     if let RamBacking::SharedFile(p) = &launch.ram {
         writable.push(p.clone());
     }
     spec.prepare_dir(&writable, image_dir)?;
     Ok((lease, spec))
+}
+
+/// A restored guest (a fork) runs without transparent huge pages: QEMU
+/// asks for them on its TCG code buffer, whose touched part is a fork's
+/// largest private memory, and with 2 MiB pages each region it starts
+/// writing costs 2 MiB however little code it holds.
+pub fn no_huge_pages(launch: &Launch) -> bool {
+    matches!(launch.ram, RamBacking::PrivateFile(_))
 }
 
 /// Remove the sockets and pid file a QEMU leaves in its sandbox dir.

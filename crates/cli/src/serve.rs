@@ -106,7 +106,7 @@ pub struct ServeArgs {
     standby_max_mb: u64,
     /// TCG translation buffer (MiB) of a restored microVM (a fork): its
     /// largest memory not shared with its siblings. 0: as a booted guest's.
-    #[arg(long, env = "STASIS_TCG_TB_MB_RESTORE", default_value_t = 32)]
+    #[arg(long, env = "STASIS_TCG_TB_MB_RESTORE", default_value_t = 0)]
     tcg_tb_mb_restore: u32,
     /// Requests (exec, files, sessions) that may run in one sandbox at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]

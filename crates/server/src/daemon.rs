@@ -120,7 +120,7 @@ impl DaemonConfig {
             egress: stasis_net::EgressConfig::default(),
             standby: Duration::from_secs(crate::manager::DEFAULT_STANDBY_SECS),
             standby_max_bytes: 2 << 30,
-            tcg_tb_mb_restore: Some(32),
+            tcg_tb_mb_restore: None,
             region: Default::default(),
         }
     }

@@ -30,6 +30,7 @@ struct Plan {
     exe: CString,
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
+    no_thp: bool,
     stdin: RawFd,
     log: RawFd,
     err: RawFd,
@@ -146,6 +147,7 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
         exe: cstr(&exe)?,
         argv,
         envp,
+        no_thp: spec.no_thp,
         stdin: null.as_raw_fd(),
         log: log.as_raw_fd(),
         err: wr.as_raw_fd(),
@@ -380,6 +382,10 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         }
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
             fail(p.err, 15);
+        }
+        if p.no_thp {
+            // Best effort: memory use only.
+            libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
         }
         if libc::dup2(p.stdin, 0) < 0 || libc::dup2(p.log, 1) < 0 || libc::dup2(p.log, 2) < 0 {
             fail(p.err, 16);
