@@ -38,11 +38,16 @@ async fn standby_eviction_under_the_ram_cap_never_loses_a_sandbox() {
     // with it (the running QEMUs are re-attached).
     let mut rss = 0u64;
     for (id, _, _) in &boxes {
-        let u = h.ok("GET", &format!("/v1/sandboxes/{id}/usage"), None).await;
+        let u = h
+            .ok("GET", &format!("/v1/sandboxes/{id}/usage"), None)
+            .await;
         rss = rss.max(u["rss_bytes"].as_u64().unwrap());
     }
     let cap_mb = (rss * 3 / 2) >> 20;
-    eprintln!("guest RSS up to {} MiB: standby cap {cap_mb} MiB", rss >> 20);
+    eprintln!(
+        "guest RSS up to {} MiB: standby cap {cap_mb} MiB",
+        rss >> 20
+    );
     d.set_extra(&["--standby-max-mb", &cap_mb.to_string()]);
     d.restart().await;
     let h = d.http();
