@@ -494,6 +494,13 @@ impl Backend for MicrovmBackend {
         resume::restore(self, spec, artifacts).await
     }
 
+    fn kept_artifacts(&self, spec: &SandboxSpec, partial: &Path) -> Vec<(String, PathBuf)> {
+        if !self.config.shared_ram {
+            return Vec::new();
+        }
+        shared_ram::kept_for(&spec.dir, partial)
+    }
+
     async fn destroy(&self, id: &SandboxId, dir: &Path) -> Result<()> {
         let lock = state::op_lock(self, id);
         let _op = lock.lock().await;

@@ -47,6 +47,25 @@ fn kept(dir: &Path, hash: &str) -> Option<PathBuf> {
     (md.file_type().is_file() && md.uid() == me && md.mode() & 0o022 == 0).then_some(p)
 }
 
+/// The kept RAM file of the snapshot whose `meta.json` is in `partial`
+/// (its other artifacts not yet restored), as the store's reuse answer:
+/// the store then links it into the stage instead of fetching the image,
+/// and the restore maps it (`link_kept`) without reading the staged name.
+pub(crate) fn kept_for(sandbox_dir: &Path, partial: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(Some(m)) = crate::snapshot::read_meta(partial) else {
+        return Vec::new();
+    };
+    let (true, Some(hash)) = (m.ram_file, m.memory_ram_blake3.as_deref()) else {
+        return Vec::new();
+    };
+    match cache_dir(sandbox_dir).filter(|_| valid_hash(hash)) {
+        Some(dir) => kept(&dir, hash)
+            .map(|p| vec![(crate::snapshot::MEMORY_RAM.to_string(), p)])
+            .unwrap_or_default(),
+        None => Vec::new(),
+    }
+}
+
 /// Link the kept RAM file of `hash` as `base` (a restore's `base.ram`).
 /// False when none is kept (or linking fails): the caller verifies its
 /// staged copy and offers it with `keep`.
@@ -135,5 +154,38 @@ mod tests {
         assert!(!link_kept(&a, &h, &a.join("base.ram")), "swept");
         // Not a hash: never looked up.
         assert!(!link_kept(&a, "../x", &a.join("base.ram")));
+    }
+
+    #[test]
+    fn a_restore_is_told_the_kept_image_its_metadata_names() {
+        let root = tempfile::tempdir().unwrap();
+        let (a, b) = (root.path().join("sb-a"), root.path().join("sb-b"));
+        std::fs::create_dir_all(&a).unwrap();
+        let h = "cd".repeat(32);
+        let staged = root.path().join("staged.ram");
+        std::fs::write(&staged, b"ram").unwrap();
+        keep(&a, &h, &staged, &a.join("base.ram")).unwrap();
+        let partial = root.path().join("partial");
+        std::fs::create_dir_all(&partial).unwrap();
+        assert!(kept_for(&b, &partial).is_empty(), "no metadata yet");
+        let mut m = crate::snapshot::tests::meta();
+        m.memory_ram_blake3 = Some(h.clone());
+        crate::snapshot::write(&partial, &m).unwrap();
+        let got = kept_for(&b, &partial);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].0, crate::snapshot::MEMORY_RAM);
+        assert_eq!(
+            std::fs::read(&got[0].1).unwrap(),
+            b"ram",
+            "the kept file itself"
+        );
+        // Another image, or no RAM file in the snapshot: nothing.
+        m.memory_ram_blake3 = Some("ef".repeat(32));
+        crate::snapshot::write(&partial, &m).unwrap();
+        assert!(kept_for(&b, &partial).is_empty());
+        m.memory_ram_blake3 = Some(h.clone());
+        m.ram_file = false;
+        crate::snapshot::write(&partial, &m).unwrap();
+        assert!(kept_for(&b, &partial).is_empty());
     }
 }

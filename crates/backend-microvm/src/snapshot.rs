@@ -287,7 +287,7 @@ pub(crate) async fn verify(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -298,7 +298,7 @@ mod tests {
         assert!(!same_qemu("unknown", "unknown"));
     }
 
-    fn meta() -> SnapshotMeta {
+    pub(crate) fn meta() -> SnapshotMeta {
         SnapshotMeta {
             format: META_FORMAT,
             image: "default".into(),

@@ -411,6 +411,15 @@ pub trait Backend: Send + Sync + 'static {
     /// Start a new sandbox (`spec`) from a snapshot's artifacts.
     async fn restore(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()>;
 
+    /// Before a restore of `spec` fetches a snapshot's large artifacts:
+    /// `(artifact name, file)` for those this node already keeps, verified
+    /// against a hash the snapshot's small artifacts in `partial` name, and
+    /// that nothing writes; the store links them into the stage instead of
+    /// fetching them. Only for `restore` (a resume may write its artifacts).
+    fn kept_artifacts(&self, _spec: &SandboxSpec, _partial: &Path) -> Vec<(String, PathBuf)> {
+        Vec::new()
+    }
+
     /// Kill everything of the sandbox and release host resources (cgroups,
     /// mounts, processes). Idempotent: destroying a sandbox that is already
     /// gone is Ok. Does not remove `spec.dir` (the server does).

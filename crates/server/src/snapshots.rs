@@ -199,6 +199,22 @@ impl Snapshots {
         self.restore_with_progress(tenant, id, dest, None).await
     }
 
+    /// `restore`, linking in what `reuse` says this node keeps (see
+    /// `Store::restore_snapshot_reusing`).
+    pub async fn restore_reusing(
+        &self,
+        tenant: &TenantId,
+        id: &SnapshotId,
+        dest: &Path,
+        reuse: stasis_store::Reuse<'_>,
+    ) -> Result<SnapshotInfo> {
+        let r = self
+            .store
+            .restore_snapshot_reusing(tenant, id, dest, None, Some(reuse))
+            .await?;
+        SnapshotInfo::from_record(r)
+    }
+
     pub async fn restore_with_progress(
         &self,
         tenant: &TenantId,

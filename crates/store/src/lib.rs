@@ -43,6 +43,7 @@ pub use crypto::MasterKey;
 pub use gc::GcOptions;
 pub use keyring::{Kek, KekSource, RetireReport, RotateReport};
 pub use objects::object_store_from_url;
+pub use restore::{Reuse, SMALL_ARTIFACT};
 pub use types::*;
 
 use bytes::Bytes;

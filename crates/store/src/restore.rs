@@ -13,6 +13,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncSeekExt, AsyncWriteExt};
 
+/// Artifacts up to this size are restored before a restore asks what the
+/// caller keeps (see [`Store::restore_snapshot_reusing`]).
+pub const SMALL_ARTIFACT: u64 = 1 << 20;
+
+/// What a restore asks the caller for: given the directory holding the
+/// snapshot's small artifacts, `(artifact name, file)` pairs it keeps.
+pub type Reuse<'a> = &'a (dyn Fn(&Path) -> Vec<(String, PathBuf)> + Send + Sync);
+
 impl Store {
     /// Fetch a chunk and verify it (AEAD + length + keyed hash). Missing -> integrity error.
     pub(crate) async fn fetch_chunk(
@@ -50,6 +58,25 @@ impl Store {
         dest_dir: &Path,
         progress: Option<&dyn Progress>,
     ) -> Result<SnapshotRecord> {
+        self.restore_snapshot_reusing(tenant, id, dest_dir, progress, None)
+            .await
+    }
+
+    /// [`Store::restore_snapshot`], where the caller may already hold some
+    /// artifacts: the small ones (up to [`SMALL_ARTIFACT`] bytes: metadata)
+    /// are restored first, then `reuse` is asked, given the directory they
+    /// are in, for files of this snapshot's other artifacts that the caller
+    /// keeps verified (by a hash the restored metadata names) and that
+    /// nothing writes; those of the recorded size are hard-linked in instead
+    /// of fetched. Anything else (or a link that fails) is fetched.
+    pub async fn restore_snapshot_reusing(
+        &self,
+        tenant: &TenantId,
+        id: &SnapshotId,
+        dest_dir: &Path,
+        progress: Option<&dyn Progress>,
+        reuse: Option<Reuse<'_>>,
+    ) -> Result<SnapshotRecord> {
         let (rec, keys) = self.snapshot_with_keys(tenant, id).await?;
         if let Ok(mut rd) = std::fs::read_dir(dest_dir) {
             if rd.next().is_some() {
@@ -81,7 +108,9 @@ impl Store {
         if let Some(p) = progress {
             p.set_total(rec.raw_bytes);
         }
-        let mut res = self.restore_into(&rec, &keys, tenant, &tmp, progress).await;
+        let mut res = self
+            .restore_into(&rec, &keys, tenant, &tmp, progress, reuse)
+            .await;
         if matches!(&res, Err(e) if e.code == ErrorCode::IntegrityError && e.message.contains("is missing"))
         {
             // Deleted (or expired and collected) while we were reading it: say so.
@@ -120,6 +149,7 @@ impl Store {
         tenant: &TenantId,
         tmp: &Path,
         progress: Option<&dyn Progress>,
+        reuse: Option<Reuse<'_>>,
     ) -> Result<()> {
         // Chunks that occur more than once (zero pages...) are verified once and cached.
         let mut mult: HashMap<ChunkAddr, u32> = HashMap::new();
@@ -144,8 +174,27 @@ impl Store {
         let is_zero = |c: &ChunkRef| zero_lens.get(&c.len) == Some(&c.addr);
         let cache: Mutex<(HashMap<ChunkAddr, Bytes>, usize)> = Mutex::new((HashMap::new(), 0));
         let cap = self.inner.cfg.restore_cache_bytes;
-        for a in &rec.artifacts {
+        // With `reuse`, the small artifacts first, then what the caller keeps.
+        let mut order: Vec<&crate::ArtifactRecord> = rec.artifacts.iter().collect();
+        if reuse.is_some() {
+            order.sort_by_key(|a| a.raw_size > SMALL_ARTIFACT);
+        }
+        let mut provided: Option<HashMap<String, PathBuf>> = None;
+        for a in order {
             let ctx = |e: Error| e.context(format!("artifact {:?}", a.name));
+            if let (Some(r), true) = (reuse, a.raw_size > SMALL_ARTIFACT) {
+                let kept = provided.get_or_insert_with(|| r(tmp).into_iter().collect());
+                if let Some(src) = kept.get(&a.name) {
+                    let fits =
+                        std::fs::metadata(src).is_ok_and(|m| m.is_file() && m.len() == a.raw_size);
+                    if fits && std::fs::hard_link(src, tmp.join(&a.name)).is_ok() {
+                        if let Some(p) = progress {
+                            p.inc(a.raw_size);
+                        }
+                        continue;
+                    }
+                }
+            }
             let f = tokio::fs::File::create(tmp.join(&a.name))
                 .await
                 .map_err(|e| ctx(e.into()))?;

@@ -2,6 +2,7 @@
 //! snapshot (on request), checkpoint (periodic, for takeover), restore, and
 //! fork (a snapshot restored `count` times, all or nothing).
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,8 +144,11 @@ impl Manager {
             tokio::fs::create_dir_all(&spec.dir).await?;
             let stage = spec.dir.join("restore-stage");
             let work = async {
+                // A RAM image this node keeps for an earlier restore of the
+                // snapshot (a fork's siblings) is linked, not fetched.
+                let reuse = |partial: &Path| backend.kept_artifacts(&checked, partial);
                 self.snapshots
-                    .restore(&ctx.tenant, snapshot, &stage)
+                    .restore_reusing(&ctx.tenant, snapshot, &stage, &reuse)
                     .await?;
                 backend.restore(&checked, &stage).await
             };

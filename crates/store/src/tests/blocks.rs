@@ -341,3 +341,72 @@ async fn a_parent_from_an_older_build_without_stored_sizes_still_works() {
     store.restore_snapshot(&t, &r.id, &out, None).await.unwrap();
     same(&ram, &out.join("memory.ram"));
 }
+
+#[tokio::test]
+async fn a_restore_links_what_the_caller_keeps_and_fetches_the_rest() {
+    use std::os::unix::fs::MetadataExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_dir(&tmp.path().join("store"), test_key())
+        .await
+        .unwrap();
+    let t = tid("t-reuse");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let ram = src.join("memory.ram");
+    write_sparse_ram(&ram, 4 << 20, 13);
+    write_meta_json(&src, 1);
+    let rec = store
+        .put_snapshot_artifacts(new_meta(&t), &src, &ram_art(BLOCK), None)
+        .await
+        .unwrap();
+    // The caller keeps the RAM image (a verified copy of its own).
+    let kept = tmp.path().join("kept.ram");
+    std::fs::copy(&ram, &kept).unwrap();
+    let asked = std::sync::Mutex::new(Vec::new());
+    let reuse = |partial: &Path| {
+        // The metadata is already there when the caller is asked.
+        asked
+            .lock()
+            .unwrap()
+            .push(std::fs::read_to_string(partial.join("meta.json")).unwrap());
+        vec![("memory.ram".to_string(), kept.clone())]
+    };
+    let dest = tmp.path().join("linked");
+    let p = CountProgress::default();
+    store
+        .restore_snapshot_reusing(&t, &rec.id, &dest, Some(&p), Some(&reuse))
+        .await
+        .unwrap();
+    assert_eq!(
+        asked.lock().unwrap().clone(),
+        vec!["{\"n\": 1}".to_string()]
+    );
+    let ino = |p: &Path| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(
+        ino(&dest.join("memory.ram")),
+        ino(&kept),
+        "linked, not fetched"
+    );
+    same(&src.join("meta.json"), &dest.join("meta.json"));
+    assert_eq!(p.done.load(Ordering::SeqCst), rec.raw_bytes);
+
+    // A kept file of another size is not this artifact: fetched.
+    let short = tmp.path().join("short.ram");
+    std::fs::write(&short, b"not the image").unwrap();
+    let reuse = |_: &Path| vec![("memory.ram".to_string(), short.clone())];
+    let dest = tmp.path().join("fetched");
+    store
+        .restore_snapshot_reusing(&t, &rec.id, &dest, None, Some(&reuse))
+        .await
+        .unwrap();
+    assert_ne!(ino(&dest.join("memory.ram")), ino(&short));
+    same(&ram, &dest.join("memory.ram"));
+    // Nothing kept: as a plain restore.
+    let none = |_: &Path| Vec::new();
+    let dest = tmp.path().join("plain");
+    store
+        .restore_snapshot_reusing(&t, &rec.id, &dest, None, Some(&none))
+        .await
+        .unwrap();
+    same(&ram, &dest.join("memory.ram"));
+}
