@@ -6,52 +6,18 @@
 //! through the host's fallback (JSON frames, one chunk at a time).
 //! `STASIS_TEST_FILE_MB` changes the size.
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use stasis_backend::{Backend, SandboxSpec};
-use stasis_backend_microvm::{AccelChoice, MicrovmBackend, MicrovmConfig};
-use stasis_core::{ErrorCode, ExecRequest, Manifest, SandboxId, WriteMode};
+use stasis_backend::Backend;
+use stasis_backend_microvm::MicrovmBackend;
+use stasis_core::{ErrorCode, ExecRequest, SandboxId, WriteMode};
 
 #[path = "support/watchdog.rs"]
 mod watchdog;
 
 #[path = "support/vm_util.rs"]
 mod vm_util;
-use vm_util::{Reaper, Root};
-
-fn image_dir() -> Option<PathBuf> {
-    match std::env::var_os("STASIS_IMAGE_DIR") {
-        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
-        _ => {
-            // Straight to fd 2: libtest's capture would swallow eprintln!.
-            let msg =
-                b"stasis-backend-microvm: STASIS_IMAGE_DIR not set: microVM file tests NOT RUN\n";
-            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-            None
-        }
-    }
-}
-
-fn backend(img: &Path) -> MicrovmBackend {
-    let mut c = MicrovmConfig::new(img.parent().unwrap());
-    c.accel = AccelChoice::Tcg;
-    c.agent_timeout = Duration::from_secs(60);
-    c.boot_timeout = Duration::from_secs(120);
-    MicrovmBackend::new(c)
-}
-
-fn spec(root: &Path, img: &Path, reaper: &Reaper) -> SandboxSpec {
-    let id = SandboxId::generate();
-    let dir = root.join(id.as_str());
-    std::fs::create_dir_all(&dir).unwrap();
-    let manifest = Manifest {
-        image: Some(img.display().to_string()),
-        ..Default::default()
-    };
-    reaper.0.lock().unwrap().push(id.clone());
-    SandboxSpec { id, manifest, dir }
-}
+use vm_util::{spec, Reaper, Root};
 
 /// Run a shell command in the guest; its stdout and stderr.
 async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
@@ -93,12 +59,14 @@ fn data(n: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_file_transfer() {
-    let Some(img) = image_dir() else { return };
+    let Some(img) = vm_util::image_dir("file") else {
+        return;
+    };
     let w = watchdog::watch("microvm_file_transfer");
     let reaper = Reaper::new();
     let guard = tempfile::tempdir().unwrap();
     let root = Root(guard.path().to_path_buf());
-    let b = backend(&img);
+    let b = vm_util::backend(&img, Duration::from_secs(60));
     let a = spec(root.path(), &img, &reaper);
     w.step("create");
     b.create(&a).await.expect("create");

@@ -5,7 +5,6 @@
 //! (same pid; output produced before the pause and not read yet is read
 //! after it). Keystroke round trip printed as a FIGURE.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use stasis_backend::{Backend, SandboxSpec};
@@ -18,19 +17,6 @@ mod watchdog;
 #[path = "support/vm_util.rs"]
 mod vm_util;
 use vm_util::{Reaper, Root};
-
-fn image_dir() -> Option<PathBuf> {
-    match std::env::var_os("STASIS_IMAGE_DIR") {
-        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
-        _ => {
-            let msg =
-                b"stasis-backend-microvm: STASIS_IMAGE_DIR not set: microVM pty tests NOT RUN\n";
-            // SAFETY: write to fd 2 from a valid buffer.
-            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-            None
-        }
-    }
-}
 
 const T: Duration = Duration::from_secs(60);
 
@@ -61,7 +47,9 @@ async fn write(b: &MicrovmBackend, id: &SandboxId, sid: &str, data: &[u8]) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn microvm_pty_shell_resize_ctrl_c_and_pause_resume() {
-    let Some(img) = image_dir() else { return };
+    let Some(img) = vm_util::image_dir("pty") else {
+        return;
+    };
     let w = watchdog::watch("microvm_pty_shell_resize_ctrl_c_and_pause_resume");
     let reaper = Reaper::new();
     let guard = tempfile::tempdir().unwrap();

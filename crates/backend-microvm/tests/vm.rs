@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use stasis_backend::{ArtifactKind, Backend, SandboxSpec};
-use stasis_backend_microvm::{qemu, AccelChoice, MicrovmBackend, MicrovmConfig, SnapshotMeta};
+use stasis_backend_microvm::{qemu, MicrovmBackend, MicrovmConfig, SnapshotMeta};
 use stasis_core::{ErrorCode, ExecRequest, Manifest, SandboxId, SessionSpec};
 
 #[path = "support/watchdog.rs"]
@@ -20,41 +20,10 @@ mod watchdog;
 
 #[path = "support/vm_util.rs"]
 mod vm_util;
-use vm_util::{copy_dir, futures_rss, qemus_of, Reaper, Root};
+use vm_util::{backend, copy_dir, futures_rss, qemus_of, spec, Reaper, Root};
 
 fn image_dir() -> Option<PathBuf> {
-    match std::env::var_os("STASIS_IMAGE_DIR") {
-        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
-        _ => {
-            // Straight to fd 2: libtest's capture would swallow eprintln!.
-            let msg = b"stasis-backend-microvm: STASIS_IMAGE_DIR not set: microVM tests NOT RUN\n";
-            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-            None
-        }
-    }
-}
-
-fn backend(img: &Path, agent_timeout: Duration) -> MicrovmBackend {
-    let mut c = MicrovmConfig::new(img.parent().unwrap());
-    c.accel = AccelChoice::Tcg;
-    c.agent_timeout = agent_timeout;
-    c.boot_timeout = Duration::from_secs(120);
-    if let Ok(v) = std::env::var("STASIS_SHARED_RAM") {
-        c.shared_ram = v != "0";
-    }
-    MicrovmBackend::new(c)
-}
-
-fn spec(root: &Path, img: &Path, reaper: &Reaper) -> SandboxSpec {
-    let id = SandboxId::generate();
-    let dir = root.join(id.as_str());
-    std::fs::create_dir_all(&dir).unwrap();
-    let manifest = Manifest {
-        image: Some(img.display().to_string()),
-        ..Default::default()
-    };
-    reaper.0.lock().unwrap().push(id.clone());
-    SandboxSpec { id, manifest, dir }
+    vm_util::image_dir("backend")
 }
 
 async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {

@@ -4,9 +4,54 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use stasis_backend_microvm::{qemu, MicrovmBackend};
-use stasis_core::SandboxId;
+use stasis_backend::SandboxSpec;
+use stasis_backend_microvm::{qemu, AccelChoice, MicrovmBackend, MicrovmConfig};
+use stasis_core::{Manifest, SandboxId};
+
+/// The guest image directory (`STASIS_IMAGE_DIR`), or None after saying on
+/// fd 2 that the `what` tests did not run.
+pub fn image_dir(what: &str) -> Option<PathBuf> {
+    match std::env::var_os("STASIS_IMAGE_DIR") {
+        Some(d) if !d.is_empty() => Some(PathBuf::from(d)),
+        _ => {
+            // Straight to fd 2: libtest's capture would swallow eprintln!.
+            let msg = format!(
+                "stasis-backend-microvm: STASIS_IMAGE_DIR not set: microVM {what} tests NOT RUN\n"
+            );
+            // SAFETY: write to fd 2 from a valid buffer.
+            unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+            None
+        }
+    }
+}
+
+/// A TCG backend on the image's parent directory (`STASIS_SHARED_RAM=0`
+/// turns kept RAM images off).
+pub fn backend(img: &Path, agent_timeout: Duration) -> MicrovmBackend {
+    let mut c = MicrovmConfig::new(img.parent().unwrap());
+    c.accel = AccelChoice::Tcg;
+    c.agent_timeout = agent_timeout;
+    c.boot_timeout = Duration::from_secs(120);
+    if let Ok(v) = std::env::var("STASIS_SHARED_RAM") {
+        c.shared_ram = v != "0";
+    }
+    MicrovmBackend::new(c)
+}
+
+/// A new sandbox of the image under `root`, its QEMUs reaped by `reaper`.
+pub fn spec(root: &Path, img: &Path, reaper: &Reaper) -> SandboxSpec {
+    let id = SandboxId::generate();
+    let dir = root.join(id.as_str());
+    std::fs::create_dir_all(&dir).unwrap();
+    let manifest = Manifest {
+        image: Some(img.display().to_string()),
+        ..Default::default()
+    };
+    reaper.0.lock().unwrap().push(id.clone());
+    SandboxSpec { id, manifest, dir }
+}
 
 pub fn qemus_of(id: &SandboxId) -> Vec<i32> {
     std::fs::read_dir("/proc")
