@@ -54,6 +54,89 @@ async fn write_record(store: &Store, rec: &SnapshotRecord) {
     lease.release(store).await;
 }
 
+/// A tenant's store and a source directory holding a sparse RAM file and
+/// `meta.json`: what every test here starts from.
+struct Fx {
+    tmp: tempfile::TempDir,
+    store: Store,
+    t: TenantId,
+    src: std::path::PathBuf,
+    ram: std::path::PathBuf,
+}
+
+async fn fixture(tenant: &str, size: u64, seed: u64) -> Fx {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = open_dir(&tmp.path().join("store"), test_key())
+        .await
+        .unwrap();
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let ram = src.join("memory.ram");
+    write_sparse_ram(&ram, size, seed);
+    write_meta_json(&src, 1);
+    Fx {
+        tmp,
+        store,
+        t: tid(tenant),
+        src,
+        ram,
+    }
+}
+
+impl Fx {
+    fn store_dir(&self) -> std::path::PathBuf {
+        self.tmp.path().join("store")
+    }
+
+    /// Put the source directory, RAM cut into `block`s, naming `parent`.
+    async fn put(&self, parent: Option<&SnapshotId>, block: u32) -> SnapshotRecord {
+        let mut m = new_meta(&self.t);
+        m.parent = parent.cloned();
+        self.store
+            .put_snapshot_artifacts(m, &self.src, &ram_art(block), None)
+            .await
+            .unwrap()
+    }
+
+    /// Restore `id` into a new directory named `name`.
+    async fn restore(&self, id: &SnapshotId, name: &str) -> std::path::PathBuf {
+        let dest = self.tmp.path().join(name);
+        self.store
+            .restore_snapshot(&self.t, id, &dest, None)
+            .await
+            .unwrap();
+        dest
+    }
+
+    /// Restore `id` into `name`, linking what `reuse` keeps.
+    async fn restore_reusing(
+        &self,
+        id: &SnapshotId,
+        name: &str,
+        reuse: crate::Reuse<'_>,
+        p: Option<&CountProgress>,
+    ) -> std::path::PathBuf {
+        let dest = self.tmp.path().join(name);
+        self.store
+            .restore_snapshot_reusing(
+                &self.t,
+                id,
+                &dest,
+                p.map(|p| p as &dyn Progress),
+                Some(reuse),
+            )
+            .await
+            .unwrap();
+        dest
+    }
+
+    /// Restore `id` and check its RAM file is the source's, byte for byte.
+    async fn restores_same(&self, id: &SnapshotId, name: &str) {
+        let dest = self.restore(id, name).await;
+        same(&self.ram, &dest.join("memory.ram"));
+    }
+}
+
 fn allocated(p: &Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(p).unwrap().blocks() * 512
@@ -61,20 +144,13 @@ fn allocated(p: &Path) -> u64 {
 
 #[tokio::test]
 async fn block_cut_round_trip_keeps_holes() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = open_dir(&tmp.path().join("store"), test_key())
-        .await
-        .unwrap();
-    let t = tid("t-blocks");
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
     // Not a multiple of the block: the last block is short.
     let size = (8 << 20) + 12288;
-    write_sparse_ram(&src.join("memory.ram"), size, 1);
-    write_meta_json(&src, 1);
+    let f = fixture("t-blocks", size, 1).await;
     let p = CountProgress::default();
-    let rec = store
-        .put_snapshot_artifacts(new_meta(&t), &src, &ram_art(BLOCK), Some(&p))
+    let rec = f
+        .store
+        .put_snapshot_artifacts(new_meta(&f.t), &f.src, &ram_art(BLOCK), Some(&p))
         .await
         .unwrap();
     let ram = rec.artifact("memory.ram").unwrap();
@@ -92,15 +168,11 @@ async fn block_cut_round_trip_keeps_holes() {
         p.done.load(Ordering::SeqCst),
         p.total.load(Ordering::SeqCst)
     );
-    assert_eq!(store.get_snapshot(&t, &rec.id).await.unwrap(), rec);
+    assert_eq!(f.store.get_snapshot(&f.t, &rec.id).await.unwrap(), rec);
 
-    let dest = tmp.path().join("out");
-    store
-        .restore_snapshot(&t, &rec.id, &dest, None)
-        .await
-        .unwrap();
-    same(&src.join("memory.ram"), &dest.join("memory.ram"));
-    same(&src.join("meta.json"), &dest.join("meta.json"));
+    let dest = f.restore(&rec.id, "out").await;
+    same(&f.ram, &dest.join("memory.ram"));
+    same(&f.src.join("meta.json"), &dest.join("meta.json"));
     // Zero blocks came back as holes, not as written zeros.
     assert!(
         allocated(&dest.join("memory.ram")) < 2 << 20,
@@ -111,30 +183,14 @@ async fn block_cut_round_trip_keeps_holes() {
 
 #[tokio::test]
 async fn a_put_with_a_parent_stores_only_changed_blocks() {
-    let tmp = tempfile::tempdir().unwrap();
-    let sdir = tmp.path().join("store");
-    let store = open_dir(&sdir, test_key()).await.unwrap();
-    let t = tid("t-incr");
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let ram = src.join("memory.ram");
-    write_sparse_ram(&ram, 8 << 20, 2);
-    write_meta_json(&src, 1);
-    let first = store
-        .put_snapshot_artifacts(new_meta(&t), &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
+    let f = fixture("t-incr", 8 << 20, 2).await;
+    let first = f.put(None, BLOCK).await;
 
     // The guest changes one page of data and touches one page of a hole.
-    mutate_in_place(&ram, (8 << 20) / 3 + 5000, 100, 9).unwrap();
-    mutate_in_place(&ram, 7 << 20, 4096, 10).unwrap();
-    write_meta_json(&src, 2);
-    let mut m = new_meta(&t);
-    m.parent = Some(first.id.clone());
-    let second = store
-        .put_snapshot_artifacts(m, &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
+    mutate_in_place(&f.ram, (8 << 20) / 3 + 5000, 100, 9).unwrap();
+    mutate_in_place(&f.ram, 7 << 20, 4096, 10).unwrap();
+    write_meta_json(&f.src, 2);
+    let second = f.put(Some(&first.id), BLOCK).await;
     let (a, b) = (
         first.artifact("memory.ram").unwrap(),
         second.artifact("memory.ram").unwrap(),
@@ -162,154 +218,80 @@ async fn a_put_with_a_parent_stores_only_changed_blocks() {
         "accounting from carried sizes"
     );
     // The objects on disk are exactly the first put's plus three.
-    let n1 = chunk_files(&sdir, &t).len();
-    assert_eq!(n1 as u64, first.unique_chunks + 3);
+    assert_eq!(
+        chunk_files(&f.store_dir(), &f.t).len() as u64,
+        first.unique_chunks + 3
+    );
 
-    let dest = tmp.path().join("out2");
-    store
-        .restore_snapshot(&t, &second.id, &dest, None)
-        .await
-        .unwrap();
-    same(&ram, &dest.join("memory.ram"));
+    f.restores_same(&second.id, "out2").await;
     // The first snapshot is untouched by the second.
-    let dest1 = tmp.path().join("out1");
-    store
-        .restore_snapshot(&t, &first.id, &dest1, None)
-        .await
-        .unwrap();
+    let dest1 = f.restore(&first.id, "out1").await;
     assert_ne!(
         std::fs::read(dest1.join("memory.ram")).unwrap(),
-        std::fs::read(&ram).unwrap()
+        std::fs::read(&f.ram).unwrap()
     );
 }
 
 #[tokio::test]
 async fn an_unusable_parent_falls_back_to_listing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = open_dir(&tmp.path().join("store"), test_key())
-        .await
-        .unwrap();
-    let t = tid("t-fallback");
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let ram = src.join("memory.ram");
-    write_sparse_ram(&ram, 4 << 20, 3);
-    write_meta_json(&src, 1);
-    let first = store
-        .put_snapshot_artifacts(new_meta(&t), &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
+    let f = fixture("t-fallback", 4 << 20, 3).await;
+    let first = f.put(None, BLOCK).await;
 
     // A parent that does not exist (or is another tenant's): still deduplicated, by listing.
-    let mut m = new_meta(&t);
-    m.parent = Some(SnapshotId::generate());
-    let r = store
-        .put_snapshot_artifacts(m, &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
+    let r = f.put(Some(&SnapshotId::generate()), BLOCK).await;
     assert_eq!(r.new_chunks, 0, "everything was already stored");
-    let out = tmp.path().join("o1");
-    store.restore_snapshot(&t, &r.id, &out, None).await.unwrap();
-    same(&ram, &out.join("memory.ram"));
+    f.restores_same(&r.id, "o1").await;
 
     // A parent cut with another block size: compared by nothing, deduplicated by lookups.
-    mutate_in_place(&ram, 100_000, 10, 4).unwrap();
-    let mut m = new_meta(&t);
-    m.parent = Some(first.id.clone());
-    let r = store
-        .put_snapshot_artifacts(m, &src, &ram_art(BLOCK * 4), None)
-        .await
-        .unwrap();
+    mutate_in_place(&f.ram, 100_000, 10, 4).unwrap();
+    let r = f.put(Some(&first.id), BLOCK * 4).await;
     assert_eq!(r.artifact("memory.ram").unwrap().block, Some(BLOCK * 4));
-    let out = tmp.path().join("o2");
-    store.restore_snapshot(&t, &r.id, &out, None).await.unwrap();
-    same(&ram, &out.join("memory.ram"));
+    f.restores_same(&r.id, "o2").await;
 
     // The parent deleted before the put: no parent at all.
-    store.delete_snapshot(&t, &first.id).await.unwrap();
-    mutate_in_place(&ram, 200_000, 10, 5).unwrap();
-    let mut m = new_meta(&t);
-    m.parent = Some(first.id.clone());
-    let r = store
-        .put_snapshot_artifacts(m, &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
-    let out = tmp.path().join("o3");
-    store.restore_snapshot(&t, &r.id, &out, None).await.unwrap();
-    same(&ram, &out.join("memory.ram"));
+    f.store.delete_snapshot(&f.t, &first.id).await.unwrap();
+    mutate_in_place(&f.ram, 200_000, 10, 5).unwrap();
+    let r = f.put(Some(&first.id), BLOCK).await;
+    f.restores_same(&r.id, "o3").await;
 }
 
 #[tokio::test]
 async fn a_file_that_grew_since_the_parent_is_stored_whole() {
-    let tmp = tempfile::tempdir().unwrap();
-    let store = open_dir(&tmp.path().join("store"), test_key())
-        .await
+    let f = fixture("t-grow", 2 << 20, 6).await;
+    let first = f.put(None, BLOCK).await;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&f.ram)
         .unwrap();
-    let t = tid("t-grow");
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let ram = src.join("memory.ram");
-    write_sparse_ram(&ram, 2 << 20, 6);
-    write_meta_json(&src, 1);
-    let first = store
-        .put_snapshot_artifacts(new_meta(&t), &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
-    let f = std::fs::OpenOptions::new().write(true).open(&ram).unwrap();
-    f.set_len((3 << 20) + 100).unwrap();
-    drop(f);
-    mutate_in_place(&ram, (3 << 20) - 10, 110, 7).unwrap();
-    let mut m = new_meta(&t);
-    m.parent = Some(first.id.clone());
-    let r = store
-        .put_snapshot_artifacts(m, &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
-    let out = tmp.path().join("o");
-    store.restore_snapshot(&t, &r.id, &out, None).await.unwrap();
-    same(&ram, &out.join("memory.ram"));
+    file.set_len((3 << 20) + 100).unwrap();
+    drop(file);
+    mutate_in_place(&f.ram, (3 << 20) - 10, 110, 7).unwrap();
+    let r = f.put(Some(&first.id), BLOCK).await;
+    f.restores_same(&r.id, "o").await;
 }
 
 #[tokio::test]
 async fn bad_block_sizes_are_refused_before_anything_is_stored() {
-    let tmp = tempfile::tempdir().unwrap();
-    let sdir = tmp.path().join("store");
-    let store = open_dir(&sdir, test_key()).await.unwrap();
-    let t = tid("t-badblock");
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    write_sparse_ram(&src.join("memory.ram"), 1 << 20, 8);
-    write_meta_json(&src, 1);
+    let f = fixture("t-badblock", 1 << 20, 8).await;
     for b in [0, 1000, 4095, 12288, 8 << 20] {
-        let e = store
-            .put_snapshot_artifacts(new_meta(&t), &src, &ram_art(b), None)
+        let e = f
+            .store
+            .put_snapshot_artifacts(new_meta(&f.t), &f.src, &ram_art(b), None)
             .await
             .unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidArgument, "{b}: {e}");
         assert!(e.message.contains("memory.ram"), "{e}");
     }
-    assert!(chunk_files(&sdir, &t).is_empty());
-    assert!(store.list_snapshots(&t).await.unwrap().is_empty());
+    assert!(chunk_files(&f.store_dir(), &f.t).is_empty());
+    assert!(f.store.list_snapshots(&f.t).await.unwrap().is_empty());
 }
 
 #[tokio::test]
 async fn a_parent_from_an_older_build_without_stored_sizes_still_works() {
     // Records written before chunk references kept their stored size have
     // `s` absent: a put on such a parent lists the store instead.
-    let tmp = tempfile::tempdir().unwrap();
-    let store = open_dir(&tmp.path().join("store"), test_key())
-        .await
-        .unwrap();
-    let t = tid("t-oldparent");
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let ram = src.join("memory.ram");
-    write_sparse_ram(&ram, 2 << 20, 11);
-    write_meta_json(&src, 1);
-    let first = store
-        .put_snapshot_artifacts(new_meta(&t), &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
+    let f = fixture("t-oldparent", 2 << 20, 11).await;
+    let first = f.put(None, BLOCK).await;
     // The same record as an older build would have written it.
     let mut old = first.clone();
     old.id = SnapshotId::generate();
@@ -323,45 +305,26 @@ async fn a_parent_from_an_older_build_without_stored_sizes_still_works() {
         !json.to_string().contains("\"s\":"),
         "no stored sizes serialised"
     );
-    write_record(&store, &old).await;
-    mutate_in_place(&ram, 70_000, 10, 12).unwrap();
-    let mut m = new_meta(&t);
-    m.parent = Some(old.id.clone());
-    let r = store
-        .put_snapshot_artifacts(m, &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
+    write_record(&f.store, &old).await;
+    mutate_in_place(&f.ram, 70_000, 10, 12).unwrap();
+    let r = f.put(Some(&old.id), BLOCK).await;
     assert_eq!(r.new_chunks, 1, "one block: {r:?}");
     assert!(r
         .artifacts
         .iter()
         .flat_map(|a| &a.chunks)
         .all(|c| c.stored > 0));
-    let out = tmp.path().join("o");
-    store.restore_snapshot(&t, &r.id, &out, None).await.unwrap();
-    same(&ram, &out.join("memory.ram"));
+    f.restores_same(&r.id, "o").await;
 }
 
 #[tokio::test]
 async fn a_restore_links_what_the_caller_keeps_and_fetches_the_rest() {
     use std::os::unix::fs::MetadataExt;
-    let tmp = tempfile::tempdir().unwrap();
-    let store = open_dir(&tmp.path().join("store"), test_key())
-        .await
-        .unwrap();
-    let t = tid("t-reuse");
-    let src = tmp.path().join("src");
-    std::fs::create_dir_all(&src).unwrap();
-    let ram = src.join("memory.ram");
-    write_sparse_ram(&ram, 4 << 20, 13);
-    write_meta_json(&src, 1);
-    let rec = store
-        .put_snapshot_artifacts(new_meta(&t), &src, &ram_art(BLOCK), None)
-        .await
-        .unwrap();
+    let f = fixture("t-reuse", 4 << 20, 13).await;
+    let rec = f.put(None, BLOCK).await;
     // The caller keeps the RAM image (a verified copy of its own).
-    let kept = tmp.path().join("kept.ram");
-    std::fs::copy(&ram, &kept).unwrap();
+    let kept = f.tmp.path().join("kept.ram");
+    std::fs::copy(&f.ram, &kept).unwrap();
     let asked = std::sync::Mutex::new(Vec::new());
     let reuse = |partial: &Path| {
         // The metadata is already there when the caller is asked.
@@ -371,12 +334,8 @@ async fn a_restore_links_what_the_caller_keeps_and_fetches_the_rest() {
             .push(std::fs::read_to_string(partial.join("meta.json")).unwrap());
         vec![("memory.ram".to_string(), kept.clone())]
     };
-    let dest = tmp.path().join("linked");
     let p = CountProgress::default();
-    store
-        .restore_snapshot_reusing(&t, &rec.id, &dest, Some(&p), Some(&reuse))
-        .await
-        .unwrap();
+    let dest = f.restore_reusing(&rec.id, "linked", &reuse, Some(&p)).await;
     assert_eq!(
         asked.lock().unwrap().clone(),
         vec!["{\"n\": 1}".to_string()]
@@ -387,26 +346,18 @@ async fn a_restore_links_what_the_caller_keeps_and_fetches_the_rest() {
         ino(&kept),
         "linked, not fetched"
     );
-    same(&src.join("meta.json"), &dest.join("meta.json"));
+    same(&f.src.join("meta.json"), &dest.join("meta.json"));
     assert_eq!(p.done.load(Ordering::SeqCst), rec.raw_bytes);
 
     // A kept file of another size is not this artifact: fetched.
-    let short = tmp.path().join("short.ram");
+    let short = f.tmp.path().join("short.ram");
     std::fs::write(&short, b"not the image").unwrap();
-    let reuse = |_: &Path| vec![("memory.ram".to_string(), short.clone())];
-    let dest = tmp.path().join("fetched");
-    store
-        .restore_snapshot_reusing(&t, &rec.id, &dest, None, Some(&reuse))
-        .await
-        .unwrap();
+    let other = |_: &Path| vec![("memory.ram".to_string(), short.clone())];
+    let dest = f.restore_reusing(&rec.id, "fetched", &other, None).await;
     assert_ne!(ino(&dest.join("memory.ram")), ino(&short));
-    same(&ram, &dest.join("memory.ram"));
+    same(&f.ram, &dest.join("memory.ram"));
     // Nothing kept: as a plain restore.
     let none = |_: &Path| Vec::new();
-    let dest = tmp.path().join("plain");
-    store
-        .restore_snapshot_reusing(&t, &rec.id, &dest, None, Some(&none))
-        .await
-        .unwrap();
-    same(&ram, &dest.join("memory.ram"));
+    let dest = f.restore_reusing(&rec.id, "plain", &none, None).await;
+    same(&f.ram, &dest.join("memory.ram"));
 }
