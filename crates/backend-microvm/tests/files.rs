@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use stasis_backend::Backend;
 use stasis_backend_microvm::MicrovmBackend;
-use stasis_core::{ErrorCode, ExecRequest, SandboxId, WriteMode};
+use stasis_core::{ErrorCode, SandboxId, WriteMode};
 
 #[path = "support/watchdog.rs"]
 mod watchdog;
@@ -21,22 +21,7 @@ use vm_util::{spec, Reaper, Root};
 
 /// Run a shell command in the guest; its stdout and stderr.
 async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
-    let r = b
-        .exec(
-            id,
-            ExecRequest {
-                argv: vec!["sh".into(), "-c".into(), cmd.into()],
-                env: Default::default(),
-                cwd: None,
-                timeout_ms: 60_000,
-                stdin: None,
-                user: None,
-            },
-            None,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("exec {cmd:?}: {e}"));
-    assert_eq!(r.exit_code, Some(0), "{cmd:?}: {r:?}");
+    let r = vm_util::sh_ok(b, id, cmd, 60_000).await;
     format!(
         "{}{}",
         String::from_utf8_lossy(&r.stdout),

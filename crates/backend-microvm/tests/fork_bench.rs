@@ -11,7 +11,10 @@ use std::time::{Duration, Instant};
 
 use stasis_backend::{Backend, SandboxSpec};
 use stasis_backend_microvm::{util, AccelChoice, MicrovmBackend, MicrovmConfig};
-use stasis_core::{ExecRequest, Manifest, SandboxId};
+use stasis_core::{Manifest, SandboxId};
+
+#[path = "support/vm_util.rs"]
+mod vm_util;
 
 fn kb(pid: i32, file: &str, key: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/{file}"))
@@ -41,27 +44,7 @@ fn mem(pid: i32) -> Mem {
 }
 
 async fn run(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
-    let r = b
-        .exec(
-            id,
-            ExecRequest {
-                argv: vec!["sh".into(), "-c".into(), cmd.into()],
-                env: Default::default(),
-                cwd: None,
-                timeout_ms: 60_000,
-                stdin: None,
-                user: None,
-            },
-            None,
-        )
-        .await
-        .unwrap();
-    assert_eq!(
-        r.exit_code,
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&r.stderr)
-    );
+    let r = vm_util::sh_ok(b, id, cmd, 60_000).await;
     String::from_utf8_lossy(&r.stdout).into_owned()
 }
 

@@ -27,27 +27,7 @@ fn image_dir() -> Option<PathBuf> {
 }
 
 async fn sh(b: &MicrovmBackend, id: &SandboxId, cmd: &str) -> String {
-    let r = b
-        .exec(
-            id,
-            ExecRequest {
-                argv: vec!["sh".into(), "-c".into(), cmd.into()],
-                env: Default::default(),
-                cwd: None,
-                timeout_ms: 20_000,
-                stdin: None,
-                user: None,
-            },
-            None,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("exec {cmd:?}: {e}"));
-    assert_eq!(
-        r.exit_code,
-        Some(0),
-        "{cmd:?}: {}",
-        String::from_utf8_lossy(&r.stderr)
-    );
+    let r = vm_util::sh_ok(b, id, cmd, 20_000).await;
     String::from_utf8_lossy(&r.stdout).into_owned()
 }
 

@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use stasis_backend::SandboxSpec;
+use stasis_backend::{Backend, SandboxSpec};
 use stasis_backend_microvm::{qemu, AccelChoice, MicrovmBackend, MicrovmConfig};
-use stasis_core::{Manifest, SandboxId};
+use stasis_core::{ExecRequest, ExecResult, Manifest, SandboxId};
 
 /// The guest image directory (`STASIS_IMAGE_DIR`), or None after saying on
 /// fd 2 that the `what` tests did not run.
@@ -100,4 +100,30 @@ pub fn copy_dir(from: &Path, to: &Path) {
     for e in std::fs::read_dir(from).unwrap().flatten() {
         std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
+}
+
+/// `sh -c cmd` in the guest; panics unless it ran and exited 0.
+pub async fn sh_ok(b: &MicrovmBackend, id: &SandboxId, cmd: &str, timeout_ms: u64) -> ExecResult {
+    let r = b
+        .exec(
+            id,
+            ExecRequest {
+                argv: vec!["sh".into(), "-c".into(), cmd.into()],
+                env: Default::default(),
+                cwd: None,
+                timeout_ms,
+                stdin: None,
+                user: None,
+            },
+            None,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("exec {cmd:?}: {e}"));
+    assert_eq!(
+        r.exit_code,
+        Some(0),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    r
 }
