@@ -103,14 +103,49 @@ fn is_zero(b: &[u8]) -> bool {
 
 /// What the workers share.
 pub(crate) struct Scan {
-    pub keys: Arc<TenantKeys>,
-    pub block: u32,
-    pub len: u64,
+    keys: Arc<TenantKeys>,
+    block: u32,
+    len: u64,
     /// The parent's blocks of this artifact, by index.
-    pub parent: Option<Arc<Vec<ChunkRef>>>,
+    parent: Option<Arc<Vec<ChunkRef>>>,
+    /// Addresses of an all-zero block and of an all-zero last block (the
+    /// only two lengths a block has).
+    zero: ChunkAddr,
+    zero_last: ChunkAddr,
 }
 
 impl Scan {
+    pub(crate) fn new(
+        keys: Arc<TenantKeys>,
+        block: u32,
+        len: u64,
+        parent: Option<Arc<Vec<ChunkRef>>>,
+    ) -> Scan {
+        let last = (len % block as u64) as u32;
+        let zero = ChunkAddr(keys.zero_address(block));
+        let zero_last = if last == 0 {
+            zero
+        } else {
+            ChunkAddr(keys.zero_address(last))
+        };
+        Scan {
+            keys,
+            block,
+            len,
+            parent,
+            zero,
+            zero_last,
+        }
+    }
+
+    fn zero_addr(&self, len: u32) -> ChunkAddr {
+        if len == self.block {
+            self.zero
+        } else {
+            self.zero_last
+        }
+    }
+
     pub(crate) fn blocks(&self) -> usize {
         self.len.div_ceil(self.block as u64) as usize
     }
@@ -148,30 +183,21 @@ pub(crate) fn scan(
         let (lo, hi) = (n * w / workers, n * (w + 1) / workers);
         let (f, extents, scan, tx) = (f.clone(), extents.clone(), scan.clone(), tx.clone());
         handles.push(std::thread::spawn(move || {
-            let mut zero: Option<ChunkAddr> = None;
-            let mut zero_len = 0u32;
             // One buffer per worker, handed on only with a block to store.
             let mut buf = Vec::new();
             for i in lo..hi {
                 let len = scan.block_len(i);
                 let off = i as u64 * scan.block as u64;
                 let r = (|| {
-                    let mut zero_addr = |len: u32| {
-                        if zero.is_none() || zero_len != len {
-                            zero = Some(ChunkAddr(scan.keys.address(&vec![0u8; len as usize])));
-                            zero_len = len;
-                        }
-                        zero.unwrap()
-                    };
                     if !has_data(&extents, off, len as u64) {
-                        let a = zero_addr(len);
+                        let a = scan.zero_addr(len);
                         return Ok(scan.judge(i, a, len, || vec![0u8; len as usize]));
                     }
                     buf.resize(len as usize, 0);
                     f.read_exact_at(&mut buf, off)
                         .map_err(|e| Error::internal(format!("reading at {off}: {e}")))?;
                     let a = if is_zero(&buf) {
-                        zero_addr(len)
+                        scan.zero_addr(len)
                     } else {
                         ChunkAddr(scan.keys.address(&buf))
                     };

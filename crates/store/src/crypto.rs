@@ -274,6 +274,12 @@ impl TenantKeys {
     pub fn address(&self, plaintext: &[u8]) -> [u8; 32] {
         *blake3::keyed_hash(&self.addr, plaintext).as_bytes()
     }
+
+    /// The address of `len` zero bytes (untouched guest pages, empty disk
+    /// clusters): what block scans and restores recognise without reading.
+    pub fn zero_address(&self, len: u32) -> [u8; 32] {
+        self.address(&vec![0u8; len as usize])
+    }
 }
 
 impl Drop for TenantKeys {

@@ -205,12 +205,7 @@ impl Store {
         progress: Option<&dyn Progress>,
     ) -> Result<Vec<ChunkRef>> {
         let len = std::fs::metadata(path)?.len();
-        let scan = Arc::new(Scan {
-            keys: keys.clone(),
-            block,
-            len,
-            parent,
-        });
+        let scan = Arc::new(Scan::new(keys.clone(), block, len, parent));
         let n = scan.blocks();
         let workers = std::thread::available_parallelism()
             .map(|n| n.get())

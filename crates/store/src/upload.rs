@@ -40,15 +40,26 @@ impl<'a> Uploader<'a> {
             .into_iter()
             .map(|(a, size, _)| (a, Some(size)))
             .collect();
-        Ok(Uploader {
+        Ok(Self::with(store, tenant, keys, lease, present, false))
+    }
+
+    fn with(
+        store: &'a Store,
+        tenant: &'a TenantId,
+        keys: Arc<TenantKeys>,
+        lease: &'a gc::Lease,
+        present: HashMap<ChunkAddr, Option<u64>>,
+        head_on_miss: bool,
+    ) -> Uploader<'a> {
+        Uploader {
             store,
             tenant,
             keys,
             present: Mutex::new(present),
-            head_on_miss: false,
+            head_on_miss,
             lease,
             new_chunks: Mutex::new((0, 0, 0)),
-        })
+        }
     }
 
     /// Deduplicate against the parent snapshot's chunks, known present
@@ -70,15 +81,7 @@ impl<'a> Uploader<'a> {
             }
             present.insert(c.addr, Some(c.stored as u64));
         }
-        Some(Uploader {
-            store,
-            tenant,
-            keys,
-            present: Mutex::new(present),
-            head_on_miss: true,
-            lease,
-            new_chunks: Mutex::new((0, 0, 0)),
-        })
+        Some(Self::with(store, tenant, keys, lease, present, true))
     }
 
     pub(crate) async fn add(&self, data: Vec<u8>) -> Result<ChunkRef> {
