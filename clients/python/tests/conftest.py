@@ -31,6 +31,23 @@ def stasis_bin() -> str:
     return b
 
 
+def microvm_image() -> Optional[str]:
+    """The guest image the microVM tests use (``$STASIS_IMAGE_DIR``), if built."""
+    img = os.environ.get("STASIS_IMAGE_DIR")
+    return img if img and (Path(img) / "vmlinux").is_file() else None
+
+
+def backend_params() -> list:
+    """``process``, and ``microvm`` (skipped without a guest image)."""
+    return [
+        "process",
+        pytest.param(
+            "microvm",
+            marks=pytest.mark.skipif(microvm_image() is None, reason="no STASIS_IMAGE_DIR guest image"),
+        ),
+    ]
+
+
 class Daemon:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="stasis-py-"))
@@ -58,6 +75,9 @@ class Daemon:
             "--webhook-allow",
             "127.0.0.1",
         ]
+        if microvm_image() is not None:
+            # STASIS_IMAGE_DIR names one image ("default"); the daemon wants its parent.
+            cmd += ["--images", str(Path(microvm_image()).parent)]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"}
         )
