@@ -100,7 +100,18 @@ for (const backend of backends()) {
         const bad = await session.sandbox.files.read('/tmp/bad.tar');
         await assert.rejects(session.hydrateWorkspace(bad), SandboxArchiveError, make);
       }
-      await assert.rejects(session.hydrateWorkspace(tar, { archiveLimits: { maxMembers: 1 } }), /members/);
+      await assert.rejects(session.hydrateWorkspace(tar, { archiveLimits: { maxMembers: 1 } }), (e) => {
+        assert.ok(e instanceof SandboxArchiveError);
+        assert.equal(e.details.reason, 'archive member count exceeds limit');
+        assert.equal(e.details.limit, 1);
+        assert.equal(e.details.actual, 2);
+        assert.equal(typeof e.details.member, 'string');
+        return true;
+      });
+      // The archive's root entry (./) is not a member of the workspace: a 2-file tar fits maxMembers 2.
+      assert.ok((await session.sandbox.exec(['sh', '-c', 'rm -rf /tmp/two && mkdir /tmp/two && echo 1 > /tmp/two/a && echo 2 > /tmp/two/b && tar -C /tmp/two -cf /tmp/two.tar .'])).ok);
+      await session.hydrateWorkspace(await session.sandbox.files.read('/tmp/two.tar'), { archiveLimits: { maxMembers: 2 } });
+      assert.equal(Buffer.from(await session.readFile({ path: 'b' })).toString(), '2\n');
       assert.equal(await session.pathExists('evil'), false);
 
       // The runner saves the state of an interrupted run: a snapshot, then a pause.

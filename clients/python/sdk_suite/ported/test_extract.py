@@ -11,7 +11,7 @@ import zipfile
 import pytest
 
 from agents.sandbox.errors import InvalidManifestPathError, WorkspaceArchiveWriteError
-from agents.sandbox.manifest import SandboxArchiveLimits
+from agents.sandbox import SandboxArchiveLimits
 
 pytestmark = pytest.mark.asyncio
 

@@ -139,7 +139,7 @@ from pydantic import BaseModel, Field
 from ._core import Argv
 from ._port_forward import PortForwarder
 from .aio import AsyncClient, AsyncPty, AsyncRun, AsyncSandbox
-from .errors import AlreadyExists, InvalidState, NotFound, StasisError
+from .errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, StasisError
 from .models import CallOutcome
 
 BACKEND_ID = "stasis"
@@ -682,8 +682,18 @@ class StasisSandboxSession(BaseSandboxSession):
             await super().mkdir(path, parents=parents, user=user)
             return
         target = await self._validate_path_access(path, for_write=True)
+        files = (await self._sandbox()).files
         try:
-            await (await self._sandbox()).files.mkdir(target.as_posix(), parents=parents)
+            await files.mkdir(target.as_posix(), parents=parents)
+        except AlreadyExists as e:
+            # A directory already there is what was asked for (as the SDK's
+            # local provider answers); anything else at the name is an error.
+            try:
+                is_dir = (await files.stat(target.as_posix())).kind == "dir"
+            except StasisError:
+                is_dir = False
+            if not is_dir:
+                raise self._failed(["mkdir", target.as_posix()], e) from e
         except StasisError as e:
             raise self._failed(["mkdir", target.as_posix()], e) from e
 
@@ -829,8 +839,10 @@ async def _resolve_in_sandbox(files: Any, path: PurePosixPath) -> PurePosixPath:
         except NotFound:
             rest = PurePosixPath(candidate, *todo) if todo else candidate
             return PurePosixPath(posixpath.normpath(rest.as_posix()))
-        except InvalidState:
-            # A component that is not a directory: nothing below it exists.
+        except (InvalidState, InvalidArgument):
+            # A component that is not a directory (ENOTDIR: the process
+            # backend answers invalid_state, the microVM one invalid_argument):
+            # nothing below it exists.
             rest = PurePosixPath(candidate, *todo) if todo else candidate
             return PurePosixPath(posixpath.normpath(rest.as_posix()))
         if st.kind == "symlink" and st.symlink_target is not None:

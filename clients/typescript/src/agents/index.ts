@@ -182,7 +182,9 @@ async function realpath(sbx: Sandbox, path: string): Promise<string> {
     try {
       st = await sbx.files.stat(candidate);
     } catch (e) {
-      if (e instanceof StasisError && (e.code === 'not_found' || e.code === 'invalid_state')) {
+      // Missing, or a component that is not a directory (ENOTDIR: invalid_state
+      // on the process backend, invalid_argument on the microVM one).
+      if (e instanceof StasisError && ['not_found', 'invalid_state', 'invalid_argument'].includes(e.code)) {
         resolved.push(name);
         for (const rest of todo) {
           if (rest === '..') resolved.pop();
@@ -603,7 +605,9 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     const requested = options.archiveLimits !== undefined ? options.archiveLimits : this.archiveLimits;
     const limits = requested === undefined ? DEFAULT_SANDBOX_ARCHIVE_LIMITS : resolveSandboxArchiveLimits(requested);
     const problem = archiveProblem(bytes, limits);
-    if (problem) throw new SandboxArchiveError(`refusing the workspace archive: ${problem}`, { provider: BACKEND_ID });
+    if (problem) {
+      throw new SandboxArchiveError(`refusing the workspace archive: ${problem.message}`, { provider: BACKEND_ID, ...problem.details });
+    }
     try {
       await this.sbx.files.write(tmp, bytes);
       const r = await this.sbx.exec(
