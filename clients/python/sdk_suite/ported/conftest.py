@@ -139,6 +139,33 @@ class Box:
         await session.start()
         return session
 
+    async def sdk_session(self, root: PurePosixPath, manifest: Optional[Manifest] = None) -> Any:
+        """In place of ``await UnixLocalSandboxClient().create(manifest=...)``: the
+        SDK's session wrapper around a session on the shared
+        sandbox whose workspace root is ``root`` (made here, empty)."""
+        from stasis_client.agents_sdk import StasisSandboxClient
+
+        self.mkdir(root)
+        if self.api is None:
+            self.api = AsyncClient(**self.daemon.connect_kwargs())
+        manifest = (manifest or Manifest()).model_copy(update={"root": str(root)})
+        state = StasisSandboxSessionState(
+            session_id=uuid.uuid4(),
+            manifest=manifest,
+            snapshot=StasisSnapshot(id="ported"),
+            sandbox_id=self.sbx.id,
+            on_delete="keep",
+            record_run=False,
+            snapshot_on_stop=False,
+        )
+        session = await StasisSandboxClient(api=self.api).resume(state)
+        if manifest.entries:
+            # A fresh create materializes the manifest; this session reattaches
+            # to the shared sandbox, so its entries are applied here.
+            await session.start()
+            await session._inner.apply_manifest()
+        return session
+
     async def close(self) -> None:
         if self.api is not None:
             await self.api.aclose()
