@@ -219,6 +219,11 @@ for (const backend of backends()) {
       assert.equal((await session.exec({ cmd: 'echo $ADDED' })).output, 'yes\n');
       assert.equal(session.state.environment.ADDED, 'yes');
       assert.ok(Object.keys(session.state.manifest.entries).includes('later.txt'));
+      // A runtime change to the environment survives the state's round trip.
+      session.state.environment.RUNTIME_ONLY = 'kept';
+      const back = await provider.deserializeSessionState(JSON.parse(JSON.stringify(await provider.serializeSessionState(session.state))));
+      assert.equal(back.environment.RUNTIME_ONLY, 'kept');
+      assert.equal(back.environment.ADDED, 'yes');
       // ^C to a command without a terminal ends it with the interrupt's exit code.
       const slow = await session.exec({ cmd: 'sleep 600', yieldTimeMs: 250 });
       const stopped = await session.writeStdin({ sessionId: slow.sessionId, chars: '\u0003', yieldTimeMs: 5000 });

@@ -76,7 +76,10 @@ import {
   elapsedSeconds,
   formatExecResponse,
   imageOutputFromBytes,
+  isStringRecord,
   mergeManifestDelta,
+  rehydratePersistedEnvironmentForRuntime,
+  sanitizeEnvironmentForPersistence,
   serializeManifestRecord,
   truncateOutput,
 } from '@openai/agents-core/sandbox/internal';
@@ -892,6 +895,8 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       configuredExposedPorts: state.configuredExposedPorts,
       portUrlTtlSecs: state.portUrlTtlSecs,
       ...(state.processes && Object.keys(state.processes).length > 0 ? { processes: state.processes } : {}),
+      // Runtime environment changes survive a resume (ephemeral and referenced values are not kept).
+      environment: sanitizeEnvironmentForPersistence(state),
     };
   }
 
@@ -918,10 +923,17 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       runId: typeof raw.runId === 'string' ? raw.runId : undefined,
       configuredExposedPorts: Array.isArray(raw.configuredExposedPorts) ? (raw.configuredExposedPorts as number[]) : [],
       portUrlTtlSecs: typeof raw.portUrlTtlSecs === 'number' ? raw.portUrlTtlSecs : 24 * 3600,
-      environment: await manifest.resolveEnvironment(),
+      environment: await runtimeEnvironment(manifest, raw.environment),
       processes: processRefs(raw.processes),
     };
   }
+}
+
+/** The environment a resumed session runs with: the persisted one (runtime changes included), the manifest's values resolved again. */
+async function runtimeEnvironment(manifest: Manifest, raw: unknown): Promise<Record<string, string>> {
+  if (!isStringRecord(raw)) return manifest.resolveEnvironment();
+  const runtime = Object.fromEntries(Object.entries(raw).filter(([key]) => !(key in manifest.environment)));
+  return { ...runtime, ...(await rehydratePersistedEnvironmentForRuntime(manifest, raw)) };
 }
 
 function processRefs(raw: unknown): Record<string, ProcessRef> {
