@@ -4,34 +4,20 @@ and the resumed run (in a new process) reads its output and exit code."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("agents")
 
-from conftest import backend_params
+from conftest import backend_params, run_phase
 from stasis_client import Client
 
 HERE = Path(__file__).resolve().parent
 
 
 def _phase(daemon, *args: str) -> dict:
-    env = {**os.environ, **daemon.env(), "OPENAI_AGENTS_DISABLE_TRACING": "1"}
-    env.pop("OPENAI_API_KEY", None)
-    p = subprocess.run(
-        [sys.executable, str(HERE / "approval_flow.py"), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert p.returncode == 0, f"{args[0]} failed:\n{p.stdout}\n{p.stderr[-6000:]}"
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return run_phase(daemon, HERE / "approval_flow.py", *args)
 
 
 @pytest.mark.parametrize("backend", backend_params())

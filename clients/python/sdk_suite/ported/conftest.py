@@ -43,21 +43,7 @@ _spec.loader.exec_module(harness)
 
 @pytest.fixture(scope="session")
 def daemon() -> Iterator[Any]:
-    d = harness.Daemon()
-    d.start()
-    try:
-        yield d
-    finally:
-        try:
-            with Client(**d.connect_kwargs()) as c:
-                for s in c.list():
-                    if s.state not in ("destroyed", "failed"):
-                        try:
-                            c.get(s.id).destroy()
-                        except Exception:
-                            pass
-        finally:
-            d.stop()
+    yield from harness.running_daemon()
 
 
 @pytest.fixture(scope="session", params=harness.backend_params())
