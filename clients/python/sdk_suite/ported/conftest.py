@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import os
 import shlex
 import uuid
 from pathlib import Path, PurePosixPath
@@ -22,6 +23,9 @@ from typing import Any, Iterator, Optional
 import pytest
 
 pytest.importorskip("agents")
+
+# The scripted runs need no model key; nothing is traced.
+os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")
 
 from agents.sandbox.manifest import Manifest, SandboxPathGrant
 
