@@ -197,7 +197,7 @@ for (const backend of backends()) {
       await sbx.destroy();
     });
 
-    it('applies entry permissions and environment; dedupes ports; close() pauses; ^C reports 130', { skip: onlyFullOnMicrovm(backend) }, async () => {
+    it('applies entry permissions, materializes entries, merges environment; dedupes ports; close() pauses; ^C reports 130', { skip: onlyFullOnMicrovm(backend) }, async () => {
       const provider = new StasisSandboxClient(d.conn());
       await assert.rejects(provider.create({ manifest: new Manifest(), options: { ...OPTIONS, exposedPorts: [0] } }), /between 1 and 65535/);
       await assert.rejects(
@@ -219,6 +219,11 @@ for (const backend of backends()) {
       assert.equal((await session.exec({ cmd: 'echo $ADDED' })).output, 'yes\n');
       assert.equal(session.state.environment.ADDED, 'yes');
       assert.ok(Object.keys(session.state.manifest.entries).includes('later.txt'));
+      // An entry materialized later (the SDK's skills do this) lands with its modes and joins the manifest.
+      await session.materializeEntry({ path: 'skills/s', entry: { type: 'dir', children: { 'run.sh': file({ content: '#!/bin/sh\necho skill\n' }) } } });
+      assert.equal((await session.exec({ cmd: './skills/s/run.sh' })).output, 'skill\n');
+      assert.ok(Object.keys(session.state.manifest.entries).includes('skills/s'));
+      await assert.rejects(session.materializeEntry({ path: '../escape', entry: file({ content: 'x' }) }), SandboxInvalidManifestPathError);
       // A runtime change to the environment survives the state's round trip.
       session.state.environment.RUNTIME_ONLY = 'kept';
       const back = await provider.deserializeSessionState(JSON.parse(JSON.stringify(await provider.serializeSessionState(session.state))));

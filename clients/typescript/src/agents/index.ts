@@ -55,6 +55,7 @@ import {
   type SandboxArchiveLimits,
   type WorkspaceArchiveOptions,
   type ListDirectoryArgs,
+  type MaterializeEntryArgs,
   type ReadFileArgs,
   type ViewImageArgs,
   type SandboxClient,
@@ -78,6 +79,7 @@ import {
   imageOutputFromBytes,
   isStringRecord,
   mergeManifestDelta,
+  mergeManifestEntryDelta,
   rehydratePersistedEnvironmentForRuntime,
   sanitizeEnvironmentForPersistence,
   serializeManifestRecord,
@@ -551,6 +553,31 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
    */
   async applyManifest(manifest: Manifest): Promise<void> {
     refuseHostPathGrants(manifest);
+    await this.writeEntries(manifest);
+    if (manifest !== this.state.manifest) {
+      this.state.environment = { ...this.state.environment, ...(await manifest.resolveEnvironment()) };
+      this.state.manifest = mergeManifestDelta(this.state.manifest, manifest);
+    }
+  }
+
+  /**
+   * Write one entry (a file, or a dir with its children) at a
+   * workspace-relative path now, and add it to the session's manifest (the
+   * SDK's skills and memory capabilities use this).
+   */
+  async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
+    const root = this.state.manifest.root.replace(/\/+$/, '');
+    const target = await this.checked(args.path, true);
+    if (target !== root && !target.startsWith(`${root}/`)) {
+      throw new SandboxInvalidManifestPathError(`materialized entries must be inside the workspace root: ${args.path}`, { path: args.path });
+    }
+    const logical = target.slice(root.length + 1);
+    await this.writeEntries(new Manifest({ root: this.state.manifest.root, entries: { [logical]: args.entry } }));
+    this.state.manifest = mergeManifestEntryDelta(this.state.manifest, logical, args.entry);
+  }
+
+  /** The file and dir entries of `manifest`, written with their permissions. */
+  private async writeEntries(manifest: Manifest): Promise<void> {
     const dirModes: [string, number][] = [];
     for (const { absolutePath, entry } of manifest.iterEntries()) {
       const mode = permissionsForSandboxEntry(entry.permissions).toMode() & 0o1777;
@@ -569,10 +596,6 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     for (const [path, mode] of dirModes) {
       const r = await this.sbx.exec(['chmod', mode.toString(8), '--', path]);
       if (!r.ok) throw new SandboxProviderError(`chmod ${path}: ${r.stderr.slice(-500)}`, { provider: BACKEND_ID });
-    }
-    if (manifest !== this.state.manifest) {
-      this.state.environment = { ...this.state.environment, ...(await manifest.resolveEnvironment()) };
-      this.state.manifest = mergeManifestDelta(this.state.manifest, manifest);
     }
   }
 
