@@ -186,6 +186,8 @@ for (const backend of backends()) {
       }
       assert.equal(await sbx.files.readText('/outside/file'), 'secret\n');
       assert.equal(await sbx.files.exists('/outside/new.txt'), false);
+      // exec's workdir too: a symlink out of the workspace is not a working directory.
+      await assert.rejects(session.exec({ cmd: 'pwd', workdir: 'out' }), SandboxInvalidManifestPathError);
       // A symlink that stays inside the workspace is followed.
       await session.writeFile('inner/f.txt', 'inside');
       assert.equal(await sbx.files.readText('/workspace/real/f.txt'), 'inside');

@@ -337,11 +337,12 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   async exec(args: ExecCommandArgs): Promise<SandboxExecResult> {
     const start = Date.now();
     const tty = args.tty ?? false;
+    const cwd = await this.checked(args.workdir);
     let session: Session;
     try {
       session = await this.sbx.sessions.start(this.shellArgv(args), {
         env: this.state.environment,
-        cwd: this.abs(args.workdir),
+        cwd,
         user: args.runAs,
         pty: tty ? { cols: 120, rows: 40 } : undefined,
       });
