@@ -83,6 +83,11 @@ for (const backend of backends()) {
       await assert.rejects(session.readFile({ path: '/etc/passwd' }), SandboxInvalidManifestPathError);
       await assert.rejects(session.exec({ cmd: 'pwd', workdir: '/etc' }), SandboxInvalidManifestPathError);
 
+      // Ephemeral entries are not kept in a workspace archive.
+      await session.materializeEntry({ path: 'secret.txt', entry: file({ content: 'token', ephemeral: true }) });
+      const withoutSecret = await session.persistWorkspace();
+      assert.ok(!Buffer.from(withoutSecret).toString('latin1').includes('secret.txt'));
+      await session.exec({ cmd: 'rm -f secret.txt' });
       // Workspace archives round-trip.
       const tar = await session.persistWorkspace();
       await session.exec({ cmd: 'rm -rf out' });

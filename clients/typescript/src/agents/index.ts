@@ -600,12 +600,13 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     }
   }
 
-  /** A tar of the workspace (the manifest's root). */
+  /** A tar of the workspace (the manifest's root), without its ephemeral entries. */
   async persistWorkspace(): Promise<Uint8Array> {
     const root = this.state.manifest.root;
     const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
+    const excludes = [...this.state.manifest.ephemeralPersistencePaths()].sort().map((p) => `--exclude=./${p}`);
     try {
-      const r = await this.sbx.exec(['tar', '-C', root, '-cf', tmp, '.'], { timeoutMs: 300_000 });
+      const r = await this.sbx.exec(['tar', '-C', root, ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000 });
       if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
       return await this.sbx.files.read(tmp);
     } catch (e) {
