@@ -129,7 +129,13 @@ class Box:
         await session.start()
         return session
 
-    async def sdk_session(self, root: PurePosixPath, manifest: Optional[Manifest] = None) -> Any:
+    async def sdk_session(
+        self,
+        root: PurePosixPath,
+        manifest: Optional[Manifest] = None,
+        *,
+        exposed_ports: tuple[int, ...] = (),
+    ) -> Any:
         """In place of ``await UnixLocalSandboxClient().create(manifest=...)``: the
         SDK's session wrapper around a session on the shared
         sandbox whose workspace root is ``root`` (made here, empty)."""
@@ -147,6 +153,7 @@ class Box:
             on_delete="keep",
             record_run=False,
             snapshot_on_stop=False,
+            exposed_ports=exposed_ports,
         )
         session = await StasisSandboxClient(api=self.api).resume(state)
         if manifest.entries:
