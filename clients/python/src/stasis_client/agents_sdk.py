@@ -663,10 +663,9 @@ class StasisSandboxSession(BaseSandboxSession):
         target = await self._validate_path_access(path, for_write=True)
         if recursive and any(g.read_only for g in self.state.manifest.extra_path_grants):
             await self._validate_remote_path_access(target, for_write=True, recursive_remove=True)
-        # What the path names once resolved (as the SDK's local provider
-        # removes): removing a symlink to a directory in the workspace removes
-        # that directory; the validation above authorized the resolved path.
-        target = Path((await self._realpath(PurePosixPath(target.as_posix()))).as_posix())
+        # A leaf symlink is unlinked, never followed: its target may hold a
+        # read-only grant the check above did not look into (the SDK's rule
+        # for remote backends).
         try:
             await (await self._sandbox()).files.remove(target.as_posix(), recursive=recursive)
         except NotFound as e:
