@@ -109,6 +109,13 @@ async def test_provider_refuses_unsupported_manifest(daemon) -> None:
     provider = StasisSandboxClient(**daemon.connect_kwargs())
     with pytest.raises(ValueError, match="users or groups"):
         await provider.create(manifest=Manifest(users=[User(name="bob")]), options=OPTIONS)
+    from agents.sandbox.manifest import SandboxPathGrant
+
+    with pytest.raises(ValueError, match="host_path"):
+        await provider.create(
+            manifest=Manifest(extra_path_grants=(SandboxPathGrant(path="/data", host_path="/srv"),)),
+            options=OPTIONS,
+        )
     with pytest.raises(ValueError, match="root"):
         await provider.create(
             manifest=Manifest(), options=StasisSandboxClientOptions(manifest={"workdir": "/x"})

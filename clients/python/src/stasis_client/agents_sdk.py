@@ -968,6 +968,12 @@ def _check_manifest(manifest: Manifest, stasis_manifest: dict[str, Any]) -> None
             "stasis sandboxes do not provision manifest users or groups "
             "(every sandbox process runs as the sandbox's one user)"
         )
+    for grant in manifest.extra_path_grants:
+        if grant.host_path is not None:
+            raise ValueError(
+                f"stasis does not support path grant host_path for {grant.path!r}: a sandbox "
+                "sees no host path (omit host_path, or use stasis mounts)"
+            )
     if "workdir" in stasis_manifest:
         raise ValueError(
             "set the workspace with the SDK manifest's root, not the stasis manifest's workdir"
