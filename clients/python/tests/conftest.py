@@ -31,6 +31,23 @@ def stasis_bin() -> str:
     return b
 
 
+def microvm_image() -> Optional[str]:
+    """The guest image the microVM tests use (``$STASIS_IMAGE_DIR``), if built."""
+    img = os.environ.get("STASIS_IMAGE_DIR")
+    return img if img and (Path(img) / "vmlinux").is_file() else None
+
+
+def backend_params() -> list:
+    """``process``, and ``microvm`` (skipped without a guest image)."""
+    return [
+        "process",
+        pytest.param(
+            "microvm",
+            marks=pytest.mark.skipif(microvm_image() is None, reason="no STASIS_IMAGE_DIR guest image"),
+        ),
+    ]
+
+
 class Daemon:
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="stasis-py-"))
@@ -58,6 +75,9 @@ class Daemon:
             "--webhook-allow",
             "127.0.0.1",
         ]
+        if microvm_image() is not None:
+            # STASIS_IMAGE_DIR names one image ("default"); the daemon wants its parent.
+            cmd += ["--images", str(Path(microvm_image()).parent)]
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"}
         )
@@ -157,14 +177,14 @@ def cleanup_cgroups(parent: str) -> None:
                 pass
 
 
-@pytest.fixture(scope="session")
-def daemon() -> Iterator[Daemon]:
+def running_daemon() -> Iterator[Daemon]:
+    """A started daemon; on exit, what the tests left is destroyed (so no
+    sandbox process outlives the daemon) and the daemon stopped."""
     d = Daemon()
     d.start()
     try:
         yield d
     finally:
-        # Destroy what the tests left, so no sandbox process outlives the daemon.
         try:
             from stasis_client import Client
 
@@ -177,6 +197,26 @@ def daemon() -> Iterator[Daemon]:
                             pass
         finally:
             d.stop()
+
+
+@pytest.fixture(scope="session")
+def daemon() -> Iterator[Daemon]:
+    yield from running_daemon()
+
+
+def run_phase(daemon: Daemon, script: Path, *args: str) -> dict:
+    """Run one phase of a scripted agent flow in a new Python process against
+    ``daemon`` (no model key, no tracing) and return its last JSON line."""
+    import json
+    import sys
+
+    env = {**os.environ, **daemon.env(), "OPENAI_AGENTS_DISABLE_TRACING": "1"}
+    env.pop("OPENAI_API_KEY", None)
+    p = subprocess.run(
+        [sys.executable, str(script), *args], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert p.returncode == 0, f"{args[0]} failed:\n{p.stdout}\n{p.stderr[-6000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture

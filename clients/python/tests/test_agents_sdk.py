@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +13,7 @@ pytest.importorskip("agents")
 from agents.sandbox import Manifest
 from agents.sandbox.entries import File
 
+from conftest import run_phase
 from stasis_client import Client
 from stasis_client.agents_sdk import (
     StasisSandboxClient,
@@ -111,6 +109,13 @@ async def test_provider_refuses_unsupported_manifest(daemon) -> None:
     provider = StasisSandboxClient(**daemon.connect_kwargs())
     with pytest.raises(ValueError, match="users or groups"):
         await provider.create(manifest=Manifest(users=[User(name="bob")]), options=OPTIONS)
+    from agents.sandbox.manifest import SandboxPathGrant
+
+    with pytest.raises(ValueError, match="host_path"):
+        await provider.create(
+            manifest=Manifest(extra_path_grants=(SandboxPathGrant(path="/data", host_path="/srv"),)),
+            options=OPTIONS,
+        )
     with pytest.raises(ValueError, match="root"):
         await provider.create(
             manifest=Manifest(), options=StasisSandboxClientOptions(manifest={"workdir": "/x"})
@@ -119,17 +124,7 @@ async def test_provider_refuses_unsupported_manifest(daemon) -> None:
 
 
 def _phase(daemon, phase: str, state_file: Path) -> dict:
-    env = {**os.environ, **daemon.env(), "OPENAI_AGENTS_DISABLE_TRACING": "1"}
-    env.pop("OPENAI_API_KEY", None)
-    p = subprocess.run(
-        [sys.executable, str(HERE / "agent_flow.py"), phase, str(state_file)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert p.returncode == 0, f"{phase} failed:\n{p.stdout}\n{p.stderr[-6000:]}"
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    return run_phase(daemon, HERE / "agent_flow.py", phase, str(state_file))
 
 
 @pytest.mark.parametrize("sandbox_fate", ["kept", "destroyed"])

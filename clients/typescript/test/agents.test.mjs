@@ -17,11 +17,11 @@ import { Daemon, HERE, backends, onlyFullOnMicrovm } from './daemon.mjs';
 const run = promisify(execFile);
 const OPTIONS = { manifest: { lifecycle: { idle_timeout_secs: 600 } } };
 
-async function phase(d, name, stateFile) {
+async function phase(d, name, stateFile, script = 'agent_flow.mjs', ...args) {
   const env = { ...process.env, ...d.env(), OPENAI_AGENTS_DISABLE_TRACING: '1' };
   delete env.OPENAI_API_KEY;
   try {
-    const { stdout } = await run(process.execPath, [join(HERE, 'agent_flow.mjs'), name, stateFile], { env, timeout: 600_000 });
+    const { stdout } = await run(process.execPath, [join(HERE, script), name, stateFile, ...args], { env, timeout: 600_000 });
     return JSON.parse(stdout.trim().split('\n').at(-1));
   } catch (e) {
     throw new Error(`${name} failed:\n${e.stdout}\n${String(e.stderr).slice(-6000)}`);
@@ -83,6 +83,11 @@ for (const backend of backends()) {
       await assert.rejects(session.readFile({ path: '/etc/passwd' }), SandboxInvalidManifestPathError);
       await assert.rejects(session.exec({ cmd: 'pwd', workdir: '/etc' }), SandboxInvalidManifestPathError);
 
+      // Ephemeral entries are not kept in a workspace archive.
+      await session.materializeEntry({ path: 'secret.txt', entry: file({ content: 'token', ephemeral: true }) });
+      const withoutSecret = await session.persistWorkspace();
+      assert.ok(!Buffer.from(withoutSecret).toString('latin1').includes('secret.txt'));
+      await session.exec({ cmd: 'rm -f secret.txt' });
       // Workspace archives round-trip.
       const tar = await session.persistWorkspace();
       await session.exec({ cmd: 'rm -rf out' });
@@ -100,7 +105,18 @@ for (const backend of backends()) {
         const bad = await session.sandbox.files.read('/tmp/bad.tar');
         await assert.rejects(session.hydrateWorkspace(bad), SandboxArchiveError, make);
       }
-      await assert.rejects(session.hydrateWorkspace(tar, { archiveLimits: { maxMembers: 1 } }), /members/);
+      await assert.rejects(session.hydrateWorkspace(tar, { archiveLimits: { maxMembers: 1 } }), (e) => {
+        assert.ok(e instanceof SandboxArchiveError);
+        assert.equal(e.details.reason, 'archive member count exceeds limit');
+        assert.equal(e.details.limit, 1);
+        assert.equal(e.details.actual, 2);
+        assert.equal(typeof e.details.member, 'string');
+        return true;
+      });
+      // The archive's root entry (./) is not a member of the workspace: a 2-file tar fits maxMembers 2.
+      assert.ok((await session.sandbox.exec(['sh', '-c', 'rm -rf /tmp/two && mkdir /tmp/two && echo 1 > /tmp/two/a && echo 2 > /tmp/two/b && tar -C /tmp/two -cf /tmp/two.tar .'])).ok);
+      await session.hydrateWorkspace(await session.sandbox.files.read('/tmp/two.tar'), { archiveLimits: { maxMembers: 2 } });
+      assert.equal(Buffer.from(await session.readFile({ path: 'b' })).toString(), '2\n');
       assert.equal(await session.pathExists('evil'), false);
 
       // The runner saves the state of an interrupted run: a snapshot, then a pause.
@@ -137,8 +153,9 @@ for (const backend of backends()) {
       assert.equal((await editor.createFile({ type: 'create_file', path: 'src/a.txt', diff: '+one\n+two\n' })).status, 'completed');
       const created = applyDiff('', '+one\n+two\n', 'create');
       assert.equal(Buffer.from(await session.readFile({ path: 'src/a.txt' })).toString(), created);
-      const again = await editor.createFile({ type: 'create_file', path: 'src/a.txt', diff: '+other\n' });
-      assert.equal(again.status, 'failed');
+      // A create over an existing file throws (as the SDK's own providers do) and changes nothing.
+      await assert.rejects(editor.createFile({ type: 'create_file', path: 'src/a.txt', diff: '+other\n' }), /already exists/);
+      assert.equal(Buffer.from(await session.readFile({ path: 'src/a.txt' })).toString(), created);
       const up = await editor.updateFile({ type: 'update_file', path: 'src/a.txt', diff: '@@\n one\n-two\n+three\n', moveTo: 'src/b.txt' });
       assert.equal(up.status, 'completed');
       assert.equal(Buffer.from(await session.readFile({ path: 'src/b.txt' })).toString(), applyDiff(created, '@@\n one\n-two\n+three\n'));
@@ -152,6 +169,79 @@ for (const backend of backends()) {
       assert.equal(img.type, 'image');
       assert.match(JSON.stringify(img), /image\/png/);
       await session.delete();
+    });
+
+    it('resolves symlinks in the sandbox: file helpers never follow one out of the workspace', { skip: onlyFullOnMicrovm(backend) }, async () => {
+      const provider = new StasisSandboxClient(d.conn());
+      const session = await provider.create({ manifest: new Manifest(), options: { ...OPTIONS, recordRun: false } });
+      const sbx = session.sandbox;
+      const setup = await sbx.exec(['sh', '-c', 'mkdir -p /outside /workspace/real && echo secret > /outside/file && ln -s /outside /workspace/out && ln -s /outside/file /workspace/leak && ln -s real /workspace/inner']);
+      assert.ok(setup.ok, setup.stderr);
+      for (const attempt of [
+        () => session.readFile({ path: 'out/file' }),
+        () => session.readFile({ path: 'leak' }),
+        () => session.writeFile('out/file', 'overwritten'),
+        () => session.writeFile('leak', 'overwritten'),
+        () => session.listDir({ path: 'out' }),
+        () => session.pathExists('out/file'),
+        () => session.createEditor().createFile({ type: 'create_file', path: 'out/new.txt', diff: '+x\n' }),
+        () => session.createEditor().updateFile({ type: 'update_file', path: 'leak', diff: '@@\n-secret\n+changed\n' }),
+      ]) {
+        await assert.rejects(attempt(), SandboxInvalidManifestPathError);
+      }
+      assert.equal(await sbx.files.readText('/outside/file'), 'secret\n');
+      assert.equal(await sbx.files.exists('/outside/new.txt'), false);
+      // exec's workdir too: a symlink out of the workspace is not a working directory.
+      await assert.rejects(session.exec({ cmd: 'pwd', workdir: 'out' }), SandboxInvalidManifestPathError);
+      // A symlink that stays inside the workspace is followed.
+      await session.writeFile('inner/f.txt', 'inside');
+      assert.equal(await sbx.files.readText('/workspace/real/f.txt'), 'inside');
+      assert.equal(Buffer.from(await session.readFile({ path: 'inner/f.txt' })).toString(), 'inside');
+      // Replacing the root by a symlink later authorizes nothing outside.
+      assert.ok((await sbx.exec(['sh', '-c', 'mv /workspace /workspace.orig && ln -s /outside /workspace'])).ok);
+      await assert.rejects(session.writeFile('file', 'overwritten'), SandboxInvalidManifestPathError);
+      assert.equal(await sbx.files.readText('/outside/file'), 'secret\n');
+      await sbx.destroy();
+    });
+
+    it('applies entry permissions, materializes entries, merges environment; dedupes ports; close() pauses; ^C reports 130', { skip: onlyFullOnMicrovm(backend) }, async () => {
+      const provider = new StasisSandboxClient(d.conn());
+      await assert.rejects(provider.create({ manifest: new Manifest(), options: { ...OPTIONS, exposedPorts: [0] } }), /between 1 and 65535/);
+      await assert.rejects(
+        provider.create({ manifest: new Manifest({ extraPathGrants: [{ path: '/data', hostPath: '/srv/data' }] }), options: OPTIONS }),
+        SandboxUnsupportedFeatureError,
+      );
+      const manifest = new Manifest({
+        entries: {
+          'bin/run.sh': file({ content: '#!/bin/sh\necho ran\n' }),
+          'private.txt': file({ content: 'p', permissions: { owner: 6, group: 0, other: 0 } }),
+        },
+      });
+      const session = await provider.create({ manifest, options: { ...OPTIONS, recordRun: false, exposedPorts: [8000, 8000, 8001] } });
+      assert.deepEqual(session.state.configuredExposedPorts, [8000, 8001]);
+      // The SDK's default entry mode (0755) makes a script runnable.
+      assert.equal((await session.exec({ cmd: './bin/run.sh' })).output, 'ran\n');
+      assert.equal((await session.sandbox.files.stat('/workspace/private.txt')).mode, 0o600);
+      await session.applyManifest(new Manifest({ environment: { ADDED: 'yes' }, entries: { 'later.txt': file({ content: 'l' }) } }));
+      assert.equal((await session.exec({ cmd: 'echo $ADDED' })).output, 'yes\n');
+      assert.equal(session.state.environment.ADDED, 'yes');
+      assert.ok(Object.keys(session.state.manifest.entries).includes('later.txt'));
+      // An entry materialized later (the SDK's skills do this) lands with its modes and joins the manifest.
+      await session.materializeEntry({ path: 'skills/s', entry: { type: 'dir', children: { 'run.sh': file({ content: '#!/bin/sh\necho skill\n' }) } } });
+      assert.equal((await session.exec({ cmd: './skills/s/run.sh' })).output, 'skill\n');
+      assert.ok(Object.keys(session.state.manifest.entries).includes('skills/s'));
+      await assert.rejects(session.materializeEntry({ path: '../escape', entry: file({ content: 'x' }) }), SandboxInvalidManifestPathError);
+      // A runtime change to the environment survives the state's round trip.
+      session.state.environment.RUNTIME_ONLY = 'kept';
+      const back = await provider.deserializeSessionState(JSON.parse(JSON.stringify(await provider.serializeSessionState(session.state))));
+      assert.equal(back.environment.RUNTIME_ONLY, 'kept');
+      assert.equal(back.environment.ADDED, 'yes');
+      // ^C to a command without a terminal ends it with the interrupt's exit code.
+      const slow = await session.exec({ cmd: 'sleep 600', yieldTimeMs: 250 });
+      const stopped = await session.writeStdin({ sessionId: slow.sessionId, chars: '\u0003', yieldTimeMs: 5000 });
+      assert.match(stopped, /Process exited with code 130/);
+      await session.close();
+      assert.equal((await api.get(session.state.sandboxId)).state, 'paused');
     });
 
     it('refuses what stasis does not provide', async () => {
@@ -186,6 +276,37 @@ for (const backend of backends()) {
       await assert.rejects(session.resolveExposedPort(9000), /not among the exposed ports/);
       await session.delete();
       assert.equal((await api.get(session.state.sandboxId)).state, 'paused');
+    });
+
+    it('keeps a command running through an approval and finishes it after, in a new process', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'stasis-ts-inflight-'));
+      try {
+        const stateFile = join(dir, 'run_state.json');
+        const first = await phase(d, 'start', stateFile, 'approval_flow.mjs');
+        assert.deepEqual(first.interruptions, ['release_work']);
+        assert.ok(Number.isInteger(first.sessionId), first.workOutput);
+        // The state names the command's stasis session, for a resume in another process.
+        const ref = first.processes?.[String(first.sessionId)];
+        assert.ok(ref?.session, JSON.stringify(first.processes));
+
+        const sbx = await api.get(first.sandboxId);
+        // The interruption paused the sandbox, with the command in it.
+        assert.equal(sbx.state, 'paused');
+        assert.equal(await sbx.files.exists('done.txt'), false);
+        const info = (await sbx.sessions.list()).find((s) => s.id === ref.session);
+        assert.equal(info?.running, true);
+
+        const second = await phase(d, 'resume', stateFile, 'approval_flow.mjs', String(first.sessionId));
+        assert.equal(second.finalOutput, 'The work finished.');
+        assert.equal(second.toolOutputs['call-release'], 'released (exit 0)');
+        const poll = second.toolOutputs['call-poll'];
+        assert.match(poll, /Process exited with code 0/);
+        assert.match(poll, /work-finished/);
+        assert.equal(await sbx.files.readText('done.txt'), 'finished\n');
+        await sbx.destroy();
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     });
 
     for (const fate of ['kept', 'destroyed']) {

@@ -70,16 +70,26 @@ How the SDK's sandbox interface maps onto stasis:
   terminal when ``tty``), :meth:`~StasisSandboxSession.pty_write_stdin`
   types into it; output is collected for the yield time. Such sessions
   survive a pause/resume of the sandbox.
+* Commands still running when a run stops (an approval interruption, or the
+  run's end): the SDK's ``stop()``/``shutdown()`` would terminate every PTY
+  process first. With ``on_delete="pause"`` (default) or ``"keep"`` this
+  provider leaves them running instead: the sandbox is paused *with* them
+  (``delete()``), they continue when it resumes, and the session state
+  records each one (the SDK's process id -> the stasis session and the
+  output already read), so ``write_stdin`` from the resumed run, in this
+  process or another, reads the output they produced meanwhile and their
+  exit code. ``on_delete="destroy"`` terminates them as the SDK does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import io
+import posixpath
 import shlex
 import tarfile
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal, Optional, Union
 
 try:
@@ -92,6 +102,7 @@ except ImportError as e:  # pragma: no cover - depends on the installed extras
 
 from agents.sandbox.errors import (
     ExecNonZeroError,
+    InvalidManifestPathError,
     ExecTimeoutError,
     ExecTransportError,
     SnapshotNotRestorableError,
@@ -118,14 +129,17 @@ from agents.sandbox.session.workspace_payloads import coerce_write_payload
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
 from agents.sandbox.errors import ExposedPortUnavailableError
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
+from agents.sandbox.files import FileEntry
+from agents.sandbox.util.parse_utils import parse_ls_la
+from agents.sandbox.workspace_paths import coerce_posix_path
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from agents.sandbox.util.token_truncation import formatted_truncate_text_with_token_count
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from ._core import Argv
 from ._port_forward import PortForwarder
 from .aio import AsyncClient, AsyncPty, AsyncRun, AsyncSandbox
-from .errors import AlreadyExists, InvalidState, NotFound, StasisError
+from .errors import AlreadyExists, InvalidArgument, InvalidState, NotFound, StasisError
 from .models import CallOutcome
 
 BACKEND_ID = "stasis"
@@ -194,6 +208,15 @@ class StasisSnapshotSpec(SnapshotSpec):
         return StasisSnapshot(id=snapshot_id)
 
 
+class StasisPtyRef(BaseModel):
+    """A command started by ``exec_command`` that was still running at the
+    last update: its stasis session and how much of its output the model
+    has seen. Kept in the session state so a resumed run can reach it."""
+
+    session_id: str
+    offset: int = 0
+
+
 class StasisSandboxSessionState(SandboxSessionState):
     type: Literal["stasis"] = "stasis"
     sandbox_id: Optional[str] = None
@@ -205,6 +228,7 @@ class StasisSandboxSessionState(SandboxSessionState):
     record_run: bool = True
     run_id: Optional[str] = None
     port_url_ttl_secs: int = 24 * 3600
+    pty_processes: dict[int, StasisPtyRef] = Field(default_factory=dict)
 
 
 def _exit_code(exit_code: Optional[int], signal: Optional[int]) -> int:
@@ -227,6 +251,8 @@ class StasisSandboxSession(BaseSandboxSession):
         self.origin: Optional[str] = None
         # Live PTY processes by the SDK's process id.
         self._ptys: dict[int, AsyncPty] = {}
+        # The workspace root and grants as resolved when the session started.
+        self._pinned_roots: Optional[tuple[tuple[PurePosixPath, bool, str], ...]] = None
 
     # -- backend lifecycle --
 
@@ -275,14 +301,16 @@ class StasisSandboxSession(BaseSandboxSession):
         _ = old
 
     async def _start_workspace(self) -> None:
+        self._pinned_roots = None
         if not isinstance(self.state.snapshot, StasisSnapshot) or self.origin == "created":
             # A fresh sandbox gets the manifest applied (or, with an SDK tar
             # snapshot, the SDK's own restore path).
             await super()._start_workspace()
-            return
-        # Reattached or restored from its stasis snapshot: the sandbox's files
-        # are the session's workspace; only ephemeral manifest entries are redone.
-        await self._reapply_ephemeral_manifest_on_resume()
+        else:
+            # Reattached or restored from its stasis snapshot: the sandbox's files
+            # are the session's workspace; only ephemeral manifest entries are redone.
+            await self._reapply_ephemeral_manifest_on_resume()
+        await self._pin_roots()
 
     async def _persist_snapshot(self) -> None:
         if not isinstance(self.state.snapshot, StasisSnapshot):
@@ -335,7 +363,7 @@ class StasisSandboxSession(BaseSandboxSession):
                 p = AsyncPty(sbx, s.info)
         except StasisError as e:
             raise ExecTransportError(command=argv, cause=e) from e
-        pid = allocate_pty_process_id(set(self._ptys))
+        pid = allocate_pty_process_id(set(self._ptys) | set(self.state.pty_processes))
         self._ptys[pid] = p
         yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
         return await self._pty_update(pid, clamp_pty_yield_time_ms(yield_ms), max_output_tokens)
@@ -350,7 +378,7 @@ class StasisSandboxSession(BaseSandboxSession):
     ) -> PtyExecUpdate:
         from agents.sandbox.errors import PtySessionNotFoundError
 
-        p = self._ptys.get(session_id)
+        p = self._ptys.get(session_id) or await self._reattach_pty(session_id)
         if p is None:
             raise PtySessionNotFoundError(session_id=session_id)
         if chars:
@@ -362,13 +390,46 @@ class StasisSandboxSession(BaseSandboxSession):
         wait = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=chars == "")
         return await self._pty_update(session_id, wait, max_output_tokens)
 
+    async def _reattach_pty(self, pid: int) -> Optional[AsyncPty]:
+        """A command this session object did not start (the run was resumed
+        from its state, e.g. in another process) but the state records."""
+        ref = self.state.pty_processes.get(pid)
+        if ref is None or self.state.sandbox_id is None:
+            return None
+        sbx = await self._sandbox()
+        for info in await sbx.sessions():
+            if info.id == ref.session_id:
+                p = AsyncPty(sbx, info)
+                p._offset = ref.offset
+                self._ptys[pid] = p
+                return p
+        del self.state.pty_processes[pid]
+        return None
+
     async def pty_terminate_all(self) -> None:
         ptys, self._ptys = list(self._ptys.values()), {}
+        self.state.pty_processes.clear()
         for p in ptys:
             try:
                 await p.close()
             except StasisError:
                 pass
+
+    def _keeps_processes(self) -> bool:
+        """Whether the sandbox outlives this run with its processes (paused or
+        kept), so commands still running need not be terminated."""
+        return self.state.on_delete != "destroy"
+
+    async def _before_stop(self) -> None:
+        # The SDK terminates PTY processes before it persists the workspace.
+        # A stasis sandbox is paused with its processes (their memory goes into
+        # the pause), so work in flight survives a wait for an approval.
+        if not self._keeps_processes():
+            await super()._before_stop()
+
+    async def _before_shutdown(self) -> None:
+        if not self._keeps_processes():
+            await super()._before_shutdown()
 
     async def _pty_update(
         self, pid: int, yield_ms: int, max_output_tokens: Optional[int]
@@ -388,12 +449,14 @@ class StasisSandboxSession(BaseSandboxSession):
         )
         if p.ended:
             del self._ptys[pid]
+            self.state.pty_processes.pop(pid, None)
             return PtyExecUpdate(
                 process_id=None,
                 output=text.encode(),
                 exit_code=p.exit_code,
                 original_token_count=original,
             )
+        self.state.pty_processes[pid] = StasisPtyRef(session_id=p.id, offset=p.offset)
         return PtyExecUpdate(
             process_id=pid, output=text.encode(), exit_code=None, original_token_count=original
         )
@@ -435,12 +498,83 @@ class StasisSandboxSession(BaseSandboxSession):
         # A restored sandbox is a new one: its helpers are installed again.
         return self.state.sandbox_id
 
+    async def _realpath(self, path: PurePosixPath) -> PurePosixPath:
+        """``path`` with every symlink resolved, as the sandbox sees it, through
+        the files API (its stat does not follow a final symlink and names the
+        target): no process runs. A missing tail stays as written."""
+        return await _resolve_in_sandbox((await self._sandbox()).files, path)
+
+    async def _authorized_roots(self) -> tuple[tuple[PurePosixPath, bool, str], ...]:
+        """The workspace root and the extra path grants, each resolved: pinned
+        when the session started, so replacing the root or a grant's alias by
+        a symlink afterwards cannot authorize a directory outside."""
+        if self._pinned_roots is not None:
+            return self._pinned_roots
+        return await self._resolve_roots()
+
+    async def _resolve_roots(self) -> tuple[tuple[PurePosixPath, bool, str], ...]:
+        policy = self._workspace_path_policy()
+        roots = [(await self._realpath(policy.sandbox_root()), False, policy.sandbox_root().as_posix())]
+        for grant, read_only in policy.extra_path_grant_rules():
+            resolved = await self._realpath(grant)
+            if resolved == PurePosixPath("/"):
+                raise ValueError(f"extra path grant must not resolve to filesystem root: {grant}")
+            roots.append((resolved, read_only, grant.as_posix()))
+        return tuple(roots)
+
+    async def _pin_roots(self) -> None:
+        self._pinned_roots = None
+        self._pinned_roots = await self._resolve_roots()
+
     async def _validate_path_access(self, path: Union[Path, str], *, for_write: bool = False) -> Path:
         """The SDK's workspace boundary, resolved inside the sandbox (symlinks
-        included): a path that resolves outside the workspace raises
-        ``InvalidManifestPathError``, a write onto a read-only grant
-        ``WorkspaceArchiveWriteError``, as the SDK's Docker provider does."""
-        return await self._validate_remote_path_access(path, for_write=for_write)
+        included) without running a process: a path that resolves outside the
+        workspace and the grants raises ``InvalidManifestPathError``, a write
+        onto a read-only grant ``WorkspaceArchiveWriteError`` (the workspace
+        root wins over a grant, the most specific grant over others), as the
+        SDK's own resolver does. An absolute path that names the workspace
+        through its resolved form (the root being an alias) is accepted."""
+        policy = self._workspace_path_policy()
+        original = coerce_posix_path(path)
+        try:
+            workspace_path = policy.normalize_sandbox_path(path, for_write=for_write)
+        except InvalidManifestPathError:
+            if not original.is_absolute():
+                raise
+            workspace_path = PurePosixPath(posixpath.normpath(original.as_posix()))
+        resolved = await self._realpath(workspace_path)
+        roots = await self._authorized_roots()
+        root, _, _ = roots[0]
+        if not _is_under(resolved, root):
+            grants = [g for g in roots[1:] if _is_under(resolved, g[0])]
+            if not grants:
+                raise InvalidManifestPathError(
+                    rel=original.as_posix(),
+                    reason="absolute" if original.is_absolute() else "escape_root",
+                    context={"resolved_path": resolved.as_posix()},
+                )
+            _, read_only, grant_path = max(grants, key=lambda g: len(g[0].as_posix()))
+            if for_write and read_only:
+                raise WorkspaceArchiveWriteError(
+                    path=Path(workspace_path.as_posix()),
+                    context={
+                        "reason": "read_only_extra_path_grant",
+                        "grant_path": grant_path,
+                        "resolved_path": resolved.as_posix(),
+                    },
+                )
+        return Path(workspace_path.as_posix())
+
+    async def ls(self, path: Union[Path, str], *, user: Union[str, User, None] = None) -> list[FileEntry]:
+        """The directory's entries, named under the directory's resolved path
+        (a listing through a symlink names where the entries really are)."""
+        target = await self._validate_path_access(path)
+        resolved = (await self._realpath(PurePosixPath(target.as_posix()))).as_posix()
+        cmd = ("ls", "-la", "--", resolved)
+        result = await self.exec(*cmd, shell=False, user=user)
+        if not result.ok():
+            raise ExecNonZeroError(result, command=cmd)
+        return parse_ls_la(result.stdout.decode("utf-8", errors="replace"), base=resolved)
 
     # -- exec and files --
 
@@ -529,6 +663,9 @@ class StasisSandboxSession(BaseSandboxSession):
         target = await self._validate_path_access(path, for_write=True)
         if recursive and any(g.read_only for g in self.state.manifest.extra_path_grants):
             await self._validate_remote_path_access(target, for_write=True, recursive_remove=True)
+        # A leaf symlink is unlinked, never followed: its target may hold a
+        # read-only grant the check above did not look into (the SDK's rule
+        # for remote backends).
         try:
             await (await self._sandbox()).files.remove(target.as_posix(), recursive=recursive)
         except NotFound as e:
@@ -544,8 +681,18 @@ class StasisSandboxSession(BaseSandboxSession):
             await super().mkdir(path, parents=parents, user=user)
             return
         target = await self._validate_path_access(path, for_write=True)
+        files = (await self._sandbox()).files
         try:
-            await (await self._sandbox()).files.mkdir(target.as_posix(), parents=parents)
+            await files.mkdir(target.as_posix(), parents=parents)
+        except AlreadyExists as e:
+            # A directory already there is what was asked for (as the SDK's
+            # local provider answers); anything else at the name is an error.
+            try:
+                is_dir = (await files.stat(target.as_posix())).kind == "dir"
+            except StasisError:
+                is_dir = False
+            if not is_dir:
+                raise self._failed(["mkdir", target.as_posix()], e) from e
         except StasisError as e:
             raise self._failed(["mkdir", target.as_posix()], e) from e
 
@@ -663,6 +810,57 @@ class StasisSandboxSession(BaseSandboxSession):
         return await run.call(idempotency_key, cmd, side_effecting=side_effecting, timeout=timeout)
 
 
+def _is_under(path: PurePosixPath, root: PurePosixPath) -> bool:
+    return path == root or root in path.parents
+
+
+# Symlinks followed while resolving one path before it is refused (Linux's ELOOP limit).
+_MAX_SYMLINKS = 40
+
+
+async def _resolve_in_sandbox(files: Any, path: PurePosixPath) -> PurePosixPath:
+    """Resolve ``path`` (absolute) component by component with lstat-like
+    ``files.stat`` calls; the part from the first missing component on is kept
+    lexically (normalised), as ``realpath -m`` does."""
+    todo = [p for p in path.parts[1:]]
+    resolved = PurePosixPath("/")
+    hops = 0
+    while todo:
+        name = todo.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = resolved.parent
+            continue
+        candidate = resolved / name
+        try:
+            st = await files.stat(candidate.as_posix())
+        except NotFound:
+            rest = PurePosixPath(candidate, *todo) if todo else candidate
+            return PurePosixPath(posixpath.normpath(rest.as_posix()))
+        except (InvalidState, InvalidArgument):
+            # A component that is not a directory (ENOTDIR: the process
+            # backend answers invalid_state, the microVM one invalid_argument):
+            # nothing below it exists.
+            rest = PurePosixPath(candidate, *todo) if todo else candidate
+            return PurePosixPath(posixpath.normpath(rest.as_posix()))
+        if st.kind == "symlink" and st.symlink_target is not None:
+            hops += 1
+            if hops > _MAX_SYMLINKS:
+                raise InvalidManifestPathError(
+                    rel=path.as_posix(), reason="escape_root", context={"reason": "symlink_loop"}
+                )
+            target = PurePosixPath(st.symlink_target)
+            if target.is_absolute():
+                resolved = PurePosixPath("/")
+                todo = list(target.parts[1:]) + todo
+            else:
+                todo = list(target.parts) + todo
+            continue
+        resolved = candidate
+    return resolved
+
+
 def _op_get(sandbox_id: str) -> Any:
     from ._core import op_get
 
@@ -770,6 +968,12 @@ def _check_manifest(manifest: Manifest, stasis_manifest: dict[str, Any]) -> None
             "stasis sandboxes do not provision manifest users or groups "
             "(every sandbox process runs as the sandbox's one user)"
         )
+    for grant in manifest.extra_path_grants:
+        if grant.host_path is not None:
+            raise ValueError(
+                f"stasis does not support path grant host_path for {grant.path!r}: a sandbox "
+                "sees no host path (omit host_path, or use stasis mounts)"
+            )
     if "workdir" in stasis_manifest:
         raise ValueError(
             "set the workspace with the SDK manifest's root, not the stasis manifest's workdir"

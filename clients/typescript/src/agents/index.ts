@@ -22,7 +22,12 @@
  * - `delete()` pauses (default), destroys or keeps the sandbox (`onDelete`).
  * - exec/execCommand/writeStdin run as stasis sessions (on a terminal with
  *   `tty`), so a command still running after its yield time keeps a session
- *   id the model polls with `write_stdin`.
+ *   id the model polls with `write_stdin`. Such a command is not terminated
+ *   when the run stops (an approval interruption, or the run's end) unless
+ *   `onDelete` is `destroy`: the sandbox is paused with it, it continues
+ *   after the resume, and the session state records it (SDK session id ->
+ *   stasis session and the output already read), so `write_stdin` from a
+ *   resumed run, in this process or another, gets its output and exit code.
  * - `resolveExposedPort()` issues a signed URL and serves it on a local
  *   relay (the SDK's endpoints are host:port with the server at `/`).
  */
@@ -33,13 +38,16 @@ import {
   SandboxConfigurationError,
   SandboxError,
   SandboxExposedPortUnavailableError,
+  SandboxInvalidManifestPathError,
   SandboxProviderError,
   SandboxUnsupportedFeatureError,
   SandboxWorkspaceArchiveReadError,
   SandboxWorkspaceArchiveWriteError,
   SandboxWorkspaceReadNotFoundError,
   WorkspacePathPolicy,
+  normalizeExposedPort,
   normalizeSandboxClientCreateArgs,
+  permissionsForSandboxEntry,
   resolveSandboxArchiveLimits,
   recordExposedPortEndpoint,
   type ExecCommandArgs,
@@ -47,6 +55,7 @@ import {
   type SandboxArchiveLimits,
   type WorkspaceArchiveOptions,
   type ListDirectoryArgs,
+  type MaterializeEntryArgs,
   type ReadFileArgs,
   type ViewImageArgs,
   type SandboxClient,
@@ -61,13 +70,18 @@ import {
   type WorkspaceArchiveData,
   type WriteStdinArgs,
 } from '@openai/agents/sandbox';
-import { applyDiff, type Editor, type ToolOutputImage } from '@openai/agents';
+import { UserError, applyDiff, type Editor, type ToolOutputImage } from '@openai/agents';
 import {
   MAX_VIEW_IMAGE_BYTES,
   deserializeManifest,
   elapsedSeconds,
   formatExecResponse,
   imageOutputFromBytes,
+  isStringRecord,
+  mergeManifestDelta,
+  mergeManifestEntryDelta,
+  rehydratePersistedEnvironmentForRuntime,
+  sanitizeEnvironmentForPersistence,
   serializeManifestRecord,
   truncateOutput,
 } from '@openai/agents-core/sandbox/internal';
@@ -77,7 +91,7 @@ import { NotFound, StasisError } from '../errors.js';
 import type { ConnectionOptions } from '../http.js';
 import type { Run } from '../runs.js';
 import type { Sandbox, Session } from '../sandbox.js';
-import type { CallOutcome } from '../types.js';
+import type { CallOutcome, FileStat } from '../types.js';
 import { PortRelay } from './relay.js';
 import { archiveProblem } from './tar.js';
 
@@ -123,12 +137,78 @@ export interface StasisSandboxSessionState extends SandboxSessionState {
   configuredExposedPorts: number[];
   portUrlTtlSecs: number;
   environment: Record<string, string>;
+  /** Commands `exec` left running, by the SDK's session id: their stasis session and the output offset the model has read to. */
+  processes?: Record<string, ProcessRef>;
+}
+
+/** A command still running at its last update (kept in the state so a resumed run reaches it). */
+export interface ProcessRef {
+  session: string;
+  offset: number;
+  tty: boolean;
 }
 
 const DEFAULT_EXEC_YIELD_MS = 10_000;
 const DEFAULT_WRITE_STDIN_YIELD_MS = 250;
 
-type Process = { session: Session; tty: boolean };
+type Process = { session: Session; tty: boolean; interrupted?: boolean };
+
+type AuthorizedRoot = { root: string; readOnly: boolean; path: string };
+
+/** Symlinks followed while resolving one path before it is refused (Linux's ELOOP limit). */
+const MAX_SYMLINKS = 40;
+
+function isUnder(path: string, root: string): boolean {
+  return root === '/' || path === root || path.startsWith(`${root}/`);
+}
+
+function components(path: string): string[] {
+  return path.split('/').filter((p) => p !== '' && p !== '.');
+}
+
+/**
+ * `path` (absolute) with every symlink resolved inside the sandbox, one
+ * component at a time through the files API's stat (which does not follow a
+ * final symlink and names its target); from the first missing component on,
+ * the rest stays as written (normalised), as `realpath -m` does.
+ */
+async function realpath(sbx: Sandbox, path: string): Promise<string> {
+  let todo = components(path);
+  let resolved: string[] = [];
+  let hops = 0;
+  while (todo.length > 0) {
+    const name = todo.shift()!;
+    if (name === '..') {
+      resolved.pop();
+      continue;
+    }
+    const candidate = `/${[...resolved, name].join('/')}`;
+    let st: FileStat;
+    try {
+      st = await sbx.files.stat(candidate);
+    } catch (e) {
+      // Missing, or a component that is not a directory (ENOTDIR: invalid_state
+      // on the process backend, invalid_argument on the microVM one).
+      if (e instanceof StasisError && ['not_found', 'invalid_state', 'invalid_argument'].includes(e.code)) {
+        resolved.push(name);
+        for (const rest of todo) {
+          if (rest === '..') resolved.pop();
+          else resolved.push(rest);
+        }
+        return `/${resolved.join('/')}`;
+      }
+      throw providerError('stat', e);
+    }
+    if (st.kind === 'symlink' && st.symlink_target !== undefined) {
+      if (++hops > MAX_SYMLINKS) throw new SandboxInvalidManifestPathError(`too many levels of symlinks: ${path}`, { path });
+      if (st.symlink_target.startsWith('/')) resolved = [];
+      todo = [...components(st.symlink_target), ...todo];
+      continue;
+    }
+    resolved.push(name);
+  }
+  return `/${resolved.join('/')}`;
+}
 
 /** An SDK sandbox session backed by one stasis sandbox. */
 export class StasisSandboxSession implements SandboxSession<StasisSandboxSessionState> {
@@ -138,6 +218,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private nextProcessId = 1;
   private readonly relays = new Map<number, PortRelay>();
   private archiveLimits: SandboxArchiveLimits | null | undefined;
+  /** The workspace root and grants as resolved when the session was made (see {@link pinRoots}). */
+  private pinned: AuthorizedRoot[] | undefined;
 
   constructor(
     readonly state: StasisSandboxSessionState,
@@ -181,10 +263,10 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   // -- paths --
 
   /**
-   * A path as the SDK resolves it: relative to the workspace root, and
-   * inside the root or an extra path grant (read-only grants refuse
-   * writes), else `SandboxInvalidManifestPathError`. The check is on the
-   * path as written: symlinks inside the sandbox are not resolved.
+   * A path as the SDK resolves it, lexically: relative to the workspace
+   * root, and inside the root or an extra path grant (read-only grants
+   * refuse writes), else `SandboxInvalidManifestPathError`. File helpers go
+   * through {@link checked}, which also resolves symlinks.
    */
   private abs(path: string | undefined, forWrite = false): string {
     const policy = new WorkspacePathPolicy({
@@ -192,6 +274,53 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       extraPathGrants: this.state.manifest.extraPathGrants,
     });
     return policy.resolve(path && path !== '.' ? path : undefined, { forWrite }).path;
+  }
+
+  /** The workspace root and the grants, each resolved inside the sandbox. */
+  private async resolveRoots(): Promise<AuthorizedRoot[]> {
+    const roots: AuthorizedRoot[] = [{ root: await realpath(this.sbx, this.state.manifest.root), readOnly: false, path: this.state.manifest.root }];
+    for (const g of this.state.manifest.extraPathGrants) {
+      roots.push({ root: await realpath(this.sbx, g.path), readOnly: g.readOnly, path: g.path });
+    }
+    return roots;
+  }
+
+  /**
+   * Resolve the root and grants now and keep them: replacing the root or a
+   * grant's alias by a symlink afterwards authorizes nothing new.
+   */
+  async pinRoots(): Promise<void> {
+    this.pinned = undefined;
+    this.pinned = await this.resolveRoots();
+  }
+
+  /**
+   * {@link abs}, then the path resolved inside the sandbox (every symlink,
+   * through the files API's stat: no process runs) must stay inside the root
+   * (as pinned) or a grant (the most specific one decides read-only), else
+   * `SandboxInvalidManifestPathError`: a symlink in the workspace pointing
+   * out of it is not followed. Returns the path as written (a leaf symlink
+   * keeps its meaning for the operation).
+   */
+  private async checked(path: string | undefined, forWrite = false): Promise<string> {
+    const lexical = this.abs(path, forWrite);
+    const resolved = await realpath(this.sbx, lexical);
+    const roots = this.pinned ?? (await this.resolveRoots());
+    if (isUnder(resolved, roots[0]!.root)) return lexical;
+    const grant = roots
+      .slice(1)
+      .filter((g) => isUnder(resolved, g.root))
+      .sort((a, b) => b.root.length - a.root.length)[0];
+    if (!grant) {
+      throw new SandboxInvalidManifestPathError(`Sandbox path "${path}" resolves outside the workspace root: ${resolved}`, {
+        path,
+        resolvedPath: resolved,
+      });
+    }
+    if (forWrite && grant.readOnly) {
+      throw new UserError(`Sandbox path "${path}" uses read-only extra path grant "${grant.path}".`);
+    }
+    return lexical;
   }
 
   private logical(path: string, name: string): string {
@@ -208,11 +337,12 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   async exec(args: ExecCommandArgs): Promise<SandboxExecResult> {
     const start = Date.now();
     const tty = args.tty ?? false;
+    const cwd = await this.checked(args.workdir);
     let session: Session;
     try {
       session = await this.sbx.sessions.start(this.shellArgv(args), {
         env: this.state.environment,
-        cwd: this.abs(args.workdir),
+        cwd,
         user: args.runAs,
         pty: tty ? { cols: 120, rows: 40 } : undefined,
       });
@@ -232,8 +362,11 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
         originalTokenCount: text.originalTokenCount,
       };
     }
-    const sessionId = this.nextProcessId++;
+    const known = Object.keys(this.state.processes ?? {}).map(Number);
+    const sessionId = Math.max(this.nextProcessId, ...known.map((n) => n + 1));
+    this.nextProcessId = sessionId + 1;
     this.processes.set(sessionId, p);
+    this.remember(sessionId, p);
     return {
       output: text.text,
       stdout: out.text,
@@ -248,16 +381,46 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     return formatExecResponse(await this.exec(args));
   }
 
+  /** Record a still-running command in the state (its output offset moves as it is read). */
+  private remember(id: number, p: Process): void {
+    this.state.processes = { ...(this.state.processes ?? {}), [String(id)]: { session: p.session.id, offset: p.session.offset, tty: p.tty } };
+  }
+
+  private forget(id: number): void {
+    if (!this.state.processes) return;
+    const { [String(id)]: _gone, ...rest } = this.state.processes;
+    this.state.processes = rest;
+  }
+
+  /** A command this session object did not start (the run resumed from its state) that the state records. */
+  private async reattach(id: number): Promise<Process | undefined> {
+    const ref = this.state.processes?.[String(id)];
+    if (!ref) return undefined;
+    try {
+      const session = await this.sbx.sessions.get(ref.session);
+      session.offset = ref.offset;
+      const p: Process = { session, tty: ref.tty };
+      this.processes.set(id, p);
+      return p;
+    } catch (e) {
+      if (!(e instanceof NotFound)) throw providerError('write_stdin', e);
+      this.forget(id);
+      return undefined;
+    }
+  }
+
   async writeStdin(args: WriteStdinArgs): Promise<string> {
-    const p = this.processes.get(args.sessionId);
+    const p = this.processes.get(args.sessionId) ?? (await this.reattach(args.sessionId));
     if (!p) {
       return formatExecResponse({ output: `write_stdin failed: session not found: ${args.sessionId}`, wallTimeSeconds: 0, exitCode: 1 });
     }
     const start = Date.now();
     let chars = args.chars ?? '';
     if (!p.tty && chars.includes('\u0003')) {
-      // No terminal to deliver ^C: interrupting a piped command ends it.
+      // No terminal to deliver ^C: interrupting a piped command ends it,
+      // and it reports the exit of an interrupt (130), as a shell would.
       await p.session.kill();
+      p.interrupted = true;
       chars = chars.split('\u0003').join('');
     }
     if (chars.length > 0) {
@@ -268,8 +431,12 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       }
     }
     const out = await collect(p, args.yieldTimeMs ?? DEFAULT_WRITE_STDIN_YIELD_MS);
+    if (out.ended && p.interrupted) out.exitCode = 130;
     const text = truncateOutput(out.text, args.maxOutputTokens);
-    if (out.ended) this.processes.delete(args.sessionId);
+    if (out.ended) {
+      this.processes.delete(args.sessionId);
+      this.forget(args.sessionId);
+    } else this.remember(args.sessionId, p);
     return formatExecResponse({
       output: text.text,
       wallTimeSeconds: elapsedSeconds(start),
@@ -281,7 +448,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   // -- files --
 
   async readFile(args: ReadFileArgs): Promise<Uint8Array> {
-    const path = this.abs(args.path);
+    const path = await this.checked(args.path);
     const bounded = typeof args.maxBytes === 'number';
     if (bounded && args.maxBytes! <= 0) return new Uint8Array();
     let data: Uint8Array;
@@ -296,11 +463,11 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   }
 
   async writeFile(path: string, content: string | Uint8Array): Promise<void> {
-    await this.sbx.files.write(this.abs(path, true), content);
+    await this.sbx.files.write(await this.checked(path, true), content);
   }
 
   async listDir(args: ListDirectoryArgs): Promise<SandboxDirectoryEntry[]> {
-    const entries = await this.sbx.files.list(this.abs(args.path));
+    const entries = await this.sbx.files.list(await this.checked(args.path));
     return entries.map((e) => ({
       name: e.name,
       path: this.logical(args.path, e.name),
@@ -309,12 +476,13 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   }
 
   async pathExists(path: string): Promise<boolean> {
-    return this.sbx.files.exists(this.abs(path));
+    return this.sbx.files.exists(await this.checked(path));
   }
 
   async directoryExists(path: string): Promise<boolean> {
+    const target = await this.checked(path);
     try {
-      await this.sbx.files.list(this.abs(path));
+      await this.sbx.files.list(target);
       return true;
     } catch (e) {
       if (e instanceof StasisError && (e.code === 'not_found' || e.code === 'invalid_argument')) return false;
@@ -341,9 +509,11 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     return {
       createFile: async (op) => {
         try {
-          await this.sbx.files.write(this.abs(op.path, true), applyDiff('', op.diff, 'create'), { exclusive: true });
+          await this.sbx.files.write(await this.checked(op.path, true), applyDiff('', op.diff, 'create'), { exclusive: true });
         } catch (e) {
-          if (e instanceof StasisError && e.code === 'already_exists') return { status: 'failed', output: `${op.path} already exists` };
+          if (e instanceof StasisError && e.code === 'already_exists') {
+            throw new UserError(`apply_patch create_file: ${op.path} already exists (use update_file)`);
+          }
           throw e;
         }
         return { status: 'completed', output: `created ${op.path}` };
@@ -359,7 +529,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
         const after = applyDiff(before, op.diff);
         if (op.moveTo && op.moveTo !== op.path) {
           await this.writeFile(op.moveTo, after);
-          await this.sbx.files.remove(this.abs(op.path, true));
+          await this.sbx.files.remove(await this.checked(op.path, true));
           return { status: 'completed', output: `updated ${op.path} -> ${op.moveTo}` };
         }
         await this.writeFile(op.path, after);
@@ -367,7 +537,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       },
       deleteFile: async (op) => {
         try {
-          await this.sbx.files.remove(this.abs(op.path, true));
+          await this.sbx.files.remove(await this.checked(op.path, true));
         } catch (e) {
           if (e instanceof StasisError && (e.code === 'not_found' || e.code === 'invalid_state')) return { status: 'failed', output: `${op.path}: ${e.message}` };
           throw e;
@@ -377,13 +547,46 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     };
   }
 
-  /** Write the manifest's file and dir entries into the sandbox. */
+  /**
+   * Write the manifest's file and dir entries into the sandbox with their
+   * permissions (the SDK's default, 0755, when an entry names none), and
+   * merge the manifest (its environment included) into the session's.
+   */
   async applyManifest(manifest: Manifest): Promise<void> {
+    refuseHostPathGrants(manifest);
+    await this.writeEntries(manifest);
+    if (manifest !== this.state.manifest) {
+      this.state.environment = { ...this.state.environment, ...(await manifest.resolveEnvironment()) };
+      this.state.manifest = mergeManifestDelta(this.state.manifest, manifest);
+    }
+  }
+
+  /**
+   * Write one entry (a file, or a dir with its children) at a
+   * workspace-relative path now, and add it to the session's manifest (the
+   * SDK's skills and memory capabilities use this).
+   */
+  async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
+    const root = this.state.manifest.root.replace(/\/+$/, '');
+    const target = await this.checked(args.path, true);
+    if (target !== root && !target.startsWith(`${root}/`)) {
+      throw new SandboxInvalidManifestPathError(`materialized entries must be inside the workspace root: ${args.path}`, { path: args.path });
+    }
+    const logical = target.slice(root.length + 1);
+    await this.writeEntries(new Manifest({ root: this.state.manifest.root, entries: { [logical]: args.entry } }));
+    this.state.manifest = mergeManifestEntryDelta(this.state.manifest, logical, args.entry);
+  }
+
+  /** The file and dir entries of `manifest`, written with their permissions. */
+  private async writeEntries(manifest: Manifest): Promise<void> {
+    const dirModes: [string, number][] = [];
     for (const { absolutePath, entry } of manifest.iterEntries()) {
+      const mode = permissionsForSandboxEntry(entry.permissions).toMode() & 0o1777;
       if (entry.type === 'file') {
-        await this.sbx.files.write(absolutePath, entry.content);
+        await this.sbx.files.write(absolutePath, entry.content, { mode });
       } else if (entry.type === 'dir') {
         await this.sbx.files.mkdir(absolutePath);
+        dirModes.push([absolutePath, mode]);
       } else {
         throw new SandboxUnsupportedFeatureError(
           `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file or dir entries, or stasis mounts in the stasis manifest`,
@@ -391,14 +594,19 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
         );
       }
     }
+    for (const [path, mode] of dirModes) {
+      const r = await this.sbx.exec(['chmod', mode.toString(8), '--', path]);
+      if (!r.ok) throw new SandboxProviderError(`chmod ${path}: ${r.stderr.slice(-500)}`, { provider: BACKEND_ID });
+    }
   }
 
-  /** A tar of the workspace (the manifest's root). */
+  /** A tar of the workspace (the manifest's root), without its ephemeral entries. */
   async persistWorkspace(): Promise<Uint8Array> {
     const root = this.state.manifest.root;
     const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
+    const excludes = [...this.state.manifest.ephemeralPersistencePaths()].sort().map((p) => `--exclude=./${p}`);
     try {
-      const r = await this.sbx.exec(['tar', '-C', root, '-cf', tmp, '.'], { timeoutMs: 300_000 });
+      const r = await this.sbx.exec(['tar', '-C', root, ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000 });
       if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
       return await this.sbx.files.read(tmp);
     } catch (e) {
@@ -425,7 +633,9 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     const requested = options.archiveLimits !== undefined ? options.archiveLimits : this.archiveLimits;
     const limits = requested === undefined ? DEFAULT_SANDBOX_ARCHIVE_LIMITS : resolveSandboxArchiveLimits(requested);
     const problem = archiveProblem(bytes, limits);
-    if (problem) throw new SandboxArchiveError(`refusing the workspace archive: ${problem}`, { provider: BACKEND_ID });
+    if (problem) {
+      throw new SandboxArchiveError(`refusing the workspace archive: ${problem.message}`, { provider: BACKEND_ID, ...problem.details });
+    }
     try {
       await this.sbx.files.write(tmp, bytes);
       const r = await this.sbx.exec(
@@ -507,16 +717,23 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private async endProcesses(): Promise<void> {
     const ps = [...this.processes.values()];
     this.processes.clear();
+    this.state.processes = {};
     await Promise.all(ps.map((p) => p.session.kill().catch(() => undefined)));
   }
 
+  /**
+   * End the session as the SDK's examples do (`session.close()`): the
+   * `onDelete` policy (pause by default, so no sandbox is left running).
+   */
   async close(): Promise<void> {
-    await this.closePortRelays();
+    await this.delete();
   }
 
   /** The runner's cleanup of an owned session: the `onDelete` policy. */
   async delete(_options?: SandboxSessionLifecycleOptions): Promise<void> {
-    await this.endProcesses();
+    // A paused (or kept) sandbox keeps its running commands: they continue
+    // when it resumes. Only a destroyed one ends them.
+    if (this.state.onDelete === 'destroy') await this.endProcesses();
     await this.closePortRelays();
     await applyOnDelete(this.sbx, this.state.onDelete);
   }
@@ -602,13 +819,14 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       snapshotOnSerialize: opts.snapshotOnSerialize ?? true,
       pauseOnInterrupt: opts.pauseOnInterrupt ?? true,
       snapshotTtlSecs: opts.snapshotTtlSecs,
-      configuredExposedPorts: [...(opts.exposedPorts ?? [])],
+      configuredExposedPorts: normalizeExposedPorts(opts.exposedPorts),
       portUrlTtlSecs: opts.portUrlTtlSecs ?? 24 * 3600,
       environment: await manifest.resolveEnvironment(),
     };
     const session = new StasisSandboxSession(state, sbx, this.api, 'created');
     try {
       await session.applyManifest(manifest);
+      await session.pinRoots();
       if (opts.recordRun ?? true) state.runId = (await this.api.runs.create(sbx.id)).id;
     } catch (e) {
       await sbx.destroy().catch(() => undefined);
@@ -628,6 +846,7 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     }
     if (sbx) {
       const session = new StasisSandboxSession(state, sbx, this.api, 'reattached');
+      await session.pinRoots();
       this.live.set(sbx.id, session);
       return session;
     }
@@ -646,6 +865,7 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       await this.api.runs.resume(doc, { sandbox: restored.id });
     }
     const session = new StasisSandboxSession(state, restored, this.api, 'restored');
+    await session.pinRoots();
     this.live.set(restored.id, session);
     return session;
   }
@@ -699,6 +919,9 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       ...(state.runId ? { runId: state.runId } : {}),
       configuredExposedPorts: state.configuredExposedPorts,
       portUrlTtlSecs: state.portUrlTtlSecs,
+      ...(state.processes && Object.keys(state.processes).length > 0 ? { processes: state.processes } : {}),
+      // Runtime environment changes survive a resume (ephemeral and referenced values are not kept).
+      environment: sanitizeEnvironmentForPersistence(state),
     };
   }
 
@@ -725,12 +948,48 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       runId: typeof raw.runId === 'string' ? raw.runId : undefined,
       configuredExposedPorts: Array.isArray(raw.configuredExposedPorts) ? (raw.configuredExposedPorts as number[]) : [],
       portUrlTtlSecs: typeof raw.portUrlTtlSecs === 'number' ? raw.portUrlTtlSecs : 24 * 3600,
-      environment: await manifest.resolveEnvironment(),
+      environment: await runtimeEnvironment(manifest, raw.environment),
+      processes: processRefs(raw.processes),
     };
   }
 }
 
+/** The environment a resumed session runs with: the persisted one (runtime changes included), the manifest's values resolved again. */
+async function runtimeEnvironment(manifest: Manifest, raw: unknown): Promise<Record<string, string>> {
+  if (!isStringRecord(raw)) return manifest.resolveEnvironment();
+  const runtime = Object.fromEntries(Object.entries(raw).filter(([key]) => !(key in manifest.environment)));
+  return { ...runtime, ...(await rehydratePersistedEnvironmentForRuntime(manifest, raw)) };
+}
+
+function processRefs(raw: unknown): Record<string, ProcessRef> {
+  const out: Record<string, ProcessRef> = {};
+  if (!raw || typeof raw !== 'object') return out;
+  for (const [id, ref] of Object.entries(raw as Record<string, Partial<ProcessRef>>)) {
+    if (/^[0-9]+$/.test(id) && ref && typeof ref.session === 'string') {
+      out[id] = { session: ref.session, offset: typeof ref.offset === 'number' ? ref.offset : 0, tty: ref.tty === true };
+    }
+  }
+  return out;
+}
+
+/** A grant whose host path differs from its sandbox path cannot be honoured: the sandbox sees no host. */
+/** The SDK's rule: integers 1..65535 (else `UserError`), each once. */
+function normalizeExposedPorts(ports: number[] | undefined): number[] {
+  return [...new Set((ports ?? []).map((p) => normalizeExposedPort(p)))];
+}
+
+function refuseHostPathGrants(manifest: Manifest): void {
+  const grant = manifest.extraPathGrants.find((g) => g.hostPath !== undefined);
+  if (grant) {
+    throw new SandboxUnsupportedFeatureError(
+      `stasis does not support path grant hostPath for "${grant.path}": a sandbox sees no host path (omit hostPath, or use stasis mounts)`,
+      { provider: BACKEND_ID, feature: 'manifest.extraPathGrants.hostPath', path: grant.path },
+    );
+  }
+}
+
 function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknown>): void {
+  refuseHostPathGrants(manifest);
   if (manifest.users.length > 0 || manifest.groups.length > 0) {
     throw new SandboxUnsupportedFeatureError(
       'stasis sandboxes do not provision manifest users or groups (every sandbox process runs as the sandbox user)',

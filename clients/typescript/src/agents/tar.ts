@@ -101,33 +101,65 @@ function inside(segments: string[]): boolean {
   return true;
 }
 
-/** Why the archive may not be extracted into the workspace, or undefined when it may. */
-export function archiveProblem(tar: Uint8Array, limits: ResolvedSandboxArchiveLimits | null): string | undefined {
+/** Why an archive may not be extracted: a message and the SDK's details (`reason`, and `limit`, `actual`, `member` for limits). */
+export interface ArchiveProblem {
+  message: string;
+  details: { reason: string; limit?: number; actual?: number; member?: string };
+}
+
+function problem(message: string, reason: string, extra: Omit<ArchiveProblem['details'], 'reason'> = {}): ArchiveProblem {
+  return { message, details: { reason, ...extra } };
+}
+
+/**
+ * Why the archive may not be extracted into the workspace, or undefined when
+ * it may. Limits count as the SDK's own providers do: every member but the
+ * archive's root entry (`.` / `./`), in order, the first one over a limit
+ * named.
+ */
+export function archiveProblem(tar: Uint8Array, limits: ResolvedSandboxArchiveLimits | null): ArchiveProblem | undefined {
   if (limits?.maxInputBytes != null && tar.byteLength > limits.maxInputBytes) {
-    return `the archive is ${tar.byteLength} bytes, over the limit of ${limits.maxInputBytes}`;
+    return problem('Workspace archive input size exceeds limit.', 'archive input size exceeds limit', {
+      limit: limits.maxInputBytes,
+      actual: tar.byteLength,
+    });
   }
-  const members = tarMembers(tar);
-  if (limits?.maxMembers != null && members.length > limits.maxMembers) {
-    return `the archive has ${members.length} members, over the limit of ${limits.maxMembers}`;
-  }
+  let count = 0;
   let total = 0;
-  for (const m of members) {
+  for (const m of tarMembers(tar)) {
     const name = m.name.replace(/^(\.\/)+/, '');
-    if (m.name.startsWith('/') || !inside(name.split('/'))) return `member ${m.name} lands outside the workspace`;
-    if (m.type === '3' || m.type === '4' || m.type === '6') return `member ${m.name} is a device or FIFO`;
+    if (m.name.startsWith('/') || !inside(name.split('/'))) {
+      return problem(`member ${m.name} lands outside the workspace`, 'member outside the workspace', { member: m.name });
+    }
+    if (m.type === '3' || m.type === '4' || m.type === '6') {
+      return problem(`member ${m.name} is a device or FIFO`, 'special file', { member: m.name });
+    }
     if (m.type === '2') {
       const dir = name.split('/').slice(0, -1);
       if (m.linkname.startsWith('/') || !inside([...dir, ...m.linkname.split('/')])) {
-        return `symlink ${m.name} points outside the workspace (${m.linkname})`;
+        return problem(`symlink ${m.name} points outside the workspace (${m.linkname})`, 'symlink outside the workspace', { member: m.name });
       }
     }
     if (m.type === '1' && (m.linkname.startsWith('/') || !inside(m.linkname.replace(/^(\.\/)+/, '').split('/')))) {
-      return `hard link ${m.name} points outside the workspace (${m.linkname})`;
+      return problem(`hard link ${m.name} points outside the workspace (${m.linkname})`, 'hard link outside the workspace', { member: m.name });
+    }
+    if (name.replace(/\/+$/, '') === '' || name === '.') continue; // the root entry itself
+    count += 1;
+    if (limits?.maxMembers != null && count > limits.maxMembers) {
+      return problem('Workspace archive member count exceeds limit.', 'archive member count exceeds limit', {
+        limit: limits.maxMembers,
+        actual: count,
+        member: m.name,
+      });
     }
     total += m.size;
-  }
-  if (limits?.maxExtractedBytes != null && total > limits.maxExtractedBytes) {
-    return `the archive extracts to ${total} bytes, over the limit of ${limits.maxExtractedBytes}`;
+    if (limits?.maxExtractedBytes != null && total > limits.maxExtractedBytes) {
+      return problem('Workspace archive extracted size exceeds limit.', 'archive extracted size exceeds limit', {
+        limit: limits.maxExtractedBytes,
+        actual: total,
+        member: m.name,
+      });
+    }
   }
   return undefined;
 }
