@@ -5,6 +5,7 @@ in that file. External links (anything with a scheme) are counted, never
 fetched: the check runs offline.
 
     scripts/check-book-links.py [BOOK_DIR]   # default docs/book
+    scripts/check-book-links.py --self-test  # the checker finds what it must
 
 Written here rather than taken from mdbook-linkcheck: that crate targets an
 older mdbook's backend interface and pulls an HTTP client in; this needs
@@ -75,7 +76,35 @@ def check(book: Path) -> tuple[int, int, list[str]]:
     return internal, external, broken
 
 
+def self_test() -> int:
+    """A small book with one link of each kind: the good ones must pass and
+    each bad one be reported, or the check of the real book proves nothing."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d)
+        (root / "img").mkdir()
+        (root / "img" / "a.png").write_bytes(b"png")
+        (root / "index.html").write_text(
+            '<h1 id="top">t</h1><a href="ch.html#sec">ok</a><a href="#top">ok</a>'
+            '<img src="img/a.png"><a href="https://example.com/x">ext</a>'
+            '<a href="ch.html#gone">bad anchor</a><a href="missing.html">bad file</a>'
+            '<img src="img/b.png"><a href="../outside.html">outside</a>'
+        )
+        (root / "ch.html").write_text('<h2 id="sec">s</h2><a href="index.html#top">ok</a>')
+        internal, external, broken = check(root)
+    want = ["#gone", "missing.html", "img/b.png", "../outside.html"]
+    ok = internal == 8 and external == 1 and len(broken) == len(want) and all(
+        any(w in b for b in broken) for w in want
+    )
+    print(f"check-book-links: self-test {'ok' if ok else 'FAILED'}: {internal} internal, "
+          f"{external} external, broken: {broken}")
+    return 0 if ok else 1
+
+
 def main() -> int:
+    if sys.argv[1:] == ["--self-test"]:
+        return self_test()
     book = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/book")
     if not (book / "index.html").is_file():
         print(f"check-book-links: {book} holds no built book (run mdbook build docs)", file=sys.stderr)

@@ -135,7 +135,7 @@ else
     failed=$((failed + 1))
     ((status != 0)) || status=1
 fi
-if python3 scripts/check-book-links.py docs/book; then
+if python3 scripts/check-book-links.py --self-test && python3 scripts/check-book-links.py docs/book; then
     passed=$((passed + 1))
 else
     failed=$((failed + 1))
