@@ -87,21 +87,13 @@ fn group_of(path: &str) -> String {
     }
 }
 
-/// The operation's summary, else the first line of its description, else
-/// its operation id (in backticks), so no row is blank.
 fn summary_of(op: &Value) -> String {
-    let text = |k: &str| {
-        op[k]
-            .as_str()
-            .and_then(|s| s.lines().next())
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(str::to_string)
-    };
-    text("summary")
-        .or_else(|| text("description"))
-        .or_else(|| text("operationId").map(|id| format!("`{id}`")))
-        .unwrap_or_default()
+    let text = op["summary"]
+        .as_str()
+        .filter(|s| !s.trim().is_empty())
+        .or_else(|| op["description"].as_str())
+        .unwrap_or("");
+    text.lines().next().unwrap_or("").trim().to_string()
 }
 
 fn statuses_of(op: &Value) -> String {
@@ -163,7 +155,7 @@ fn api_rendering_lists_every_operation_and_status() {
                 "get": {"summary": "Show | one", "responses": {"404": {"description": "Not found"}, "200": {"description": "The sandbox"}}},
                 "delete": {"description": "Destroy it\nand more", "responses": {"204": {"description": ""}}}
             },
-            "/v1/admin/tenants": {"post": {"operationId": "create_tenant", "responses": {}}},
+            "/v1/admin/tenants": {"post": {"summary": "Create a tenant", "responses": {}}},
             "/healthz": {"get": {"responses": {"200": {"description": "ok"}}}}
         }
     });
@@ -177,10 +169,6 @@ fn api_rendering_lists_every_operation_and_status() {
     );
     assert!(
         md.contains("| DELETE | `/v1/sandboxes/{id}` | Destroy it | 204 |"),
-        "{md}"
-    );
-    assert!(
-        md.contains("| POST | `/v1/admin/tenants` | `create_tenant` |  |"),
         "{md}"
     );
     assert!(md.contains("## admin\n"), "{md}");
@@ -332,8 +320,7 @@ fn quickstart_runs_as_written() {
         "the file was read in the sandbox and in its restored copy\n{report}"
     );
     assert!(
-        // The interpreter's prompts (`>>> `) share the session's output.
-        lines.iter().any(|l| l.ends_with("x = 42")),
+        lines.contains(&"x = 42"),
         "the interpreter kept its variable across the pause\n{report}"
     );
 }
