@@ -217,6 +217,25 @@ if ((TESTS)); then
     fi
 fi
 
+if ((TESTS)); then
+    # The book under docs/: mdbook, pinned, built from crates.io with cargo
+    # into target/tools (beside the rest of the build, git-ignored) and
+    # skipped when that version is there. Only the search feature: the
+    # book is built, never served or watched, by the tests.
+    MDBOOK_VERSION=0.5.4
+    MDBOOK="$REPO/target/tools/bin/mdbook"
+    if [[ "$("$MDBOOK" --version 2>/dev/null)" == "mdbook v$MDBOOK_VERSION" ]]; then
+        log "mdbook $MDBOOK_VERSION present"
+    else
+        command -v cargo >/dev/null || { echo "setup: cargo is needed to build mdbook" >&2; exit 1; }
+        log "building mdbook $MDBOOK_VERSION into $REPO/target/tools (cargo install)"
+        cargo install mdbook --locked --version "$MDBOOK_VERSION" --force \
+            --no-default-features --features search --root "$REPO/target/tools" -q
+        [[ "$("$MDBOOK" --version 2>/dev/null)" == "mdbook v$MDBOOK_VERSION" ]] ||
+            { echo "setup: $MDBOOK is not mdbook $MDBOOK_VERSION after installing it" >&2; exit 1; }
+    fi
+fi
+
 if ((GUEST)); then
     log "building the microVM guest image (cached; only what changed is rebuilt)"
     "$REPO/scripts/build-guest-image.sh"

@@ -123,5 +123,23 @@ else
     failed=$((failed + 1))
     ((status != 0)) || status=1
 fi
+# The book (docs/): it builds with the mdbook setup installed, and every
+# internal link and anchor of the built pages resolves (external links are
+# not fetched); each counts as one test. The API chapter's freshness against
+# /openapi.json and the quickstart's commands are cargo tests above
+# (crates/cli/tests/docs_book.rs).
+if target/tools/bin/mdbook build docs; then
+    passed=$((passed + 1))
+else
+    echo "test: mdbook build docs failed" >&2
+    failed=$((failed + 1))
+    ((status != 0)) || status=1
+fi
+if python3 scripts/check-book-links.py --self-test && python3 scripts/check-book-links.py docs/book; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+    ((status != 0)) || status=1
+fi
 echo "tests: $passed passed, $failed failed"
 exit "$status"
