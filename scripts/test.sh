@@ -99,6 +99,21 @@ if ((sdkstatus != 0)); then
     [[ -n "$sdkline" ]] || failed=$((failed + 1))
     ((status != 0)) || status=$sdkstatus
 fi
+# The Agents SDK's generic sandbox tests, ported onto the stasis provider
+# (clients/python/sdk_suite/ported; one sandbox per backend); counts join.
+set +e
+STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_SDK_PORTED_TIMEOUT:-10m}" \
+    "$REPO/.venv/bin/python" -m pytest clients/python/sdk_suite/ported -q -p no:cacheprovider 2>&1 | tee "$log"
+portedstatus=${PIPESTATUS[0]}
+set -e
+pline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
+pcount() { { grep -oE "[0-9]+ $1" <<<"$pline" || true; } | awk '{s+=$1} END {print s+0}'; }
+passed=$((passed + $(pcount passed)))
+failed=$((failed + $(pcount failed) + $(pcount error)))
+if ((status == 0 && portedstatus != 0)); then
+    status=$portedstatus
+    ((failed > 0)) || failed=1
+fi
 # The TypeScript client's tests (node --test, both backends) against the
 # same daemon binary; their counts join the total.
 set +e
