@@ -394,9 +394,7 @@ except Exception as e:
 /// line>`, `ANSWER none`, `CONNFAIL ...` or `DNSFAIL ...`.
 async fn probe_daemon(h: &Http, id: &str, name: &str, port: u16) -> String {
     let p = port.to_string();
-    let v = h
-        .exec(id, &["python3", "-c", PROBE_DAEMON, name, &p])
-        .await;
+    let v = h.exec(id, &["python3", "-c", PROBE_DAEMON, name, &p]).await;
     let out = v["stdout"].as_str().unwrap_or("").trim().to_string();
     assert!(!out.is_empty(), "{v}");
     out

@@ -294,9 +294,7 @@ pub fn local_addrs() -> Option<Vec<IpAddr>> {
                 match i32::from((*ifa.ifa_addr).sa_family) {
                     libc::AF_INET => {
                         let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in);
-                        v.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                            sa.sin_addr.s_addr,
-                        ))));
+                        v.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(sa.sin_addr.s_addr))));
                     }
                     libc::AF_INET6 => {
                         let sa = &*(ifa.ifa_addr as *const libc::sockaddr_in6);

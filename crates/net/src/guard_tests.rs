@@ -146,7 +146,11 @@ fn an_unspecified_listen_address_covers_every_host_address() {
 
 #[test]
 fn exposures_open_exactly_what_they_name() {
-    let g = guard(false, &["127.0.0.1:3141", "10.5.0.0/16"], &["127.0.0.1:7070"]);
+    let g = guard(
+        false,
+        &["127.0.0.1:3141", "10.5.0.0/16"],
+        &["127.0.0.1:7070"],
+    );
     assert_eq!(g.refusal(ip("127.0.0.1"), Some(3141)), None);
     assert_eq!(g.refusal(ip("::ffff:127.0.0.1"), Some(3141)), None);
     assert!(g.refusal(ip("127.0.0.1"), Some(3142)).is_some());
@@ -208,5 +212,7 @@ fn tenant_entries() {
         .is_err());
     let p = guard(true, &[], &[]);
     assert_eq!(p.check_entry(&Entry::parse("10.0.0.0/8").unwrap()), Ok(()));
-    assert!(p.check_entry(&Entry::parse("127.0.0.0/8").unwrap()).is_err());
+    assert!(p
+        .check_entry(&Entry::parse("127.0.0.0/8").unwrap())
+        .is_err());
 }

@@ -146,7 +146,9 @@ impl Policy {
         for e in &self.allow {
             if let Entry::Net { net, port: Some(p) } = e {
                 if let (IpAddr::V4(a), true) = (net.addr, net.is_host()) {
-                    if a.is_loopback() && self.real_addr(net.addr, *p).is_ok() && !v.contains(&(a, *p))
+                    if a.is_loopback()
+                        && self.real_addr(net.addr, *p).is_ok()
+                        && !v.contains(&(a, *p))
                     {
                         v.push((a, *p));
                     }
@@ -204,7 +206,12 @@ mod tests {
     #[test]
     fn addresses() {
         let p = policy_with(
-            &["10.0.0.0/8:22", "127.0.0.1:8080", "a.test", "0.0.0.0/0:7070"],
+            &[
+                "10.0.0.0/8:22",
+                "127.0.0.1:8080",
+                "a.test",
+                "0.0.0.0/0:7070",
+            ],
             &["10.9.0.0/16"],
             &["93.184.216.0/24"],
             &["127.0.0.1:8080", "10.0.0.0/8"],

@@ -68,17 +68,19 @@ impl EgressService {
         let expose = cfg
             .expose
             .iter()
-            .map(|e| match Entry::parse(e) {
-                Ok(n @ Entry::Net { .. }) => Ok(n),
-                Ok(_) => Err("an address or network, with an optional :port".to_string()),
-                Err(m) => Err(m),
-            }
-            .map_err(|m| {
-                Error::new(
-                    ErrorCode::InvalidArgument,
-                    format!("egress expose entry {e:?}: {m}"),
-                )
-            }))
+            .map(|e| {
+                match Entry::parse(e) {
+                    Ok(n @ Entry::Net { .. }) => Ok(n),
+                    Ok(_) => Err("an address or network, with an optional :port".to_string()),
+                    Err(m) => Err(m),
+                }
+                .map_err(|m| {
+                    Error::new(
+                        ErrorCode::InvalidArgument,
+                        format!("egress expose entry {e:?}: {m}"),
+                    )
+                })
+            })
             .collect::<Result<Vec<_>>>()?;
         let operator = Operator {
             deny: operator_list(&cfg.deny)?,

@@ -109,12 +109,17 @@ mod tests {
         .unwrap();
         // An upstream that never answers: names outside the view are
         // unknown now, and accepted.
-        let up = Arc::new(Upstream::new(Some(&hosts), Some("127.0.0.1:9".parse().unwrap())).unwrap());
+        let up =
+            Arc::new(Upstream::new(Some(&hosts), Some("127.0.0.1:9".parse().unwrap())).unwrap());
         let g = Guard::new(false, vec![], vec!["127.0.0.1:7070".parse().unwrap()])
             .with_local(|| Some(vec![]));
         let field = |e: Error| (e.code, e.field.unwrap(), e.message);
         for (allow, at, says) in [
-            (vec!["public.test", "daemon.test:7070"], 1, "127.0.0.1, the daemon"),
+            (
+                vec!["public.test", "daemon.test:7070"],
+                1,
+                "127.0.0.1, the daemon",
+            ),
             (vec!["daemon.test"], 0, "resolves to 127.0.0.1"),
             (vec!["public.test", "private.test"], 1, "private network"),
             (vec!["a.test", "127.0.0.1:7070"], 1, "daemon"),
@@ -128,7 +133,12 @@ mod tests {
             assert!(msg.contains(&format!("{:?}", allow[at])), "{msg}");
         }
         for ok in [
-            vec!["public.test:443", "*.daemon.test", "unknown.test", "0.0.0.0/0"],
+            vec![
+                "public.test:443",
+                "*.daemon.test",
+                "unknown.test",
+                "0.0.0.0/0",
+            ],
             vec!["93.184.216.0/24:80"],
         ] {
             assert!(check(&pol(&ok), &g, &up).await.is_ok(), "{ok:?}");

@@ -55,7 +55,10 @@ async fn network_policy_is_validated_stored_and_audited() {
         (pol(&["*.com"], &[]), "network.allow[0]"),
         (pol(&["pypi.org"], &["x.test"]), "network.deny[0]"),
         (pol(&["[::1]:80"], &[]), "network.allow[0]"),
-        (pol(&["pypi.org", "127.0.0.1:7070"], &[]), "network.allow[1]"),
+        (
+            pol(&["pypi.org", "127.0.0.1:7070"], &[]),
+            "network.allow[1]",
+        ),
         (pol(&["10.0.0.0/8"], &[]), "network.allow[0]"),
     ] {
         let e = m.set_network(&ctx(), &id, p).await.unwrap_err();
