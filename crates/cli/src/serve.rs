@@ -120,10 +120,22 @@ pub struct ServeArgs {
     /// A destination no sandbox may reach, whatever its policy says: a name,
     /// `*.wildcard`, address or network (`10.0.0.0/8`), optional `:port`.
     /// Checked against the names sandboxes ask for and the real addresses
-    /// the proxy dials. Repeatable; giving any replaces the default
-    /// (the cloud metadata address).
-    #[arg(long = "egress-deny", value_name = "ENTRY", default_values_t = ["169.254.169.254".to_string()])]
+    /// the proxy dials. Repeatable. Always denied besides: the host
+    /// (loopback, its addresses, the daemon's), link-local (cloud
+    /// metadata), multicast, broadcast, and private ranges unless
+    /// --egress-allow-private.
+    #[arg(long = "egress-deny", value_name = "ENTRY")]
     egress_deny: Vec<String>,
+    /// Let sandboxes reach private ranges (10/8, 172.16/12, 192.168/16,
+    /// 100.64/10, fc00::/7) that their policy allows. Loopback, link-local
+    /// and the host's own addresses stay closed.
+    #[arg(long)]
+    egress_allow_private: bool,
+    /// Open one host destination to sandboxes whose policy lists it, e.g. a
+    /// package mirror on `127.0.0.1:3141`: an address or network, optional
+    /// `:port`. Repeatable. Never opens the daemon's own listen address.
+    #[arg(long = "egress-expose", value_name = "ADDR")]
+    egress_expose: Vec<String>,
     /// DNS server (ip:port) the daemon asks for the names sandboxes may
     /// reach (default: the system resolver).
     #[arg(long, value_name = "ADDR")]
@@ -232,6 +244,9 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     };
     cfg.egress = stasis_net::EgressConfig {
         deny: a.egress_deny.clone(),
+        allow_private: a.egress_allow_private,
+        expose: a.egress_expose.clone(),
+        listen: Vec::new(),
         upstream: a.egress_upstream,
         hosts: match &a.egress_hosts {
             Some(f) => Some(absolute_path("--egress-hosts", f)?),

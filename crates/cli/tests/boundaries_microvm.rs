@@ -94,10 +94,12 @@ async fn microvm_sandbox_boundaries_hold_through_the_daemon() {
     std::fs::write(inputs.path().join("data/hello.txt"), "input\n").unwrap();
     let outside = tempfile::tempdir().unwrap();
     let root = inputs.path().display().to_string();
-    let d = Daemon::start(&["--allow-mount", &root]).await;
-    let h = d.http();
     let (allowed, allowed_n) = listener("allowed");
     let (other, other_n) = listener("other");
+    // Egress reaches the host's loopback only where the operator opens it.
+    let exposed = format!("127.0.0.1:{allowed}");
+    let d = Daemon::start(&["--allow-mount", &root, "--egress-expose", &exposed]).await;
+    let h = d.http();
     let mut denied = 0usize;
 
     // A bad allowlist entry is refused with its field named.

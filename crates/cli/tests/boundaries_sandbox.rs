@@ -255,7 +255,13 @@ async fn mounts_are_revalidated_on_resume() {
 async fn egress_only_to_the_allowlist() {
     let mut t = Tally("egress", 0);
     let fx = netfix::NetFixture::new("cli-egress");
-    let d = Daemon::start(&[]).await;
+    let d = Daemon::start(
+        &fx.daemon_flags()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
+    .await;
     let h = d.http();
     let id = h
         .create(json!({"network": {"allow": fx.allow()}, "lifecycle": {"on_idle": "nothing"}}))
@@ -442,7 +448,13 @@ async fn probe(
 async fn egress_rules_follow_forks_and_restarts() {
     let mut t = Tally("egress_lifecycle", 0);
     let fx = netfix::NetFixture::new("cli-egress-life");
-    let mut d = Daemon::start(&[]).await;
+    let mut d = Daemon::start(
+        &fx.daemon_flags()
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    )
+    .await;
     let h = d.http();
     let id = h
         .create(json!({"network": {"allow": fx.allow()}, "lifecycle": {"on_idle": "nothing"}, "resources": {"disk_mb": 64}}))

@@ -403,7 +403,9 @@ async fn build_from_the_stasis_base_with_python() {
     // the RUN step may resolve only when the build allows it.
     let hosts = tempfile::tempdir().unwrap();
     let hosts_file = hosts.path().join("hosts");
-    std::fs::write(&hosts_file, "127.0.0.1 allowed.test\n").unwrap();
+    // (A documentation address: nothing connects, and egress refuses a
+    // name that resolves to the host.)
+    std::fs::write(&hosts_file, "203.0.113.7 allowed.test\n").unwrap();
     let hf = hosts_file.display().to_string();
     let d = Daemon::start(&["--egress-hosts", &hf, "--egress-upstream", "127.0.0.1:9"]).await;
     let http = d.http();

@@ -5,7 +5,9 @@
 //! resolver, the SNI and Host checks, deny over allow, runtime changes
 //! (`PATCH /v1/sandboxes/{id}/network`, `stasis network`) across pause and
 //! resume, the operator's deny list at restore, bad policies, audit and
-//! metrics. `STASIS_TEST_PYPI=1` adds a pip install from PyPI.
+//! metrics; and, without the operator opening anything, that no entry and
+//! no answer reaches the host (the daemon's own API included).
+//! `STASIS_TEST_PYPI=1` adds a pip install from PyPI.
 mod common;
 
 use std::sync::Arc;
@@ -153,6 +155,10 @@ async fn egress_by_name_with_runtime_changes() {
         hosts.as_str(),
         "--egress-upstream",
         "127.0.0.1:9",
+        // The test servers stand on the host's loopback, which egress
+        // reaches only where the operator opens it.
+        "--egress-expose",
+        "127.0.0.1",
     ];
     let mut d = Daemon::start(&flags).await;
     let h = d.http();
@@ -368,6 +374,154 @@ async fn egress_by_name_with_runtime_changes() {
     }
 }
 
+const PROBE_DAEMON: &str = r#"
+import socket, sys
+name, port = sys.argv[1], int(sys.argv[2])
+try:
+    addr = socket.getaddrinfo(name, port, socket.AF_INET, socket.SOCK_STREAM)[0][4]
+except socket.gaierror as e:
+    print("DNSFAIL", e); sys.exit(0)
+try:
+    s = socket.create_connection(addr, timeout=5)
+    s.sendall(b"GET /v1/doctor HTTP/1.1\r\nHost: " + name.encode() + b"\r\nConnection: close\r\n\r\n")
+    data = s.recv(1000)
+    print("ANSWER " + (data.split(b"\r\n")[0].decode(errors="replace") if data else "none"))
+except Exception as e:
+    print("CONNFAIL", type(e).__name__)
+"#;
+
+/// `GET /v1/doctor` to `name:port` from inside sandbox `id`: `ANSWER <status
+/// line>`, `ANSWER none`, `CONNFAIL ...` or `DNSFAIL ...`.
+async fn probe_daemon(h: &Http, id: &str, name: &str, port: u16) -> String {
+    let p = port.to_string();
+    let v = h.exec(id, &["python3", "-c", PROBE_DAEMON, name, &p]).await;
+    let out = v["stdout"].as_str().unwrap_or("").trim().to_string();
+    assert!(!out.is_empty(), "{v}");
+    out
+}
+
+/// With no operator exposure, egress never reaches the host: entries that
+/// name loopback, link-local, private ranges or the daemon's own address
+/// (directly or through a name) are refused at create and at a runtime
+/// change, naming the entry; an entry wide enough to contain them
+/// (`0.0.0.0/0`) is accepted and never matches them; and a name admitted
+/// by a wildcard whose answer is the host's loopback (as after DNS
+/// rebinding) does not reach the daemon's API from inside the sandbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn egress_never_reaches_the_host() {
+    let hosts_dir = tempfile::tempdir().unwrap();
+    let hosts = hosts_dir.path().join("egress-hosts");
+    std::fs::write(
+        &hosts,
+        "127.0.0.1 daemon.test api.rebind.test\n10.1.2.3 private.test\n",
+    )
+    .unwrap();
+    let hosts = hosts.display().to_string();
+    let flags = [
+        "--egress-hosts",
+        hosts.as_str(),
+        "--egress-upstream",
+        "127.0.0.1:9",
+    ];
+    let mut d = Daemon::start(&flags).await;
+    let h = d.http();
+    let port: u16 = h.base.rsplit(':').next().unwrap().parse().unwrap();
+
+    let refused = [
+        (json!([format!("127.0.0.1:{port}")]), "network.allow[0]"),
+        (json!(["127.0.0.1"]), "network.allow[0]"),
+        (json!(["a.test", "127.0.0.0/8"]), "network.allow[1]"),
+        (json!(["10.0.0.0/8"]), "network.allow[0]"),
+        (json!(["192.168.0.0/16:80"]), "network.allow[0]"),
+        (json!(["100.64.0.0/10"]), "network.allow[0]"),
+        (json!(["169.254.169.254:80"]), "network.allow[0]"),
+        (json!(["0.0.0.0/8"]), "network.allow[0]"),
+        (json!([format!("daemon.test:{port}")]), "network.allow[0]"),
+        (json!(["a.test", "daemon.test"]), "network.allow[1]"),
+        (json!(["private.test:443"]), "network.allow[0]"),
+    ];
+    for (allow, field) in &refused {
+        let r = h
+            .call(
+                "POST",
+                "/v1/sandboxes",
+                Some(json!({"manifest": {"network": {"allow": allow}}})),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{allow}: {}", r.body);
+        assert_eq!(r.body["error"]["code"], "invalid_manifest", "{}", r.body);
+        assert_eq!(r.body["error"]["field"], *field, "{}", r.body);
+        let i: usize = field[14..field.len() - 1].parse().unwrap();
+        let entry = allow[i].as_str().unwrap();
+        let msg = r.body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains(entry), "{msg}");
+    }
+
+    // Wide entries are accepted; the rebinding name too (a wildcard
+    // cannot be resolved ahead).
+    let allow = json!(["0.0.0.0/0", format!("*.rebind.test:{port}")]);
+    let id = h
+        .create(json!({"network": {"allow": allow}, "lifecycle": {"on_idle": "nothing"}}))
+        .await;
+    let r = probe_daemon(&h, &id, "api.rebind.test", port).await;
+    assert!(!r.contains("HTTP/"), "the daemon answered the sandbox: {r}");
+    assert!(
+        r.starts_with("CONNFAIL") || r == "ANSWER none",
+        "refused at the proxy: {r}"
+    );
+    // By address, 127.0.0.1 is the sandbox's own loopback.
+    let r = probe_daemon(&h, &id, "127.0.0.1", port).await;
+    assert!(r.starts_with("CONNFAIL"), "{r}");
+    let n = h
+        .ok("GET", &format!("/v1/sandboxes/{id}/network"), None)
+        .await;
+    assert_eq!(n["counters"]["allowed"], 0, "{n}");
+    assert!(n["counters"]["denied"].as_u64().unwrap() >= 1, "{n}");
+
+    // At runtime too, and nothing is stored.
+    for (allow, field) in &refused {
+        let r = patch(&h, &id, json!({ "allow": allow })).await;
+        assert_eq!(r.status, 400, "{allow}: {}", r.body);
+        assert_eq!(r.body["error"]["field"], *field, "{}", r.body);
+    }
+    let v = h
+        .ok("GET", &format!("/v1/sandboxes/{id}/network"), None)
+        .await;
+    assert_eq!(v["policy"]["allow"], allow, "{v}");
+    let out = d.cli(&["network", "set", &id, "--allow", "127.0.0.1:22"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("network.allow[0]"), "{err}");
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+
+    // The operator may open private ranges; loopback and link-local stay
+    // closed.
+    let mut private = flags.to_vec();
+    private.push("--egress-allow-private");
+    d.set_extra(&private);
+    d.restart().await;
+    let h = d.http();
+    let port: u16 = h.base.rsplit(':').next().unwrap().parse().unwrap();
+    let id = h
+        .create(json!({"network": {"allow": ["10.0.0.0/8", "private.test:443"]}}))
+        .await;
+    h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
+    for allow in [
+        json!(["127.0.0.0/8"]),
+        json!([format!("daemon.test:{port}")]),
+        json!(["169.254.169.254"]),
+    ] {
+        let r = h
+            .call(
+                "POST",
+                "/v1/sandboxes",
+                Some(json!({"manifest": {"network": {"allow": allow}}})),
+            )
+            .await;
+        assert_eq!(r.status, 400, "{allow}: {}", r.body);
+    }
+}
+
 /// The same policy on a microVM: the guest's DNS and TCP leave through
 /// slirp in QEMU's own network namespace, where the daemon's egress service
 /// answers and checks them exactly as for a process sandbox; a runtime
@@ -387,6 +541,8 @@ async fn egress_by_name_on_a_microvm() {
         hosts.as_str(),
         "--egress-upstream",
         "127.0.0.1:9",
+        "--egress-expose",
+        "127.0.0.1",
     ])
     .await;
     let h = d.http();

@@ -146,7 +146,7 @@ mod tests {
             deny: vec![],
         };
         SandboxNet::new(
-            Policy::new(&p, Arc::new(vec![])).unwrap(),
+            Policy::new(&p, Arc::new(crate::policy::Operator::open())).unwrap(),
             Arc::new(up),
             &limits,
             Arc::new(Counters::default()),

@@ -5,8 +5,9 @@
 //! matches and no deny entry (tenant's or operator's) does. Addresses are
 //! judged twice: a destination the sandbox dialled by address must be
 //! allowed by a network entry; the real address the proxy is about to dial
-//! (for names too) must not be in a denied network, so deny wins whatever
-//! the name resolved to.
+//! (for names too) must not be in a denied network nor refused by the
+//! operator's [`Guard`] (the host, loopback, link-local, private ranges...),
+//! so deny wins whatever the name resolved to.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -14,6 +15,8 @@ use std::sync::Arc;
 use stasis_core::manifest::network::Entry;
 use stasis_core::manifest::NetworkPolicy;
 use stasis_core::{Error, ErrorCode, Result};
+
+use crate::guard::{Guard, Why};
 
 /// Why a destination was refused (kept in logs and counters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,14 +27,35 @@ pub enum Refusal {
     Denied,
     /// The operator's deny list matches.
     OperatorDenied,
+    /// The operator's guard refuses the address (see [`crate::guard`]).
+    Guarded(Why),
 }
 
-/// A sandbox's policy, parsed, with the operator's deny list beside it.
+/// What the operator decides for every sandbox: the deny list and the
+/// guard.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    pub deny: Vec<Entry>,
+    pub guard: Guard,
+}
+
+impl Operator {
+    /// No deny list; the guard with private ranges closed and nothing
+    /// exposed (the daemon's defaults).
+    pub fn open() -> Operator {
+        Operator {
+            deny: Vec::new(),
+            guard: Guard::new(false, Vec::new(), Vec::new()),
+        }
+    }
+}
+
+/// A sandbox's policy, parsed, with the operator's side beside it.
 #[derive(Debug, Clone)]
 pub struct Policy {
     allow: Vec<Entry>,
     deny: Vec<Entry>,
-    operator: Arc<Vec<Entry>>,
+    operator: Arc<Operator>,
 }
 
 /// Parse the operator's deny list (`--egress-deny`), naming a bad entry.
@@ -52,7 +76,7 @@ pub fn operator_list(entries: &[String]) -> Result<Vec<Entry>> {
 impl Policy {
     /// The manifest's policy (validated here as the manifest is) under
     /// `operator`.
-    pub fn new(p: &NetworkPolicy, operator: Arc<Vec<Entry>>) -> Result<Policy> {
+    pub fn new(p: &NetworkPolicy, operator: Arc<Operator>) -> Result<Policy> {
         p.validate()?;
         Ok(Policy {
             allow: p.allow_entries(),
@@ -75,7 +99,7 @@ impl Policy {
             (Some(_), None) => false,
             _ => e.matches_name(&name, port),
         };
-        if self.operator.iter().any(denies) {
+        if self.operator.deny.iter().any(denies) {
             return Err(Refusal::OperatorDenied);
         }
         if self.deny.iter().any(denies) {
@@ -89,10 +113,13 @@ impl Policy {
     }
 
     /// Whether the proxy may dial the real address `ip:port` (the deny
-    /// lists only; the allow decision was made on the name or address the
-    /// sandbox asked for).
+    /// lists and the guard; the allow decision was made on the name or
+    /// address the sandbox asked for).
     pub fn real_addr(&self, ip: IpAddr, port: u16) -> std::result::Result<(), Refusal> {
-        if self.operator.iter().any(|e| e.matches_addr(ip, port)) {
+        if let Some(why) = self.operator.guard.refusal(ip, Some(port)) {
+            return Err(Refusal::Guarded(why));
+        }
+        if self.operator.deny.iter().any(|e| e.matches_addr(ip, port)) {
             return Err(Refusal::OperatorDenied);
         }
         if self.deny.iter().any(|e| e.matches_addr(ip, port)) {
@@ -111,15 +138,18 @@ impl Policy {
         }
     }
 
-    /// The allowed loopback destinations `127.x.y.z:P`: the host's loopback
-    /// port P, which the firewall must send to the proxy rather than leave
-    /// on the sandbox's own `lo`.
+    /// The allowed loopback destinations `127.x.y.z:P` the operator exposes
+    /// (`--egress-expose`): the host's loopback port P, which the firewall
+    /// must send to the proxy rather than leave on the sandbox's own `lo`.
     pub fn loopback_ports(&self) -> Vec<(std::net::Ipv4Addr, u16)> {
         let mut v = Vec::new();
         for e in &self.allow {
             if let Entry::Net { net, port: Some(p) } = e {
                 if let (IpAddr::V4(a), true) = (net.addr, net.is_host()) {
-                    if a.is_loopback() && !v.contains(&(a, *p)) {
+                    if a.is_loopback()
+                        && self.real_addr(net.addr, *p).is_ok()
+                        && !v.contains(&(a, *p))
+                    {
                         v.push((a, *p));
                     }
                 }
@@ -133,13 +163,23 @@ impl Policy {
 mod tests {
     use super::*;
 
-    fn policy(allow: &[&str], deny: &[&str], op: &[&str]) -> Policy {
+    fn policy_with(allow: &[&str], deny: &[&str], op: &[&str], expose: &[&str]) -> Policy {
         let p = NetworkPolicy {
             allow: allow.iter().map(|s| s.to_string()).collect(),
             deny: deny.iter().map(|s| s.to_string()).collect(),
         };
         let op: Vec<String> = op.iter().map(|s| s.to_string()).collect();
-        Policy::new(&p, Arc::new(operator_list(&op).unwrap())).unwrap()
+        let expose = expose.iter().map(|e| Entry::parse(e).unwrap()).collect();
+        let operator = Operator {
+            deny: operator_list(&op).unwrap(),
+            guard: Guard::new(false, expose, vec!["127.0.0.1:7070".parse().unwrap()])
+                .with_local(|| Some(vec![])),
+        };
+        Policy::new(&p, Arc::new(operator)).unwrap()
+    }
+
+    fn policy(allow: &[&str], deny: &[&str], op: &[&str]) -> Policy {
+        policy_with(allow, deny, op, &[])
     }
 
     #[test]
@@ -165,10 +205,16 @@ mod tests {
 
     #[test]
     fn addresses() {
-        let p = policy(
-            &["10.0.0.0/8:22", "127.0.0.1:8080", "a.test"],
+        let p = policy_with(
+            &[
+                "10.0.0.0/8:22",
+                "127.0.0.1:8080",
+                "a.test",
+                "0.0.0.0/0:7070",
+            ],
             &["10.9.0.0/16"],
-            &["169.254.169.254"],
+            &["93.184.216.0/24"],
+            &["127.0.0.1:8080", "10.0.0.0/8"],
         );
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         assert_eq!(p.addr(ip("10.1.2.3"), 22), Ok(()));
@@ -176,13 +222,35 @@ mod tests {
         assert_eq!(p.addr(ip("10.9.2.3"), 22), Err(Refusal::Denied));
         assert_eq!(p.real_addr(ip("10.9.2.3"), 443), Err(Refusal::Denied));
         assert_eq!(
-            p.real_addr(ip("169.254.169.254"), 80),
+            p.real_addr(ip("93.184.216.34"), 443),
             Err(Refusal::OperatorDenied)
         );
-        assert_eq!(p.real_addr(ip("93.184.216.34"), 443), Ok(()));
+        assert_eq!(
+            p.real_addr(ip("169.254.169.254"), 80),
+            Err(Refusal::Guarded(Why::Range(crate::guard::Range::LinkLocal)))
+        );
+        assert_eq!(p.real_addr(ip("93.184.217.34"), 443), Ok(()));
+        // A wide entry never matches what the guard refuses: not the
+        // daemon, not loopback.
+        assert_eq!(p.addr(ip("93.184.217.34"), 7070), Ok(()));
+        assert_eq!(
+            p.addr(ip("127.0.0.1"), 7070),
+            Err(Refusal::Guarded(Why::Daemon))
+        );
+        assert_eq!(
+            p.addr(ip("127.0.0.2"), 7070),
+            Err(Refusal::Guarded(Why::Range(crate::guard::Range::Loopback)))
+        );
         assert_eq!(
             p.loopback_ports(),
             vec![("127.0.0.1".parse().unwrap(), 8080)]
+        );
+        // Loopback the operator does not expose is not redirected.
+        let q = policy(&["127.0.0.1:8080"], &[], &[]);
+        assert_eq!(q.loopback_ports(), vec![]);
+        assert_eq!(
+            q.addr(ip("127.0.0.1"), 8080),
+            Err(Refusal::Guarded(Why::Range(crate::guard::Range::Loopback)))
         );
         assert!(operator_list(&["*.com".into()]).is_err());
     }

@@ -16,7 +16,8 @@ use stasis_core::{Error, ErrorCode, Result, SandboxId};
 use tokio_util::sync::CancellationToken;
 
 use crate::firewall::{self, Ports};
-use crate::policy::{operator_list, Policy};
+use crate::guard::Guard;
+use crate::policy::{operator_list, Operator, Policy};
 use crate::sandbox::{CounterValues, Counters, SandboxNet};
 use crate::upstream::Upstream;
 use crate::{dns, proxy, Limits};
@@ -25,8 +26,16 @@ use crate::{dns, proxy, Limits};
 #[derive(Debug, Clone, Default)]
 pub struct EgressConfig {
     /// Operator deny list (`--egress-deny`), applied on top of every
-    /// sandbox's policy; tenants cannot override it.
+    /// sandbox's policy; tenants cannot override it. The guard's ranges
+    /// (see [`crate::guard`]) apply whatever it holds.
     pub deny: Vec<String>,
+    /// Let sandboxes reach private ranges (`--egress-allow-private`).
+    pub allow_private: bool,
+    /// Host destinations the operator opens (`--egress-expose`): addresses
+    /// or networks with an optional port, never the daemon's own.
+    pub expose: Vec<String>,
+    /// The daemon's listen addresses (filled in by the daemon).
+    pub listen: Vec<SocketAddr>,
     /// DNS server the daemon asks (`--egress-upstream`); default: the
     /// system resolver.
     pub upstream: Option<SocketAddr>,
@@ -43,7 +52,7 @@ struct Attached {
 }
 
 pub struct EgressService {
-    operator: Arc<Vec<Entry>>,
+    operator: Arc<Operator>,
     upstream: Arc<Upstream>,
     limits: Limits,
     rt: tokio::runtime::Handle,
@@ -56,8 +65,29 @@ impl EgressService {
     pub fn new(cfg: EgressConfig) -> Result<EgressService> {
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|_| Error::new(ErrorCode::Internal, "egress service needs a tokio runtime"))?;
+        let expose = cfg
+            .expose
+            .iter()
+            .map(|e| {
+                match Entry::parse(e) {
+                    Ok(n @ Entry::Net { .. }) => Ok(n),
+                    Ok(_) => Err("an address or network, with an optional :port".to_string()),
+                    Err(m) => Err(m),
+                }
+                .map_err(|m| {
+                    Error::new(
+                        ErrorCode::InvalidArgument,
+                        format!("egress expose entry {e:?}: {m}"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let operator = Operator {
+            deny: operator_list(&cfg.deny)?,
+            guard: Guard::new(cfg.allow_private, expose, cfg.listen.clone()),
+        };
         Ok(EgressService {
-            operator: Arc::new(operator_list(&cfg.deny)?),
+            operator: Arc::new(operator),
             upstream: Arc::new(Upstream::new(cfg.hosts.as_deref(), cfg.upstream)?),
             limits: cfg.limits,
             rt,
@@ -66,10 +96,11 @@ impl EgressService {
         })
     }
 
-    /// Check `p` as it would be applied now (manifest rules plus a
-    /// parseable operator list).
-    pub fn check(&self, p: &NetworkPolicy) -> Result<()> {
-        Policy::new(p, self.operator.clone()).map(|_| ())
+    /// Check a tenant's `p` before it is stored (at create and at a
+    /// runtime change): the manifest's rules, then every allow entry
+    /// against the operator's guard ([`crate::validate`]).
+    pub async fn check(&self, p: &NetworkPolicy) -> Result<()> {
+        crate::validate::check(p, &self.operator.guard, &self.upstream).await
     }
 
     /// Apply `p` to the attached sandbox `id` without restarting it

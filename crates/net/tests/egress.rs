@@ -187,6 +187,9 @@ async fn names_sni_host_deny_and_runtime_change() {
         // Unanswered: names outside the hosts view never resolve.
         upstream: Some("127.0.0.1:9".parse().unwrap()),
         limits: Limits::default(),
+        // The test servers stand on the host's loopback.
+        expose: vec!["127.0.0.1".into()],
+        ..Default::default()
     })
     .unwrap();
     let id = SandboxId::generate();
@@ -312,6 +315,9 @@ async fn operator_deny_covers_real_addresses() {
         hosts: Some(hosts.to_path_buf()),
         upstream: Some("127.0.0.1:9".parse().unwrap()),
         limits: Limits::default(),
+        // The test servers stand on the host's loopback.
+        expose: vec!["127.0.0.1".into()],
+        ..Default::default()
     })
     .unwrap();
     let id = SandboxId::generate();
@@ -322,6 +328,45 @@ async fn operator_deny_covers_real_addresses() {
     // in the operator's deny list.
     let r = client(&ns, "allowed.test", tls, "allowed.test", "tls").await;
     assert!(r.starts_with("CONNFAIL") && r.contains(" 198.1"), "{r}");
+    svc.detach(&id);
+}
+
+/// Without an operator exposure the host is never reached, whatever the
+/// tenant's policy holds (set before this rule, or by a name whose answer
+/// changed since): a name whose real address is loopback, and a loopback
+/// entry, connect to nothing; the firewall does not even redirect the
+/// loopback entry off the sandbox's own `lo`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hosts_loopback_is_refused_at_connect_time() {
+    if !is_root() {
+        eprintln!("skipped: needs root (network namespaces)");
+        return;
+    }
+    let (tls, http) = servers().await;
+    let hosts = hosts_file();
+    let svc = EgressService::new(EgressConfig {
+        hosts: Some(hosts.to_path_buf()),
+        upstream: Some("127.0.0.1:9".parse().unwrap()),
+        ..Default::default()
+    })
+    .unwrap();
+    let id = SandboxId::generate();
+    let ns = new_netns();
+    let allow = vec![
+        "allowed.test".to_string(),
+        format!("127.0.0.1:{http}"),
+        "0.0.0.0/0".to_string(),
+    ];
+    svc.attach(&id, &ns, &policy(&allow, &[])).unwrap();
+    let r = client(&ns, "allowed.test", tls, "allowed.test", "tls").await;
+    assert!(r.starts_with("CONNFAIL") && r.contains(" 198.1"), "{r}");
+    let r = client(&ns, "allowed.test", http, "allowed.test", "http").await;
+    assert!(!r.starts_with("OK"), "{r}");
+    let r = client(&ns, "127.0.0.1", http, "allowed.test", "http").await;
+    assert!(!r.starts_with("OK"), "{r}");
+    let c = svc.counters(&id).unwrap();
+    assert_eq!(c.allowed, 0, "{c:?}");
+    assert!(c.denied >= 2, "{c:?}");
     svc.detach(&id);
 }
 
@@ -356,6 +401,7 @@ async fn a_tunnelling_flood_stays_within_the_upstream_budget() {
         hosts: None,
         upstream: Some(up),
         limits,
+        ..Default::default()
     })
     .unwrap();
     let id = SandboxId::generate();
@@ -441,6 +487,8 @@ async fn figures() {
             dns_per_sec: 1_000_000,
             ..Limits::default()
         },
+        expose: vec!["127.0.0.1".into()],
+        ..Default::default()
     })
     .unwrap();
     let id = SandboxId::generate();

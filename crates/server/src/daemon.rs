@@ -215,7 +215,9 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         cfg.image_limits,
     )?;
     pcfg.image_store = Some(image_store);
-    let egress = Arc::new(stasis_net::EgressService::new(cfg.egress.clone())?);
+    let mut egress_cfg = cfg.egress.clone();
+    egress_cfg.listen.push(bound);
+    let egress = Arc::new(stasis_net::EgressService::new(egress_cfg)?);
     pcfg.egress = Some(egress.clone() as Arc<dyn stasis_backend::Egress>);
     let process = Arc::new(ProcessBackend::new(pcfg));
 

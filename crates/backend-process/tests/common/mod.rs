@@ -25,7 +25,14 @@ pub fn env_with(tag: &str, f: impl FnOnce(&mut ProcessConfig)) -> Env {
         cgroup_parent: parent.clone(),
         // The daemon's egress service, when the test runs on a runtime.
         egress: tokio::runtime::Handle::try_current().ok().map(|_| {
-            let svc = stasis_net::EgressService::new(stasis_net::EgressConfig::default()).unwrap();
+            // The network fixture's private network and host loopback
+            // listeners, which egress refuses unless the operator opens them.
+            let svc = stasis_net::EgressService::new(stasis_net::EgressConfig {
+                allow_private: true,
+                expose: vec!["127.0.0.1".into()],
+                ..Default::default()
+            })
+            .unwrap();
             std::sync::Arc::new(svc) as std::sync::Arc<dyn stasis_backend::Egress>
         }),
         ..Default::default()

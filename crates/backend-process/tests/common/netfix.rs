@@ -170,6 +170,17 @@ impl NetFixture {
         ]
     }
 
+    /// The `stasis serve` flags that open what the allowlist names: egress
+    /// refuses private ranges and the host's loopback unless the operator
+    /// opens them.
+    pub fn daemon_flags(&self) -> Vec<String> {
+        vec![
+            "--egress-allow-private".into(),
+            "--egress-expose".into(),
+            format!("127.0.0.1:{}", self.lo_allowed),
+        ]
+    }
+
     /// Probe entries that must succeed from an allowed sandbox.
     pub fn allowed_checks(&self) -> Vec<String> {
         vec![

@@ -34,6 +34,9 @@ impl Manager {
 
     async fn do_create(&self, ctx: &Ctx, mut manifest: Manifest) -> Result<SandboxRecord> {
         manifest.validate()?;
+        if let Some(e) = self.egress() {
+            e.check(&manifest.network).await?;
+        }
         self.pin_image(ctx, &mut manifest, true).await?;
         crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;

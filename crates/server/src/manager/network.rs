@@ -1,6 +1,7 @@
 //! A sandbox's network policy at runtime: read it with the egress counters,
-//! or replace it (owner only). A new policy is validated as the manifest is,
-//! applied live to a running sandbox through the egress service, persisted
+//! or replace it (owner only). A new policy is validated as the manifest is
+//! and, entry by entry, against what the egress service never reaches (the
+//! host, link-local, private ranges the operator has not opened), applied live to a running sandbox through the egress service, persisted
 //! into the stored manifest (so a paused sandbox gets it at resume, and a
 //! snapshot taken later carries it) and audited.
 
@@ -93,7 +94,12 @@ impl Manager {
         id: &SandboxId,
         policy: NetworkPolicy,
     ) -> Result<NetworkStatus> {
-        policy.validate()?;
+        // The manifest's rules, and (with an egress service) every allow
+        // entry against what egress never reaches.
+        match self.egress() {
+            Some(e) => e.check(&policy).await?,
+            None => policy.validate()?,
+        }
         let (_guard, rec) = self.exclusive(ctx, id).await?;
         if rec.state == SandboxState::Destroyed {
             return Err(Error::state(format!("sandbox {id} is destroyed")));

@@ -29,8 +29,14 @@ async fn network_policy_is_validated_stored_and_audited() {
         .unwrap_err();
     assert_eq!(e.field.as_deref(), Some("network.allow"), "{e}");
 
+    // Names are resolved when a policy is set: through an upstream on
+    // loopback that answers nothing (the names stay unknown, accepted).
     m.set_egress(Arc::new(
-        stasis_net::EgressService::new(Default::default()).unwrap(),
+        stasis_net::EgressService::new(stasis_net::EgressConfig {
+            upstream: Some("127.0.0.1:9".parse().unwrap()),
+            ..Default::default()
+        })
+        .unwrap(),
     ));
     let want = pol(
         &["pypi.org", "*.pythonhosted.org"],
@@ -49,6 +55,11 @@ async fn network_policy_is_validated_stored_and_audited() {
         (pol(&["*.com"], &[]), "network.allow[0]"),
         (pol(&["pypi.org"], &["x.test"]), "network.deny[0]"),
         (pol(&["[::1]:80"], &[]), "network.allow[0]"),
+        (
+            pol(&["pypi.org", "127.0.0.1:7070"], &[]),
+            "network.allow[1]",
+        ),
+        (pol(&["10.0.0.0/8"], &[]), "network.allow[0]"),
     ] {
         let e = m.set_network(&ctx(), &id, p).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::InvalidManifest, "{e}");
@@ -95,8 +106,14 @@ async fn a_microvm_gets_the_same_network_checks() {
     let env = Env::new(stasis_core::BackendKind::Microvm);
     let m = env.manager().await;
     let rec = running(&m).await;
+    // Names are resolved when a policy is set: through an upstream on
+    // loopback that answers nothing (the names stay unknown, accepted).
     m.set_egress(Arc::new(
-        stasis_net::EgressService::new(Default::default()).unwrap(),
+        stasis_net::EgressService::new(stasis_net::EgressConfig {
+            upstream: Some("127.0.0.1:9".parse().unwrap()),
+            ..Default::default()
+        })
+        .unwrap(),
     ));
     // IPv6 would reach nothing through a microVM's IPv4 user networking.
     for p in [pol(&["[::1]:80"], &[]), pol(&["2001:db8::/32"], &[])] {
