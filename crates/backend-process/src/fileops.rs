@@ -288,7 +288,7 @@ impl Root {
     ) -> Result<u64> {
         // Writable while it is filled; the mode asked for is set last.
         self.write_file_with(path, &[], None, exclusive)?;
-        let fill = || -> Result<u64> {
+        let mut fill = || -> Result<u64> {
             let fd = self
                 .openat2(path, libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
                 .map_err(|e| map_err(e, path))?;

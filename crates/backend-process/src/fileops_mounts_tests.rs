@@ -154,7 +154,11 @@ fn rename_of_onto_or_across_a_mount_point_is_refused() {
         code(r.mkdir("/workspace/m", false)),
         ErrorCode::AlreadyExists
     );
-    r.mkdir("/workspace/m", true).unwrap();
+    // `mkdir -p` does not reach into another mount (400, as for reads).
+    assert_eq!(
+        code(r.mkdir("/workspace/m/sub", true)),
+        ErrorCode::InvalidArgument
+    );
     s.assert_intact();
     assert!(s._dir.path().join("workspace/empty").is_dir());
     assert!(s._dir.path().join("workspace/file").is_file());

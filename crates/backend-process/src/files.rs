@@ -72,6 +72,7 @@ pub(crate) async fn write_file_from(
     })
     .await
     .map_err(|e| Error::internal(e.to_string()))?
+    .map(|_| ())
 }
 
 /// Stat, remove, mkdir, rename (see [`crate::fileops`]), as the sandbox's root.
