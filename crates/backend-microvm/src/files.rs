@@ -54,11 +54,60 @@ async fn plan_of(b: &MicrovmBackend, vm: &Vm) -> Result<Plan> {
     Ok(Plan::for_agent(guest::agent_of(b, vm).await?.binary()))
 }
 
+/// The bytes a write sends, a chunk at a time: in memory, or a file of the
+/// daemon's (an upload spooled to disk) read chunk by chunk, so a large
+/// upload is never held whole.
+pub(crate) trait Source: Sync {
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn chunk(&self, at: usize, end: usize) -> Result<Vec<u8>>;
+}
+
+impl<T: AsRef<[u8]> + Sync + ?Sized> Source for T {
+    fn len(&self) -> usize {
+        self.as_ref().len()
+    }
+    fn chunk(&self, at: usize, end: usize) -> Result<Vec<u8>> {
+        Ok(self.as_ref()[at..end].to_vec())
+    }
+}
+
+/// A file read at offsets (its length taken once, when opened).
+pub(crate) struct FileSource(std::fs::File, usize);
+
+impl FileSource {
+    pub fn open(p: &std::path::Path) -> Result<FileSource> {
+        let f = std::fs::File::open(p)
+            .map_err(|e| Error::internal(format!("opening the upload: {e}")))?;
+        let n = f
+            .metadata()
+            .map_err(|e| Error::internal(format!("the upload: {e}")))?
+            .len();
+        Ok(FileSource(f, n as usize))
+    }
+}
+
+impl Source for FileSource {
+    fn len(&self) -> usize {
+        self.1
+    }
+    fn chunk(&self, at: usize, end: usize) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; end - at];
+        self.0
+            .read_exact_at(&mut buf, at as u64)
+            .map_err(|e| Error::internal(format!("reading the upload: {e}")))?;
+        Ok(buf)
+    }
+}
+
 pub(crate) async fn write(
     b: &MicrovmBackend,
     id: &SandboxId,
     path: &str,
-    data: &[u8],
+    data: &(impl Source + ?Sized),
     mode: Option<u32>,
     how: WriteMode,
 ) -> Result<()> {
@@ -76,7 +125,7 @@ pub(crate) async fn put<F, Fut>(
     call: F,
     plan: Plan,
     path: &str,
-    data: &[u8],
+    data: &(impl Source + ?Sized),
     mode: Option<u32>,
     how: WriteMode,
 ) -> Result<()>
@@ -84,17 +133,16 @@ where
     F: Fn(Request) -> Fut,
     Fut: Future<Output = Result<Reply>>,
 {
-    let mut chunks = data.chunks(plan.chunk);
-    let first = chunks.next().unwrap_or(&[]);
+    let first = data.chunk(0, data.len().min(plan.chunk))?;
     let req = match how {
         WriteMode::CreateExclusive => Request::CreateFile {
             path: path.to_string(),
-            data: first.to_vec(),
+            data: first,
             mode,
         },
         WriteMode::Overwrite => Request::WriteFile {
             path: path.to_string(),
-            data: first.to_vec(),
+            data: first,
             append: false,
             mode,
             offset: None,
@@ -103,10 +151,10 @@ where
     expect_ok(call(req).await?)?;
     let rest = async {
         if !plan.offsets {
-            for c in chunks {
+            for at in (plan.chunk..data.len()).step_by(plan.chunk) {
                 let req = Request::WriteFile {
                     path: path.to_string(),
-                    data: c.to_vec(),
+                    data: data.chunk(at, data.len().min(at + plan.chunk))?,
                     append: true,
                     mode,
                     offset: None,
@@ -122,17 +170,20 @@ where
         let mut replies = futures::stream::iter((plan.chunk..data.len()).step_by(plan.chunk))
             .map(|at| {
                 let end = data.len().min(at + plan.chunk);
-                let req = (!failed.load(Ordering::SeqCst)).then(|| Request::WriteFile {
-                    path: path.to_string(),
-                    data: data[at..end].to_vec(),
-                    append: false,
-                    mode: None,
-                    offset: Some(at as u64),
+                let req = (!failed.load(Ordering::SeqCst)).then(|| {
+                    data.chunk(at, end).map(|data| Request::WriteFile {
+                        path: path.to_string(),
+                        data,
+                        append: false,
+                        mode: None,
+                        offset: Some(at as u64),
+                    })
                 });
-                let r = req.map(&call);
+                let r = req.map(|r| r.map(&call));
                 async move {
                     match r {
-                        Some(r) => r.await,
+                        Some(Ok(r)) => r.await,
+                        Some(Err(e)) => Err(e),
                         None => Err(Error::internal("not sent after a failed chunk")),
                     }
                 }

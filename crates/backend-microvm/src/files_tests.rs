@@ -59,6 +59,16 @@ async fn transfers(c: &Arc<AgentConn>, dir: &Path) {
         .await
         .unwrap();
     assert!(std::fs::read(&path).unwrap() == d);
+    // From a spooled upload, read a chunk at a time: the same bytes.
+    let spool = dir.join(if c.binary() { "spool.new" } else { "spool.old" });
+    let d2 = data(3 * (1 << 20) + 7);
+    std::fs::write(&spool, &d2).unwrap();
+    let from = dir.join("sub/from-file.bin").to_string_lossy().into_owned();
+    let src = super::FileSource::open(&spool).unwrap();
+    put(call, plan, &from, &src, None, WriteMode::CreateExclusive)
+        .await
+        .unwrap();
+    assert!(std::fs::read(&from).unwrap() == d2);
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o640);

@@ -309,6 +309,18 @@ impl Backend for MicrovmBackend {
         files::write(self, id, path, data, mode, how).await
     }
 
+    async fn write_file_from(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        src: &std::path::Path,
+        mode: Option<u32>,
+        how: WriteMode,
+    ) -> Result<()> {
+        let src = files::FileSource::open(src)?;
+        files::write(self, id, path, &src, mode, how).await
+    }
+
     async fn file_op(&self, id: &SandboxId, op: FileOp) -> Result<Option<FileStat>> {
         files::op(self, id, op).await
     }

@@ -5,11 +5,21 @@
 //! followed when it is a symlink), so no operation reaches outside the root.
 //! A recursive remove descends with `openat(O_NOFOLLOW)` one component at a
 //! time and never crosses into another mount.
+//!
+//! The daemon acts from the host's mount namespace, where the sandbox's
+//! mounts (/proc, /dev, input mounts, hidden paths) are not mount points:
+//! an rmdir or rename there would succeed and the kernel would detach the
+//! sandbox's mount. So a remove or rename first compares the mount id of
+//! the entry with its parent's (`statx(STATX_MNT_ID)` through descriptors),
+//! and checks the entry is none of the directories that hold a mount of
+//! the sandbox (from its own mountinfo): those answer `mount_point`.
 
-use std::ffi::CString;
+use std::collections::BTreeSet;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+use stasis_core::mounts::{holders, refused};
 use stasis_core::{Error, ErrorCode, FileKind, FileStat, Result};
 
 use crate::fsops::{map_err, read_link_at, Root};
@@ -19,9 +29,7 @@ const MAX_DEPTH: u32 = 512;
 
 fn split(path: &str) -> Result<(&str, &str)> {
     match path.rsplit_once('/') {
-        Some((_, "")) | None => {
-            Err(Error::invalid(format!("{path}: not allowed on the root")).with_field("path"))
-        }
+        Some((_, "")) | None => Err(refused(path, "is the sandbox's root")),
         Some(("", name)) => Ok(("/", name)),
         Some((parent, name)) => Ok((parent, name)),
     }
@@ -37,6 +45,53 @@ fn kind_of(mode: u32) -> FileKind {
         libc::S_IFDIR => FileKind::Dir,
         libc::S_IFLNK => FileKind::Symlink,
         _ => FileKind::Other,
+    }
+}
+
+/// The mode and mount id of `name` in `dir` (not following a final
+/// symlink), or of `dir` itself when `name` is empty.
+fn statx_at(dir: i32, name: &CStr) -> io::Result<(u32, u64)> {
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let mut flags = libc::AT_SYMLINK_NOFOLLOW;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    let want = libc::STATX_TYPE | libc::STATX_MNT_ID;
+    if unsafe { libc::statx(dir, name.as_ptr(), flags, want, &mut stx) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    if stx.stx_mask & libc::STATX_MNT_ID == 0 {
+        // Kernels before 5.8: no way to tell a mount point; refuse.
+        return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+    }
+    Ok((u32::from(stx.stx_mode), stx.stx_mnt_id))
+}
+
+/// Whether `name` in `dir` is on another mount than `dir` (a mount point,
+/// as the sandbox sees it).
+fn is_mount_point(dir: i32, name: &CStr) -> io::Result<bool> {
+    Ok(statx_at(dir, name)?.1 != statx_at(dir, c"")?.1)
+}
+
+/// Errors of a remove, rename or mkdir: a lookup or move across mounts
+/// (EXDEV) or onto a busy mount (EBUSY) is the `mount_point` refusal.
+fn op_err(e: io::Error, path: &str) -> Error {
+    match e.raw_os_error() {
+        Some(libc::EXDEV) => refused(path, "crosses a mount point"),
+        Some(libc::EBUSY) => refused(path, "is in use as a mount point"),
+        _ => map_err(e, path),
+    }
+}
+
+/// The directories of a sandbox that hold one of its mounts below them,
+/// from the mount points its mountinfo lists (see [`holders`]).
+#[derive(Debug, Default, Clone)]
+pub struct MountHolders(BTreeSet<String>);
+
+impl MountHolders {
+    /// From the text of the sandbox's `/proc/<pid>/mountinfo`.
+    pub fn from_mountinfo(text: &str) -> MountHolders {
+        MountHolders(holders(&stasis_core::mounts::mount_points(text)))
     }
 }
 
@@ -58,6 +113,46 @@ impl Root {
             .openat2(parent, libc::O_PATH | libc::O_DIRECTORY, 0)
             .map_err(|e| map_err(e, parent))?;
         Ok((fd, cstr(name)?, name.to_string()))
+    }
+
+    /// Like [`Root::parent_of`] for an operation that changes the tree:
+    /// a parent across a mount answers `mount_point`.
+    fn parent_for_change(&self, path: &str) -> Result<(OwnedFd, CString)> {
+        let (parent, name) = split(path)?;
+        let fd = self
+            .openat2(parent, libc::O_PATH | libc::O_DIRECTORY, 0)
+            .map_err(|e| op_err(e, parent))?;
+        Ok((fd, cstr(name)?))
+    }
+
+    /// Refuse `name` in `dir` (at `path`) when it is a mount point of the
+    /// sandbox or a directory that holds one. A missing entry passes (the
+    /// operation itself then answers for it).
+    fn guard(&self, dir: &OwnedFd, name: &CStr, path: &str, held: &MountHolders) -> Result<()> {
+        match is_mount_point(dir.as_raw_fd(), name) {
+            Ok(true) => return Err(refused(path, "is a mount point")),
+            Ok(false) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+            Err(e) => return Err(op_err(e, path)),
+        }
+        let st = fstatat(dir.as_raw_fd(), &name.to_owned()).map_err(|e| op_err(e, path))?;
+        if kind_of(st.st_mode) != FileKind::Dir {
+            return Ok(());
+        }
+        for h in &held.0 {
+            // A holder on another mount is out of reach (and so is `path`
+            // if it is that holder): only same-mount holders can match.
+            let Ok(fd) = self.openat2(h, libc::O_PATH | libc::O_DIRECTORY, 0) else {
+                continue;
+            };
+            let mut hs: libc::stat = unsafe { std::mem::zeroed() };
+            if unsafe { libc::fstat(fd.as_raw_fd(), &mut hs) } == 0
+                && (hs.st_dev, hs.st_ino) == (st.st_dev, st.st_ino)
+            {
+                return Err(refused(path, &format!("holds a mount point (below {h})")));
+            }
+        }
+        Ok(())
     }
 
     /// The entry at `path` itself (a final symlink is not followed).
@@ -90,22 +185,26 @@ impl Root {
     }
 
     /// Remove a file, a symlink, an empty directory, or (with `recursive`)
-    /// a directory tree.
-    pub fn remove(&self, path: &str, recursive: bool) -> Result<()> {
-        let (dir, name, _) = self.parent_of(path)?;
+    /// a directory tree. A mount point, or a directory holding one (see
+    /// [`MountHolders`]), answers `mount_point` and nothing is removed; a
+    /// recursive remove that meets a mount below a symlinked path stops
+    /// there (what it removed before stays removed, the mount is intact).
+    pub fn remove(&self, path: &str, recursive: bool, held: &MountHolders) -> Result<()> {
+        let (dir, name) = self.parent_for_change(path)?;
+        self.guard(&dir, &name, path, held)?;
         let st = fstatat(dir.as_raw_fd(), &name).map_err(|e| map_err(e, path))?;
         if kind_of(st.st_mode) != FileKind::Dir {
-            return unlink(&dir, &name, 0).map_err(|e| map_err(e, path));
+            return unlink(&dir, &name, 0).map_err(|e| op_err(e, path));
         }
         if recursive {
-            remove_tree(dir.as_raw_fd(), &name, st.st_dev, 0).map_err(|e| map_err(e, path))?;
+            remove_tree(dir.as_raw_fd(), &name, 0).map_err(|e| op_err(e, path))?;
         }
         unlink(&dir, &name, libc::AT_REMOVEDIR).map_err(|e| match e.raw_os_error() {
             Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => Error::new(
                 ErrorCode::InvalidState,
                 format!("{path} is a directory that is not empty (remove it recursively)"),
             ),
-            _ => map_err(e, path),
+            _ => op_err(e, path),
         })
     }
 
@@ -114,7 +213,7 @@ impl Root {
         if parents {
             return self.mkdir_p(path);
         }
-        let (dir, name, _) = self.parent_of(path)?;
+        let (dir, name) = self.parent_for_change(path)?;
         let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755) };
         if rc != 0 {
             let e = io::Error::last_os_error();
@@ -124,15 +223,19 @@ impl Root {
                     format!("{path} already exists"),
                 ));
             }
-            return Err(map_err(e, path));
+            return Err(op_err(e, path));
         }
         Ok(())
     }
 
     /// POSIX rename of the entry at `from` (not what a symlink points to).
-    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
-        let (fdir, fname, _) = self.parent_of(from)?;
-        let (tdir, tname, _) = self.parent_of(to)?;
+    /// Neither `from` nor an existing `to` may be a mount point or hold one,
+    /// and both must be on one mount (`mount_point` otherwise).
+    pub fn rename(&self, from: &str, to: &str, held: &MountHolders) -> Result<()> {
+        let (fdir, fname) = self.parent_for_change(from)?;
+        let (tdir, tname) = self.parent_for_change(to)?;
+        self.guard(&fdir, &fname, from, held)?;
+        self.guard(&tdir, &tname, to, held)?;
         let rc = unsafe {
             libc::renameat(
                 fdir.as_raw_fd(),
@@ -148,13 +251,70 @@ impl Root {
                     ErrorCode::AlreadyExists,
                     format!("{to} is a directory that is not empty"),
                 ),
+                Some(libc::ENOTDIR) => Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!(
+                        "{to} exists and is not a directory: {from} is one and cannot replace it"
+                    ),
+                ),
+                Some(libc::EISDIR) => Error::new(
+                    ErrorCode::AlreadyExists,
+                    format!(
+                        "{to} exists and is a directory: {from} is not one and cannot replace it"
+                    ),
+                ),
                 Some(libc::EINVAL) => {
                     Error::invalid(format!("cannot move {from} into itself")).with_field("to")
                 }
-                _ => map_err(e, from),
+                Some(libc::EXDEV) => refused(from, &format!("and {to} are on different mounts")),
+                _ => op_err(e, from),
             });
         }
         Ok(())
+    }
+
+    /// Write what `src` reads to `path`, a piece at a time (an upload is
+    /// never held in memory whole). The file is made (or, with `exclusive`,
+    /// made only if nothing is there) and emptied by
+    /// [`Root::write_file_with`], with its checks; then opened again and
+    /// filled. A file this write created exclusively and could not fill is
+    /// removed. Returns the bytes written.
+    pub fn write_from(
+        &self,
+        path: &str,
+        src: &mut impl io::Read,
+        mode: Option<u32>,
+        exclusive: bool,
+    ) -> Result<u64> {
+        // Writable while it is filled; the mode asked for is set last.
+        self.write_file_with(path, &[], None, exclusive)?;
+        let mut fill = || -> Result<u64> {
+            let fd = self
+                .openat2(path, libc::O_WRONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)
+                .map_err(|e| map_err(e, path))?;
+            let mut f = std::fs::File::from(fd);
+            let md = f.metadata().map_err(|e| map_err(e, path))?;
+            if !md.file_type().is_file() {
+                return Err(
+                    Error::invalid(format!("{path} is not a regular file")).with_field("path")
+                );
+            }
+            f.set_len(0).map_err(|e| map_err(e, path))?;
+            let n = io::copy(src, &mut f).map_err(|e| map_err(e, path))?;
+            if let Some(m) = mode {
+                use std::os::unix::fs::PermissionsExt;
+                f.set_permissions(std::fs::Permissions::from_mode(m & 0o7777))
+                    .map_err(|e| map_err(e, path))?;
+            }
+            Ok(n)
+        };
+        let r = fill();
+        if r.is_err() && exclusive {
+            if let Ok((dir, name)) = self.parent_for_change(path) {
+                let _ = unlink(&dir, &name, 0);
+            }
+        }
+        r
     }
 
     /// At most `len` bytes of the regular file `path` from `offset`, and
@@ -198,8 +358,9 @@ fn unlink(dir: &OwnedFd, name: &CString, flags: i32) -> io::Result<()> {
 }
 
 /// Empty the directory `name` in `parent` (not removing it), descending
-/// without following symlinks and without leaving the device `dev`.
-fn remove_tree(parent: i32, name: &CString, dev: u64, depth: u32) -> io::Result<()> {
+/// without following symlinks; an entry on another mount than its
+/// directory (a mount point) stops it with EXDEV before it is touched.
+fn remove_tree(parent: i32, name: &CString, depth: u32) -> io::Result<()> {
     if depth > MAX_DEPTH {
         return Err(io::Error::from_raw_os_error(libc::ELOOP));
     }
@@ -214,6 +375,7 @@ fn remove_tree(parent: i32, name: &CString, dev: u64, depth: u32) -> io::Result<
         return Err(io::Error::last_os_error());
     }
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let here = statx_at(fd.as_raw_fd(), c"")?.1;
     let names: Vec<CString> = {
         let dup = unsafe { libc::dup(fd.as_raw_fd()) };
         if dup < 0 {
@@ -228,16 +390,16 @@ fn remove_tree(parent: i32, name: &CString, dev: u64, depth: u32) -> io::Result<
             .collect()
     };
     for n in names {
-        let st = match fstatat(fd.as_raw_fd(), &n) {
+        let (mode, mnt) = match statx_at(fd.as_raw_fd(), &n) {
             Ok(st) => st,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(e) => return Err(e),
         };
-        if kind_of(st.st_mode) == FileKind::Dir {
-            if st.st_dev != dev {
-                return Err(io::Error::from_raw_os_error(libc::EXDEV));
-            }
-            remove_tree(fd.as_raw_fd(), &n, dev, depth + 1)?;
+        if mnt != here {
+            return Err(io::Error::from_raw_os_error(libc::EXDEV));
+        }
+        if kind_of(mode) == FileKind::Dir {
+            remove_tree(fd.as_raw_fd(), &n, depth + 1)?;
             unlink(&fd, &n, libc::AT_REMOVEDIR)?;
         } else {
             unlink(&fd, &n, 0)?;
@@ -250,6 +412,10 @@ fn remove_tree(parent: i32, name: &CString, dev: u64, depth: u32) -> io::Result<
 mod tests {
     use super::*;
     use std::os::unix::fs::symlink;
+
+    fn none() -> MountHolders {
+        MountHolders::default()
+    }
 
     fn root() -> (tempfile::TempDir, Root) {
         let t = tempfile::tempdir().unwrap();
@@ -278,19 +444,23 @@ mod tests {
         r.mkdir("/workspace/p/q/r", true).unwrap();
         assert_eq!(r.stat("/workspace/p/q/r").unwrap().kind, FileKind::Dir);
 
-        r.rename("/workspace/a.txt", "/workspace/d/b.txt").unwrap();
+        r.rename("/workspace/a.txt", "/workspace/d/b.txt", &none())
+            .unwrap();
         assert_eq!(
             std::fs::read(t.path().join("workspace/d/b.txt")).unwrap(),
             b"hello"
         );
         assert_eq!(
-            r.remove("/workspace/d", false).unwrap_err().code,
+            r.remove("/workspace/d", false, &none()).unwrap_err().code,
             ErrorCode::InvalidState
         );
-        r.remove("/workspace/d", true).unwrap();
+        r.remove("/workspace/d", true, &none()).unwrap();
         assert!(!t.path().join("workspace/d").exists());
-        r.remove("/workspace/p", true).unwrap();
-        assert!(r.remove("/", true).is_err());
+        r.remove("/workspace/p", true, &none()).unwrap();
+        assert_eq!(
+            r.remove("/", true, &none()).unwrap_err().code,
+            ErrorCode::MountPoint
+        );
     }
 
     #[test]
@@ -308,7 +478,7 @@ mod tests {
             ErrorCode::NotFound
         );
         // Removing the link (even recursively) leaves its target alone.
-        r.remove("/workspace/out", true).unwrap();
+        r.remove("/workspace/out", true, &none()).unwrap();
         assert!(outside.path().join("keep").exists());
         // `..` cannot climb out of the root either.
         symlink("../../../..", t.path().join("workspace/up")).unwrap();
@@ -350,4 +520,50 @@ mod tests {
         assert_eq!(r.read_range("/workspace/f", 8, 100).unwrap().0, b"89");
         assert!(r.read_range("/workspace/f", 50, 1).unwrap().0.is_empty());
     }
+
+    #[test]
+    fn writes_from_a_reader() {
+        let (t, r) = root();
+        // Larger than one copy buffer, read from a file as an upload is.
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let src = t.path().join("spool");
+        std::fs::write(&src, &big).unwrap();
+        let mut f = std::fs::File::open(&src).unwrap();
+        let n = r
+            .write_from("/workspace/up/big", &mut f, Some(0o600), false)
+            .unwrap();
+        assert_eq!(n, big.len() as u64);
+        assert_eq!(
+            std::fs::read(t.path().join("workspace/up/big")).unwrap(),
+            big
+        );
+        let s = r.stat("/workspace/up/big").unwrap();
+        assert_eq!(s.mode, 0o600);
+        // Overwrite replaces; exclusive refuses an existing entry.
+        r.write_from("/workspace/up/big", &mut &b"short"[..], None, false)
+            .unwrap();
+        assert_eq!(
+            std::fs::read(t.path().join("workspace/up/big")).unwrap(),
+            b"short"
+        );
+        let e = r
+            .write_from("/workspace/up/big", &mut &b"x"[..], None, true)
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::AlreadyExists);
+        // A failed exclusive write leaves nothing behind.
+        struct Broken;
+        impl io::Read for Broken {
+            fn read(&mut self, _: &mut [u8]) -> io::Result<usize> {
+                Err(io::Error::other("the upload broke"))
+            }
+        }
+        assert!(r
+            .write_from("/workspace/up/new", &mut Broken, None, true)
+            .is_err());
+        assert!(!t.path().join("workspace/up/new").exists());
+    }
 }
+
+#[cfg(test)]
+#[path = "fileops_mounts_tests.rs"]
+mod mounts_tests;

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use stasis_core::{Error, FileEntry, FileEvent, FileOp, FileStat, Result, WriteMode};
 
+use crate::fileops::MountHolders;
 use crate::sandbox::Sandbox;
 use crate::{fsops, outputs, userns};
 
@@ -49,6 +50,31 @@ pub(crate) async fn write_file_with(
     .map_err(|e| Error::internal(e.to_string()))?
 }
 
+/// A write copied from the daemon's file `src` a piece at a time (see
+/// [`fsops::Root::write_from`]), as the sandbox's root.
+pub(crate) async fn write_file_from(
+    sb: &Sandbox,
+    path: &str,
+    src: &Path,
+    mode: Option<u32>,
+    how: WriteMode,
+) -> Result<()> {
+    let p = fsops::normalize(sb.workdir(), path)?;
+    let pid = sb.pid().await?;
+    // Opened as the daemon: the spool file is not the sandbox's to read.
+    let mut src = std::fs::File::open(src)
+        .map_err(|e| Error::internal(format!("opening the upload: {e}")))?;
+    let excl = how == WriteMode::CreateExclusive;
+    tokio::task::spawn_blocking(move || {
+        userns::as_sandbox_root(pid, || {
+            fsops::Root::of_pid(pid)?.write_from(&p, &mut src, mode, excl)
+        })
+    })
+    .await
+    .map_err(|e| Error::internal(e.to_string()))?
+    .map(|_| ())
+}
+
 /// Stat, remove, mkdir, rename (see [`crate::fileops`]), as the sandbox's root.
 pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>> {
     let w = sb.workdir();
@@ -71,13 +97,26 @@ pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>
     };
     let pid = sb.pid().await?;
     tokio::task::spawn_blocking(move || {
+        // The sandbox's own list of mounts (paths as it sees them), read
+        // as the daemon before acting as the sandbox's root.
+        let held = || -> Result<MountHolders> {
+            std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+                .map(|t| MountHolders::from_mountinfo(&t))
+                .map_err(|e| Error::backend(format!("reading the sandbox's mounts: {e}")))
+        };
+        let held = match &op {
+            FileOp::Remove { .. } | FileOp::Rename { .. } => held()?,
+            _ => MountHolders::default(),
+        };
         userns::as_sandbox_root(pid, || {
             let r = fsops::Root::of_pid(pid)?;
             match op {
                 FileOp::Stat { path } => r.stat(&path).map(Some),
-                FileOp::Remove { path, recursive } => r.remove(&path, recursive).map(|_| None),
+                FileOp::Remove { path, recursive } => {
+                    r.remove(&path, recursive, &held).map(|_| None)
+                }
                 FileOp::Mkdir { path, parents } => r.mkdir(&path, parents).map(|_| None),
-                FileOp::Rename { from, to } => r.rename(&from, &to).map(|_| None),
+                FileOp::Rename { from, to } => r.rename(&from, &to, &held).map(|_| None),
             }
         })
     })

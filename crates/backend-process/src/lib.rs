@@ -139,6 +139,18 @@ impl Backend for ProcessBackend {
         files::write_file_with(&sb, path, data, mode, how).await
     }
 
+    async fn write_file_from(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        src: &std::path::Path,
+        mode: Option<u32>,
+        how: WriteMode,
+    ) -> Result<()> {
+        let sb = self.get(id)?;
+        files::write_file_from(&sb, path, src, mode, how).await
+    }
+
     async fn file_op(&self, id: &SandboxId, op: FileOp) -> Result<Option<FileStat>> {
         let sb = self.get(id)?;
         files::file_op(&sb, op).await

@@ -262,6 +262,24 @@ pub trait Backend: Send + Sync + 'static {
         }
     }
 
+    /// A write whose data is the daemon's own file `src` (an upload spooled
+    /// to disk): backends that can copy it a piece at a time do, so a large
+    /// upload is never held in memory whole. By default it is read whole
+    /// and written with [`Backend::write_file_with`].
+    async fn write_file_from(
+        &self,
+        id: &SandboxId,
+        path: &str,
+        src: &std::path::Path,
+        mode: Option<u32>,
+        how: WriteMode,
+    ) -> Result<()> {
+        let data = tokio::fs::read(src)
+            .await
+            .map_err(|e| stasis_core::Error::internal(format!("reading the upload: {e}")))?;
+        self.write_file_with(id, path, &data, mode, how).await
+    }
+
     /// Stat, remove, mkdir, rename (see [`FileOp`]); a stat answers `Some`.
     async fn file_op(&self, _id: &SandboxId, _op: FileOp) -> Result<Option<FileStat>> {
         Err(stasis_core::Error::unsupported(format!(

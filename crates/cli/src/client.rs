@@ -289,6 +289,24 @@ impl Client {
         .map(|_| ())
     }
 
+    /// PUT a local file as a stream (never read into memory whole).
+    pub async fn put_file_from(&self, id: &str, path: &str, file: &std::path::Path) -> Result<u64> {
+        let f = tokio::fs::File::open(file)
+            .await
+            .map_err(|e| Error::invalid(format!("{}: {e}", file.display())))?;
+        let len = f.metadata().await?.len();
+        let body =
+            reqwest::Body::wrap_stream(tokio_util::io::ReaderStream::with_capacity(f, 1 << 20));
+        self.send(
+            self.req(reqwest::Method::PUT, &format!("/v1/sandboxes/{id}/files"))
+                .query(&[("path", path)])
+                .header("content-length", len)
+                .body(body),
+        )
+        .await
+        .map(|_| len)
+    }
+
     pub async fn get_file(&self, id: &str, path: &str) -> Result<Vec<u8>> {
         let resp = self
             .send(

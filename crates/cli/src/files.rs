@@ -38,15 +38,17 @@ pub enum FilesCmd {
 pub async fn files(c: &Client, f: FilesCmd, json: bool) -> Result<()> {
     match f {
         FilesCmd::Put { id, local, remote } => {
-            let data = if local == "-" {
+            let n = if local == "-" {
                 let mut d = Vec::new();
                 std::io::stdin().read_to_end(&mut d)?;
-                d
+                let n = d.len() as u64;
+                c.put_file(&id, &remote, d).await?;
+                n
             } else {
-                std::fs::read(&local).map_err(|e| Error::invalid(format!("{local}: {e}")))?
+                // Streamed from the file: a large upload is not read into memory.
+                c.put_file_from(&id, &remote, std::path::Path::new(&local))
+                    .await?
             };
-            let n = data.len();
-            c.put_file(&id, &remote, data).await?;
             print_value(json, &json!({"path": remote, "bytes": n}), |_| {
                 format!("wrote {n} bytes to {remote}")
             });

@@ -58,8 +58,10 @@ pub struct ServeArgs {
     /// The region of this node's store (default: --region).
     #[arg(long, env = "STASIS_STORE_REGION")]
     store_region: Option<String>,
-    /// Largest file upload/download in MiB.
-    #[arg(long, default_value_t = 64)]
+    /// Largest file the file API writes or reads whole, in MiB. Uploads
+    /// are received to disk and copied into the sandbox a piece at a time,
+    /// so this bounds disk use per upload, not memory.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..))]
     max_file_mb: u64,
     /// Largest image upload (`stasis image import` archive, `stasis image
     /// build` context) in MiB, as sent; a bigger one is refused with 413.
@@ -203,7 +205,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         node: a.region.clone(),
         store: a.store_region.clone().or_else(|| a.region.clone()),
     };
-    cfg.max_file_bytes = a.max_file_mb * 1024 * 1024;
+    cfg.max_file_bytes = a.max_file_mb.saturating_mul(1024 * 1024);
     cfg.image_limits = stasis_server::images::ImageLimits {
         upload_bytes: a.max_upload_mb.saturating_mul(1024 * 1024),
         layer_bytes: a.max_layer_mb.saturating_mul(1024 * 1024),

@@ -49,6 +49,10 @@ pub enum ErrorCode {
     /// The tenant is pinned to regions this node (or its store) is not in (409).
     /// Nothing was done and no data crossed regions; use a node of the tenant's regions.
     RegionMismatch,
+    /// A file operation would remove, replace or move a mount point of the
+    /// sandbox (its root, /proc, /dev, an input mount, ...) or move an entry
+    /// from one mount to another (409). Nothing was changed.
+    MountPoint,
     /// Anything else (500).
     Internal,
 }
@@ -63,7 +67,8 @@ impl ErrorCode {
             ErrorCode::InvalidState
             | ErrorCode::Busy
             | ErrorCode::AlreadyExists
-            | ErrorCode::RegionMismatch => 409,
+            | ErrorCode::RegionMismatch
+            | ErrorCode::MountPoint => 409,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::IntegrityError | ErrorCode::IncompatibleSnapshot => 422,
             ErrorCode::RateLimited | ErrorCode::Overloaded => 429,
@@ -94,6 +99,7 @@ impl ErrorCode {
             ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::BackendError => "backend_error",
             ErrorCode::RegionMismatch => "region_mismatch",
+            ErrorCode::MountPoint => "mount_point",
             ErrorCode::Internal => "internal",
         }
     }

@@ -7,6 +7,7 @@ pub mod exec;
 pub mod id;
 pub mod lifecycle;
 pub mod manifest;
+pub mod mounts;
 pub mod strict;
 pub mod user;
 

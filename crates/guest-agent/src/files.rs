@@ -162,6 +162,80 @@ fn kind_of(ft: fs::FileType) -> FileKind {
     }
 }
 
+/// The mount id of the entry at `p` (a final symlink not followed).
+fn mnt_id(p: &Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let rc = unsafe {
+        libc::statx(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut stx,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if stx.stx_mask & libc::STATX_MNT_ID == 0 {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOSYS));
+    }
+    Ok(stx.stx_mnt_id)
+}
+
+fn mount_refusal(path: &str, what: &str) -> AgentError {
+    let e = stasis_core::mounts::refused(path, what);
+    AgentError::new(e.code.as_str(), e.message)
+}
+
+/// Refuse a remove or rename of the entry at `p` when it is the root, a
+/// mount point (on another mount than its parent directory), or a
+/// directory that holds a mount below it (this system's mountinfo). A
+/// missing entry passes: the operation answers for it.
+fn guard_mounts(path: &str, p: &Path) -> Result<(), AgentError> {
+    let Some(parent) = p.parent() else {
+        return Err(mount_refusal(path, "is the root"));
+    };
+    let Ok(md) = fs::symlink_metadata(p) else {
+        return Ok(());
+    };
+    let here = mnt_id(p).map_err(|e| AgentError::io(p, e))?;
+    let up = mnt_id(parent).map_err(|e| AgentError::io(parent, e))?;
+    if here != up {
+        return Err(mount_refusal(path, "is a mount point"));
+    }
+    if !md.is_dir() {
+        return Ok(());
+    }
+    let info = fs::read_to_string("/proc/thread-self/mountinfo")
+        .map_err(|e| AgentError::internal(format!("reading the mounts: {e}")))?;
+    let points = stasis_core::mounts::mount_points(&info);
+    for h in stasis_core::mounts::holders(&points) {
+        if let Ok(hm) = fs::metadata(&h) {
+            if (hm.dev(), hm.ino()) == (md.dev(), md.ino()) {
+                return Err(mount_refusal(
+                    path,
+                    &format!("holds a mount point (below {h})"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// An error of a remove or rename: moving across mounts (EXDEV) or onto a
+/// busy mount (EBUSY) is the `mount_point` refusal.
+fn change_err(path: &str, p: &Path, e: std::io::Error) -> AgentError {
+    match e.raw_os_error() {
+        Some(libc::EXDEV) => mount_refusal(path, "crosses a mount point"),
+        Some(libc::EBUSY) => mount_refusal(path, "is in use as a mount point"),
+        _ => AgentError::io(p, e),
+    }
+}
+
 /// Stat (the entry itself, a symlink not followed), remove, mkdir, rename.
 pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
     match op {
@@ -184,9 +258,7 @@ pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
         }
         FileOp::Remove { path, recursive } => {
             let p = check_path(&path)?;
-            if p == Path::new("/") {
-                return Err(AgentError::invalid("cannot remove /"));
-            }
+            guard_mounts(&path, p)?;
             let md = fs::symlink_metadata(p).map_err(|e| AgentError::io(p, e))?;
             let r = if !md.is_dir() {
                 fs::remove_file(p)
@@ -202,7 +274,7 @@ pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
                         format!("{path} is a directory that is not empty (remove it recursively)"),
                     )
                 } else {
-                    AgentError::io(p, e)
+                    change_err(&path, p, e)
                 }
             })?;
             Ok(None)
@@ -224,7 +296,27 @@ pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
         }
         FileOp::Rename { from, to } => {
             let (f, t) = (check_path(&from)?, check_path(&to)?);
-            fs::rename(f, t).map_err(|e| AgentError::io(f, e))?;
+            guard_mounts(&from, f)?;
+            guard_mounts(&to, t)?;
+            fs::rename(f, t).map_err(|e| match e.raw_os_error() {
+                Some(libc::ENOTDIR) if fs::symlink_metadata(t).is_ok() => AgentError::new(
+                    "already_exists",
+                    format!(
+                        "{to} exists and is not a directory: {from} is one and cannot replace it"
+                    ),
+                ),
+                Some(libc::EISDIR) => AgentError::new(
+                    "already_exists",
+                    format!(
+                        "{to} exists and is a directory: {from} is not one and cannot replace it"
+                    ),
+                ),
+                Some(libc::ENOTEMPTY) | Some(libc::EEXIST) => AgentError::new(
+                    "already_exists",
+                    format!("{to} is a directory that is not empty"),
+                ),
+                _ => change_err(&from, f, e),
+            })?;
             Ok(None)
         }
     }
@@ -327,5 +419,89 @@ mod tests {
         std::os::unix::fs::symlink("/nonexistent", t.path().join("l")).unwrap();
         let st = op(FileOp::Stat { path: p(&t, "l") }).unwrap().unwrap();
         assert_eq!(st.symlink_target.as_deref(), Some("/nonexistent"));
+    }
+
+    /// Mount points of this system: refused without being touched (as
+    /// root here the kernel would refuse most with EBUSY, and a recursive
+    /// remove would first empty what is mounted below).
+    #[test]
+    fn mount_points_are_refused() {
+        let rm = |path: &str, recursive| {
+            op(FileOp::Remove {
+                path: path.into(),
+                recursive,
+            })
+            .unwrap_err()
+            .code
+        };
+        let mv = |from: &str, to: &str| {
+            op(FileOp::Rename {
+                from: from.into(),
+                to: to.into(),
+            })
+            .unwrap_err()
+            .code
+        };
+        assert_eq!(rm("/", true), "mount_point");
+        assert_eq!(rm("/proc", false), "mount_point");
+        assert_eq!(rm("/proc", true), "mount_point");
+        let t = tempfile::tempdir().unwrap();
+        fs::create_dir(t.path().join("empty")).unwrap();
+        fs::write(t.path().join("f"), b"f").unwrap();
+        assert_eq!(mv("/proc", &p(&t, "moved")), "mount_point");
+        assert_eq!(mv(&p(&t, "empty"), "/proc"), "mount_point");
+        assert_eq!(mv(&p(&t, "f"), "/proc/f"), "mount_point");
+        assert!(Path::new("/proc/self").exists());
+        // A directory onto a file: the destination exists (409), not 404.
+        assert_eq!(mv(&p(&t, "empty"), &p(&t, "f")), "already_exists");
+    }
+
+    /// A directory holding a mount below it is refused before anything in
+    /// it is removed (in a mount namespace of this test's own thread).
+    #[test]
+    fn a_directory_holding_a_mount_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let base = t.path().canonicalize().unwrap();
+        std::thread::spawn(move || {
+            let c = |s: &Path| std::ffi::CString::new(s.to_str().unwrap()).unwrap();
+            unsafe {
+                assert_eq!(libc::unshare(libc::CLONE_NEWNS), 0, "unshare (needs root)");
+                let root = c(Path::new("/"));
+                let none = std::ptr::null();
+                let flags = libc::MS_REC | libc::MS_PRIVATE;
+                assert_eq!(libc::mount(none, root.as_ptr(), none, flags, none as _), 0);
+                let at = base.join("h/in");
+                fs::create_dir_all(&at).unwrap();
+                fs::write(base.join("h/sibling"), b"s").unwrap();
+                let tmpfs = c(Path::new("tmpfs"));
+                let target = c(&at);
+                let rc = libc::mount(
+                    tmpfs.as_ptr(),
+                    target.as_ptr(),
+                    tmpfs.as_ptr(),
+                    0,
+                    none as _,
+                );
+                assert_eq!(rc, 0);
+            }
+            fs::write(base.join("h/in/keep"), b"k").unwrap();
+            let h = base.join("h").to_string_lossy().into_owned();
+            let e = op(FileOp::Remove {
+                path: h.clone(),
+                recursive: true,
+            })
+            .unwrap_err();
+            assert_eq!(e.code, "mount_point", "{}", e.message);
+            let e = op(FileOp::Rename {
+                from: h.clone(),
+                to: format!("{h}2"),
+            })
+            .unwrap_err();
+            assert_eq!(e.code, "mount_point", "{}", e.message);
+            assert!(base.join("h/in/keep").exists());
+            assert!(base.join("h/sibling").exists());
+        })
+        .join()
+        .unwrap();
     }
 }

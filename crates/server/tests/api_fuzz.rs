@@ -393,6 +393,12 @@ fn body_cases(sb: &str) -> Vec<(&'static str, String, Value, &'static str)> {
             "count",
         ),
         (
+            "POST",
+            format!("/v1/sandboxes/{sb}/sessions/s1/resize"),
+            json!({"cols": 80, "rows": 24, "x_unknown": 1}),
+            "x_unknown",
+        ),
+        (
             "GET",
             format!("/v1/sandboxes/{sb}/sessions/s1/output?wait_ms=60001"),
             Value::Null,

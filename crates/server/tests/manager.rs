@@ -28,7 +28,7 @@ mod templates;
 
 use harness::*;
 use stasis_backend::fake::FakeBackend;
-use stasis_core::{BackendKind, ErrorCode, SandboxState};
+use stasis_core::{BackendKind, ErrorCode, SandboxState, WriteMode};
 use stasis_meta::PauseKind;
 
 #[tokio::test]
@@ -417,6 +417,27 @@ async fn sessions_files_and_usage_go_through_to_the_backend() {
     assert_eq!(
         code(m2.read_file(&ctx(), &rec.id, "f").await),
         ErrorCode::PayloadTooLarge
+    );
+    // An upload is received to disk up to the limit; over it, the refusal
+    // names the setting and the transfer file is gone.
+    let chunks =
+        |n: usize| futures::stream::iter((0..n).map(|i| Ok::<_, std::io::Error>(vec![i as u8; 2])));
+    let e = m2.spool_upload(chunks(3)).await.unwrap_err();
+    assert_eq!(e.code, ErrorCode::PayloadTooLarge);
+    assert!(e.message.contains("--max-file-mb"), "{}", e.message);
+    let up = m2.spool_upload(chunks(2)).await.unwrap();
+    assert_eq!(std::fs::read(up.path()).unwrap(), [0, 0, 1, 1]);
+    let kept = up.path().to_path_buf();
+    m2.write_spooled(&ctx(), &rec.id, "spooled", &up, None, WriteMode::Overwrite)
+        .await
+        .unwrap();
+    drop(up);
+    assert!(!kept.exists(), "the transfer file outlived its upload");
+    assert_eq!(
+        m2.read_file(&ctx(), &rec.id, "spooled")
+            .await
+            .map_err(|e| e.code),
+        Ok(vec![0, 0, 1, 1])
     );
 }
 

@@ -1,4 +1,5 @@
-//! Files in a sandbox: write one (a raw body up to the configured limit;
+//! Files in a sandbox: write one (a raw body up to the configured limit,
+//! received to a transfer file and copied in a piece at a time;
 //! `exclusive=true` creates only), read one (whole, or a range: `offset` /
 //! `length`, or an HTTP `Range` header, answering 206), list a directory,
 //! stat, exists, remove, mkdir, rename, and watch a directory (NDJSON
@@ -13,7 +14,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
-use stasis_core::{Error, ErrorCode};
+use stasis_core::Error;
 
 use super::auth::Authed;
 use super::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
@@ -67,45 +68,17 @@ async fn put_file(
 ) -> ApiResult<StatusCode> {
     let ctx = auth.ctx();
     let mode = parse_mode(q.mode.as_deref())?;
-    let limit = st.manager.config().max_file_bytes;
-    let data = read_limited(body, limit).await?;
+    let sid = sandbox_id(&id)?;
+    let spooled = st.manager.spool_upload(body.into_data_stream()).await?;
     let how = if q.exclusive {
         stasis_core::WriteMode::CreateExclusive
     } else {
         stasis_core::WriteMode::Overwrite
     };
     st.manager
-        .write_file_with(&ctx, &sandbox_id(&id)?, &q.path, &data, mode, how)
+        .write_spooled(&ctx, &sid, &q.path, &spooled, mode, how)
         .await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// Read a request body of at most `limit` bytes. An oversized body is still
-/// drained (up to a hard cap) so the client receives the 413 instead of a
-/// connection reset in the middle of its upload.
-async fn read_limited(body: Body, limit: u64) -> ApiResult<Vec<u8>> {
-    use futures::StreamExt;
-    let drain_cap = limit.saturating_mul(4).max(64 * 1024 * 1024);
-    let mut stream = body.into_data_stream();
-    let mut data = Vec::new();
-    let mut seen = 0u64;
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| Error::invalid(format!("reading the request body: {e}")))?;
-        seen += chunk.len() as u64;
-        if seen <= limit {
-            data.extend_from_slice(&chunk);
-        } else if seen > drain_cap {
-            break;
-        }
-    }
-    if seen > limit {
-        return Err(Error::new(
-            ErrorCode::PayloadTooLarge,
-            format!("file exceeds the limit of {limit} bytes"),
-        )
-        .into());
-    }
-    Ok(data)
 }
 
 #[utoipa::path(get, path = "/v1/sandboxes/{id}/files", params(PathQuery),

@@ -51,6 +51,15 @@ pub fn parse_range(v: &str) -> Option<Range> {
     Some(Range::From { start, end })
 }
 
+/// How many bytes to read for `bytes=START-END` (END inclusive, or open),
+/// at most `max`. An END past the file (even `u64::MAX`) is served as the
+/// file's end (RFC 9110, section 14.1.2): the read stops there.
+pub fn span_len(start: u64, end: Option<u64>, max: u64) -> u64 {
+    end.map(|e| e.saturating_sub(start).saturating_add(1))
+        .unwrap_or(max)
+        .min(max)
+}
+
 fn unsatisfiable(size: u64) -> Response {
     let mut r = super::error::ApiError(
         Error::invalid(format!(
@@ -95,7 +104,7 @@ pub(super) async fn ranged(
     }
     let sid = sandbox_id(id)?;
     let (start, len) = match range {
-        Range::From { start, end } => (start, end.map(|e| e - start + 1).unwrap_or(max).min(max)),
+        Range::From { start, end } => (start, span_len(start, end, max)),
         Range::Suffix(n) => {
             let (_, size) = st.manager.read_range(ctx, &sid, &q.path, 0, 0).await?;
             let n = n.min(size).min(max);
@@ -298,5 +307,26 @@ mod tests {
         assert_eq!(parse_range("bytes=0-1,4-5"), None);
         assert_eq!(parse_range("items=0-1"), None);
         assert_eq!(parse_range("bytes=-0"), None);
+        assert_eq!(
+            parse_range("bytes=0-18446744073709551615"),
+            Some(Range::From {
+                start: 0,
+                end: Some(u64::MAX)
+            })
+        );
+        assert_eq!(parse_range("bytes=0-18446744073709551616"), None);
+    }
+
+    #[test]
+    fn span_lengths_never_wrap() {
+        let max = 64;
+        assert_eq!(span_len(0, Some(u64::MAX), max), max);
+        assert_eq!(span_len(0, Some(u64::MAX), u64::MAX), u64::MAX);
+        assert_eq!(span_len(10, Some(u64::MAX), max), max);
+        assert_eq!(span_len(u64::MAX, Some(u64::MAX), max), 1);
+        assert_eq!(span_len(0, Some(0), max), 1);
+        assert_eq!(span_len(3, Some(9), max), 7);
+        assert_eq!(span_len(0, Some(max), max), max);
+        assert_eq!(span_len(5, None, max), max);
     }
 }

@@ -154,7 +154,11 @@ fn finish(mut doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
 }
 
 pub fn router(state: AppState) -> Router {
-    let body_limit = state.manager.config().max_file_bytes as usize + 64 * 1024;
+    // JSON and other buffered bodies; file uploads stream past it (their
+    // own limit is the file limit), so a generous file limit does not let
+    // every body be that large.
+    let body_limit =
+        state.manager.config().max_file_bytes.min(64 * 1024 * 1024) as usize + 64 * 1024;
     let counters = state.manager.metrics().clone();
     let (routes, doc) = resources().split_for_parts();
     let doc = axum::Json(finish(doc));

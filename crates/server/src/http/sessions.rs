@@ -129,6 +129,15 @@ async fn session_output(
     }))
 }
 
+/// The body of a resize: the terminal's size and nothing else (an unknown
+/// field is refused, as in every other body).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeBody {
+    pub cols: u16,
+    pub rows: u16,
+}
+
 #[utoipa::path(post, path = "/v1/sandboxes/{id}/sessions/{session}/resize", request_body(content = Object, description = "{cols, rows}: each 1..=1000"),
     responses((status = 204, description = "resized; the session's foreground job gets SIGWINCH"),
               (status = 400, description = "size out of range"),
@@ -137,9 +146,10 @@ async fn resize_session(
     State(st): State<AppState>,
     auth: Authed,
     Path((id, session)): Path<(String, String)>,
-    ApiJson(size): ApiJson<PtySize>,
+    ApiJson(ResizeBody { cols, rows }): ApiJson<ResizeBody>,
 ) -> ApiResult<StatusCode> {
     let ctx = auth.ctx();
+    let size = PtySize { cols, rows };
     st.manager
         .session_resize(&ctx, &sandbox_id(&id)?, session_name(&session)?, size)
         .await?;

@@ -4,6 +4,9 @@
 //! is resumed first) like any other request; a watch holds the sandbox only
 //! while it is set up, and ends when the sandbox pauses.
 
+use std::path::{Path, PathBuf};
+
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
 use stasis_core::{Error, ErrorCode, FileEvent, FileOp, FileStat, Result, SandboxId, WriteMode};
@@ -32,15 +35,67 @@ impl Manager {
         .await
     }
 
-    fn check_size(&self, n: u64) -> Result<()> {
+    pub(crate) fn check_size(&self, n: u64) -> Result<()> {
         let max = self.cfg.max_file_bytes;
         if n > max {
-            return Err(Error::new(
-                ErrorCode::PayloadTooLarge,
-                format!("{n} bytes exceed the file limit of {max}"),
-            ));
+            return Err(file_limit_error(&format!("{n} bytes exceed"), max));
         }
         Ok(())
+    }
+
+    /// Receive an upload into a transfer file of the daemon, a chunk at a
+    /// time, never more than the file limit on disk and nothing of it held
+    /// in memory. Over the limit, the rest of the body is still read (up to
+    /// four times the limit) so the client gets the 413 rather than a reset
+    /// connection, and the answer names the setting.
+    pub async fn spool_upload<S, B, E>(&self, mut body: S) -> Result<Spooled>
+    where
+        S: futures::Stream<Item = std::result::Result<B, E>> + Unpin,
+        B: AsRef<[u8]>,
+        E: std::fmt::Display,
+    {
+        use futures::StreamExt;
+        let limit = self.cfg.max_file_bytes;
+        let drain_cap = limit.saturating_mul(4).max(64 * 1024 * 1024);
+        let spooled = Spooled(self.transfer_path("upload").await?);
+        let mut f = tokio::fs::File::create(&spooled.0).await?;
+        let mut seen = 0u64;
+        while let Some(chunk) = body.next().await {
+            let chunk =
+                chunk.map_err(|e| Error::invalid(format!("reading the request body: {e}")))?;
+            let chunk = chunk.as_ref();
+            seen += chunk.len() as u64;
+            if seen <= limit {
+                f.write_all(chunk).await?;
+            } else if seen > drain_cap {
+                break;
+            }
+        }
+        if seen > limit {
+            return Err(file_limit_error("the upload exceeds", limit));
+        }
+        f.flush().await?;
+        Ok(spooled)
+    }
+
+    /// Write an upload spooled by [`Manager::spool_upload`]: the backend
+    /// copies it into the sandbox a piece at a time.
+    pub async fn write_spooled(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        path: &str,
+        src: &Spooled,
+        mode: Option<u32>,
+        how: WriteMode,
+    ) -> Result<()> {
+        let len = tokio::fs::metadata(&src.0).await?.len();
+        self.check_size(len)?;
+        let src = src.0.as_path();
+        self.with_running(ctx, id, |b| async move {
+            b.write_file_from(id, path, src, mode, how).await
+        })
+        .await
     }
 
     /// `len` bytes from `offset` (fewer at the end) and the file's size;
@@ -104,4 +159,34 @@ impl Manager {
             .await?;
         Ok((rx, hold))
     }
+}
+
+/// An upload received to a transfer file; the file is removed when this
+/// is dropped.
+#[derive(Debug)]
+pub struct Spooled(PathBuf);
+
+impl Spooled {
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Spooled {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// The refusal of a file over the limit `max`, naming the setting that
+/// raises it. `what` says what exceeded it ("the upload exceeds").
+pub fn file_limit_error(what: &str, max: u64) -> Error {
+    let mib = max / (1024 * 1024);
+    Error::new(
+        ErrorCode::PayloadTooLarge,
+        format!(
+            "{what} the file limit of {mib} MiB ({max} bytes); the daemon's operator sets it \
+             with `stasis serve --max-file-mb N`"
+        ),
+    )
 }

@@ -225,16 +225,7 @@ impl Manager {
         data: &[u8],
         mode: Option<u32>,
     ) -> Result<()> {
-        if data.len() as u64 > self.cfg.max_file_bytes {
-            return Err(Error::new(
-                ErrorCode::PayloadTooLarge,
-                format!(
-                    "file of {} bytes exceeds the limit of {}",
-                    data.len(),
-                    self.cfg.max_file_bytes
-                ),
-            ));
-        }
+        self.check_size(data.len() as u64)?;
         self.with_running(ctx, id, |b| async move {
             b.write_file(id, path, data, mode).await
         })
@@ -247,7 +238,14 @@ impl Manager {
             ctx,
             id,
             Call::default(),
-            |b, _, _| async move { b.read_file(id, path, max).await },
+            |b, _, _| async move {
+                b.read_file(id, path, max).await.map_err(|e| match e.code {
+                    ErrorCode::PayloadTooLarge => {
+                        super::files::file_limit_error(&format!("{path} exceeds"), max)
+                    }
+                    _ => e,
+                })
+            },
             |r| {
                 r.is_ok()
                     .then(|| ("download", serde_json::json!({"path": path})))
