@@ -39,7 +39,11 @@ pub async fn store(c: &Client, cmd: StoreCmd, json: bool) -> Result<()> {
 fn summary(v: &Value) -> String {
     let mut out = format!(
         "{} snapshot(s), {} chunk(s), {} bytes verified; {} damaged, {} repaired",
-        v["snapshots"], v["chunks_verified"], v["bytes_verified"], v["chunks_damaged"], v["chunks_repaired"]
+        v["snapshots"],
+        v["chunks_verified"],
+        v["bytes_verified"],
+        v["chunks_damaged"],
+        v["chunks_repaired"]
     );
     for s in v["damaged"].as_array().into_iter().flatten() {
         for d in s["damaged"].as_array().into_iter().flatten() {
@@ -51,7 +55,11 @@ fn summary(v: &Value) -> String {
                 d["offset"],
                 d["len"],
                 d["reason"].as_str().unwrap_or(""),
-                if d["repaired"] == true { " [repaired]" } else { "" }
+                if d["repaired"] == true {
+                    " [repaired]"
+                } else {
+                    ""
+                }
             ));
         }
     }
@@ -102,9 +110,14 @@ mod tests {
         let bad = json!({"chunks_damaged": 2, "chunks_repaired": 1,
             "damaged": [{"damaged": [{"repaired": true}, {"repaired": false}]}], "errors": []});
         let e = verdict(&bad).unwrap_err();
-        assert!(e.message.starts_with("1 damaged chunk(s) in 1 snapshot(s)"), "{}", e.message);
+        assert!(
+            e.message.starts_with("1 damaged chunk(s) in 1 snapshot(s)"),
+            "{}",
+            e.message
+        );
         assert!(!e.message.contains('\n'));
-        let err = json!({"chunks_damaged": 0, "chunks_repaired": 0, "damaged": [], "errors": ["x"]});
+        let err =
+            json!({"chunks_damaged": 0, "chunks_repaired": 0, "damaged": [], "errors": ["x"]});
         assert!(verdict(&err).is_err());
     }
 }

@@ -352,7 +352,11 @@ async fn retiring_an_unknown_master_key_is_not_found() {
     let d = Daemon::start(&[]).await;
     let admin = d.http_as(Some(&d.admin_token()));
     let r = admin
-        .call("POST", "/v1/admin/master-keys/0123456789abcdef/retire", None)
+        .call(
+            "POST",
+            "/v1/admin/master-keys/0123456789abcdef/retire",
+            None,
+        )
         .await;
     assert_eq!(r.status, 404, "{}", r.body);
     assert_eq!(r.body["error"]["code"], "not_found", "{}", r.body);

@@ -67,7 +67,9 @@ async fn store_verify_finds_a_truncated_chunk_and_a_restore_names_the_damage() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("0 damaged"));
     // Only an admin may ask.
-    let r = h.call("POST", "/v1/admin/store/verify", Some(json!({}))).await;
+    let r = h
+        .call("POST", "/v1/admin/store/verify", Some(json!({})))
+        .await;
     assert_eq!(r.status, 403, "{}", r.body);
 
     truncate_largest_chunk(&d);

@@ -351,11 +351,12 @@ pub async fn run(
     let daemon = open_at(&cfg, addr).await?;
     let reaper = daemon.manager.spawn_reaper();
     let heartbeat = daemon.manager.spawn_heartbeat();
-    let scrub = crate::scrub::Scrubber::for_manager(&daemon.manager).spawn(crate::scrub::ScrubConfig {
-        rate: cfg.scrub_rate,
-        cursor_file: cfg.data_dir.join("scrub-cursor.json"),
-        pass_interval: crate::scrub::PASS_INTERVAL,
-    });
+    let scrub =
+        crate::scrub::Scrubber::for_manager(&daemon.manager).spawn(crate::scrub::ScrubConfig {
+            rate: cfg.scrub_rate,
+            cursor_file: cfg.data_dir.join("scrub-cursor.json"),
+            pass_interval: crate::scrub::PASS_INTERVAL,
+        });
     let deliveries = daemon.webhooks.spawn(
         daemon.node.clone(),
         crate::webhooks::DeliveryConfig::default(),

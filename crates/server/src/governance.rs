@@ -182,7 +182,12 @@ pub async fn retire_master_key(
     // Every generation the deployment used has a row (the first start
     // records one, a rotation another): a fingerprint without one names
     // no key of this deployment.
-    let Some(row) = meta.master_keys().await?.into_iter().find(|k| k.fingerprint == fp) else {
+    let Some(row) = meta
+        .master_keys()
+        .await?
+        .into_iter()
+        .find(|k| k.fingerprint == fp)
+    else {
         return Err(Error::not_found(format!(
             "master key {fp}: no generation of this deployment has that fingerprint \
              (`stasis admin master-keys` lists them)"
@@ -384,7 +389,9 @@ mod tests {
     async fn retiring_a_fingerprint_the_deployment_never_used_is_not_found() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("file://{}", dir.path().join("store").display());
-        let store = Store::open(&url, MasterKey::from_bytes([5; 32])).await.unwrap();
+        let store = Store::open(&url, MasterKey::from_bytes([5; 32]))
+            .await
+            .unwrap();
         let meta = Meta::open(&dir.path().join("meta.db")).await.unwrap();
         let cur = attach(&meta, &store).await.unwrap();
         let who = Identity {

@@ -365,7 +365,10 @@ impl Scrubber {
         let mark = SnapshotDamage {
             tenant: t.clone(),
             snapshot: id.clone(),
-            found_at_ms: before.as_ref().map(|b| b.found_at_ms).unwrap_or_else(now_ms),
+            found_at_ms: before
+                .as_ref()
+                .map(|b| b.found_at_ms)
+                .unwrap_or_else(now_ms),
             chunks: left,
         };
         self.store.mark_damage(&mark).await?;
@@ -376,7 +379,14 @@ impl Scrubber {
         Ok(())
     }
 
-    async fn audit(&self, t: &TenantId, id: &SnapshotId, actor: &str, action: &str, detail: serde_json::Value) {
+    async fn audit(
+        &self,
+        t: &TenantId,
+        id: &SnapshotId,
+        actor: &str,
+        action: &str,
+        detail: serde_json::Value,
+    ) {
         let e = NewAuditEntry {
             tenant: t.clone(),
             actor: actor.into(),
@@ -432,10 +442,16 @@ impl Scrubber {
                 }
             };
             for id in ids {
-                if cursor.as_ref().is_some_and(|c| c.tenant == t && id <= c.snapshot) {
+                if cursor
+                    .as_ref()
+                    .is_some_and(|c| c.tenant == t && id <= c.snapshot)
+                {
                     continue;
                 }
-                match self.snapshot(&t, &id, Some(&mut pace), "system:scrub").await {
+                match self
+                    .snapshot(&t, &id, Some(&mut pace), "system:scrub")
+                    .await
+                {
                     Ok((v, bytes)) => rep.add(v, bytes),
                     Err(e) => rep.errors.push(format!("snapshot {id} of tenant {t}: {e}")),
                 }

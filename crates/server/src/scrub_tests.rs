@@ -24,7 +24,9 @@ impl Fixture {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         let url = format!("file://{}", root.join("store").display());
-        let store = Store::open(&url, MasterKey::from_bytes([3; 32])).await.unwrap();
+        let store = Store::open(&url, MasterKey::from_bytes([3; 32]))
+            .await
+            .unwrap();
         let meta = Meta::open(&root.join("meta.db")).await.unwrap();
         let tenant = TenantId::parse("acme").unwrap();
         meta.ensure_tenant(&tenant, "acme").await.unwrap();
@@ -135,7 +137,10 @@ fn rates_parse_with_units_and_refuse_nonsense() {
 fn the_pace_waits_for_what_was_read_beyond_the_rate() {
     let mut p = Pace::new(1000);
     let w = p.after(1000);
-    assert!(w > Duration::from_millis(500) && w <= Duration::from_secs(1), "{w:?}");
+    assert!(
+        w > Duration::from_millis(500) && w <= Duration::from_secs(1),
+        "{w:?}"
+    );
     let w = p.after(1000);
     assert!(w > Duration::from_millis(1500), "{w:?}");
 }
@@ -148,7 +153,10 @@ async fn damage_without_a_copy_is_counted_marked_and_audited_once() {
     f.damage(&id).await;
     let s = f.scrubber();
     let rep = s.verify(&Filter::default(), "admin:t").await.unwrap();
-    assert_eq!((rep.snapshots, rep.chunks_damaged, rep.chunks_repaired), (2, 1, 0));
+    assert_eq!(
+        (rep.snapshots, rep.chunks_damaged, rep.chunks_repaired),
+        (2, 1, 0)
+    );
     assert_eq!(rep.unrepaired(), 1);
     assert_eq!(rep.damaged.len(), 1);
     assert_eq!(rep.damaged[0].snapshot, id.to_string());
@@ -157,7 +165,12 @@ async fn damage_without_a_copy_is_counted_marked_and_audited_once() {
     assert_eq!(f.counted("damaged"), 1);
     let mark = f.store.damage_of(&f.tenant, &id).await.unwrap().unwrap();
     assert_eq!(mark.chunks.len(), 1);
-    assert!(f.store.damage_of(&f.tenant, &clean).await.unwrap().is_none());
+    assert!(f
+        .store
+        .damage_of(&f.tenant, &clean)
+        .await
+        .unwrap()
+        .is_none());
     assert_eq!(f.audits("store.damage").await, 1);
     // The same damage found again is not audited again.
     let only = Filter {
@@ -197,7 +210,10 @@ async fn damage_is_repaired_from_a_local_copy_and_the_mark_goes() {
         .restore_snapshot(&f.tenant, &id, &out, None)
         .await
         .unwrap();
-    assert_eq!(std::fs::read(out.join("data")).unwrap(), std::fs::read(&file).unwrap());
+    assert_eq!(
+        std::fs::read(out.join("data")).unwrap(),
+        std::fs::read(&file).unwrap()
+    );
 }
 
 #[tokio::test]

@@ -92,7 +92,11 @@ fn damage_path(t: &TenantId, id: &SnapshotId) -> OPath {
 
 impl Store {
     /// Fetch a chunk object; `Ok(None)` when it is missing.
-    pub(crate) async fn fetch_object(&self, tenant: &TenantId, addr: &ChunkAddr) -> Result<Option<Bytes>> {
+    pub(crate) async fn fetch_object(
+        &self,
+        tenant: &TenantId,
+        addr: &ChunkAddr,
+    ) -> Result<Option<Bytes>> {
         self.get_bytes(&chunk_path(tenant, addr)).await
     }
 
@@ -114,7 +118,11 @@ impl Store {
     }
 
     /// The distinct chunks of one of `tenant`'s snapshots.
-    pub async fn snapshot_chunks(&self, tenant: &TenantId, id: &SnapshotId) -> Result<SnapshotChunks> {
+    pub async fn snapshot_chunks(
+        &self,
+        tenant: &TenantId,
+        id: &SnapshotId,
+    ) -> Result<SnapshotChunks> {
         let (record, keys) = self.snapshot_with_keys(tenant, id).await?;
         let mut seen = HashSet::new();
         let mut sites = Vec::new();
@@ -142,7 +150,11 @@ impl Store {
     /// Read and verify one chunk as a restore would: `Ok(None)` when it is
     /// whole, `Ok(Some(reason))` when it is missing or fails verification,
     /// `Err` when the store could not be read (nothing is known).
-    pub async fn check_chunk(&self, sc: &SnapshotChunks, site: &ChunkSite) -> Result<Option<String>> {
+    pub async fn check_chunk(
+        &self,
+        sc: &SnapshotChunks,
+        site: &ChunkSite,
+    ) -> Result<Option<String>> {
         let tenant = &sc.record.tenant;
         let Some(obj) = self.fetch_object(tenant, &site.addr).await? else {
             return Ok(Some("missing from the store".into()));
@@ -261,7 +273,11 @@ impl Store {
     }
 
     /// A snapshot's damage mark, if it has one (an unreadable mark reads as none).
-    pub async fn damage_of(&self, tenant: &TenantId, id: &SnapshotId) -> Result<Option<SnapshotDamage>> {
+    pub async fn damage_of(
+        &self,
+        tenant: &TenantId,
+        id: &SnapshotId,
+    ) -> Result<Option<SnapshotDamage>> {
         Ok(self
             .get_bytes(&damage_path(tenant, id))
             .await?

@@ -47,7 +47,9 @@ async fn verify(
         .transpose()
         .map_err(|e| e.with_field("snapshot"))?;
     if snapshot.is_some() && tenant.is_none() {
-        return Err(Error::invalid("snapshot: name its tenant too").with_field("tenant").into());
+        return Err(Error::invalid("snapshot: name its tenant too")
+            .with_field("tenant")
+            .into());
     }
     let filter = Filter { tenant, snapshot };
     let actor = format!("admin:{}", who.token_id);

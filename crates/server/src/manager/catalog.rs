@@ -115,7 +115,11 @@ impl Manager {
     /// sandbox whose pause it is (see `Backend::local_copies`). For the
     /// store's scrub, which verifies every byte it takes from them; no
     /// sandbox slot is taken.
-    pub async fn local_copies(&self, tenant: &TenantId, snapshot: &SnapshotId) -> Vec<(String, PathBuf)> {
+    pub async fn local_copies(
+        &self,
+        tenant: &TenantId,
+        snapshot: &SnapshotId,
+    ) -> Vec<(String, PathBuf)> {
         let live = match self.meta.list_live().await {
             Ok(l) => l,
             Err(e) => {

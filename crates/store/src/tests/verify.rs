@@ -104,22 +104,34 @@ async fn repair_from_an_intact_local_copy_restores_the_snapshot() {
     let wrong = dir.path().join("wrong");
     std::fs::write(&wrong, vec![1u8; 700_000]).unwrap();
     let copies = vec![("disk".to_string(), wrong)];
-    assert!(!store.repair_chunk(&sc, &bad[0].site, &copies).await.unwrap());
+    assert!(!store
+        .repair_chunk(&sc, &bad[0].site, &copies)
+        .await
+        .unwrap());
     assert_eq!(std::fs::read(&p).unwrap().len(), 10, "a wrong copy wrote");
     // A symlink is not followed.
     let link = dir.path().join("link");
     std::os::unix::fs::symlink(src.join("disk"), &link).unwrap();
     let copies = vec![("disk".to_string(), link)];
-    assert!(!store.repair_chunk(&sc, &bad[0].site, &copies).await.unwrap());
+    assert!(!store
+        .repair_chunk(&sc, &bad[0].site, &copies)
+        .await
+        .unwrap());
 
     // The intact local file puts it back.
     let copies = vec![("disk".to_string(), src.join("disk"))];
-    assert!(store.repair_chunk(&sc, &bad[0].site, &copies).await.unwrap());
+    assert!(store
+        .repair_chunk(&sc, &bad[0].site, &copies)
+        .await
+        .unwrap());
     assert!(store.verify_snapshot(&sc).await.unwrap().is_empty());
     store.clear_damage(&t, &rec.id).await.unwrap();
     assert!(store.damage_of(&t, &rec.id).await.unwrap().is_none());
     let out = dir.path().join("r2");
-    store.restore_snapshot(&t, &rec.id, &out, None).await.unwrap();
+    store
+        .restore_snapshot(&t, &rec.id, &out, None)
+        .await
+        .unwrap();
     assert_eq!(
         std::fs::read(out.join("disk")).unwrap(),
         std::fs::read(src.join("disk")).unwrap()
@@ -129,7 +141,9 @@ async fn repair_from_an_intact_local_copy_restores_the_snapshot() {
 #[tokio::test]
 async fn a_zero_chunk_is_repaired_without_a_copy_and_marks_go_with_the_snapshot() {
     let dir = tempfile::tempdir().unwrap();
-    let store = open_dir(&dir.path().join("store"), test_key()).await.unwrap();
+    let store = open_dir(&dir.path().join("store"), test_key())
+        .await
+        .unwrap();
     let t = tid("acme");
     let src = dir.path().join("src");
     std::fs::create_dir_all(&src).unwrap();
