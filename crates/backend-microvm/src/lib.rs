@@ -513,6 +513,10 @@ impl Backend for MicrovmBackend {
         shared_ram::kept_for(&spec.dir, partial)
     }
 
+    fn local_copies(&self, spec: &SandboxSpec, snapshot: &SnapshotId) -> Vec<(String, PathBuf)> {
+        local::copies(&spec.dir, snapshot)
+    }
+
     async fn destroy(&self, id: &SandboxId, dir: &Path) -> Result<()> {
         let lock = state::op_lock(self, id);
         let _op = lock.lock().await;

@@ -161,6 +161,24 @@ pub(crate) fn check(sandbox_dir: &Path, snap: &SnapshotId) -> Option<SnapshotMet
     Some(meta)
 }
 
+/// The local pause files bound to `snap` and unchanged since, as
+/// `(artifact name, file)` (the disk beneath the overlay is no artifact of
+/// `snap`); empty when [`check`] refuses them. The store reads them to
+/// repair its copy of `snap`, verifying every byte it takes.
+pub(crate) fn copies(sandbox_dir: &Path, snap: &SnapshotId) -> Vec<(String, PathBuf)> {
+    let Some(meta) = check(sandbox_dir, snap) else {
+        return Vec::new();
+    };
+    files_of(sandbox_dir, &meta)
+        .into_iter()
+        .filter(|f| f != BASE_DISK)
+        .map(|f| {
+            let name = f.rsplit('/').next().unwrap_or(&f).to_string();
+            (name, sandbox_dir.join(&f))
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -259,6 +277,30 @@ mod tests {
         rec.host_boot = "another-boot".into();
         std::fs::write(&p, serde_json::to_vec(&rec).unwrap()).unwrap();
         assert!(check(d.path(), &s).is_none());
+    }
+
+    #[test]
+    fn copies_name_the_artifacts_of_the_bound_snapshot_only() {
+        let d = paused(None);
+        let s = SnapshotId::generate();
+        assert!(copies(d.path(), &s).is_empty(), "nothing bound yet");
+        assert!(bind(d.path(), &s).unwrap());
+        let mut got = copies(d.path(), &s);
+        got.sort();
+        let want = [
+            (DISK, DISK.to_string()),
+            (RAM_FILE, RAM_FILE.to_string()),
+            (MEMORY_STATE, format!("{LOCAL_DIR}/{MEMORY_STATE}")),
+            (META, format!("{LOCAL_DIR}/{META}")),
+        ];
+        let want: Vec<_> = want
+            .iter()
+            .map(|(n, f)| (n.to_string(), d.path().join(f)))
+            .collect();
+        assert_eq!(got, want);
+        assert!(copies(d.path(), &SnapshotId::generate()).is_empty());
+        unbind(d.path());
+        assert!(copies(d.path(), &s).is_empty(), "unbound");
     }
 
     #[test]

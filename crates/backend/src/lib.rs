@@ -438,6 +438,15 @@ pub trait Backend: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Files this node keeps that hold the artifacts of stored snapshot
+    /// `snapshot` as they were stored (`(artifact name, file)`): a paused
+    /// sandbox's local pause files bound to it. The store's scrub re-puts a
+    /// damaged chunk from them, using bytes only where their keyed hash is
+    /// the chunk's address. Empty when nothing is kept.
+    fn local_copies(&self, _spec: &SandboxSpec, _snapshot: &SnapshotId) -> Vec<(String, PathBuf)> {
+        Vec::new()
+    }
+
     /// Kill everything of the sandbox and release host resources (cgroups,
     /// mounts, processes). Idempotent: destroying a sandbox that is already
     /// gone is Ok. Does not remove `spec.dir` (the server does).

@@ -155,6 +155,9 @@ pub enum Cmd {
     /// Tenants and API tokens (needs an admin token).
     #[command(subcommand)]
     Admin(AdminCmd),
+    /// The snapshot store: verify every chunk, repair from local copies (needs an admin token).
+    #[command(subcommand)]
+    Store(crate::store::StoreCmd),
     /// This tenant's API tokens: scoped, expiring, per-sandbox, rotated (needs the manage scope).
     #[command(subcommand)]
     Token(crate::token::TokenCmd),

@@ -28,6 +28,7 @@ mod sandbox;
 mod serve;
 mod shell;
 mod snapshots;
+mod store;
 mod temp_daemon;
 mod template;
 mod token;
@@ -74,7 +75,7 @@ fn main() {
 async fn run(cli: Cli) -> Result<()> {
     let is_admin = matches!(
         cli.cmd,
-        Cmd::Admin(_) | Cmd::Secret(_) | Cmd::Audit(AuditCmd::Verify)
+        Cmd::Admin(_) | Cmd::Secret(_) | Cmd::Store(_) | Cmd::Audit(AuditCmd::Verify)
     );
     let c = Client::new(&cli.url).with_token(client_token(cli.token.as_deref(), is_admin));
     let json = cli.json;
@@ -116,6 +117,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Bench(b) => bench::run(b, json).await?,
         Cmd::Admin(a) => admin::admin(&c, a, json).await?,
         Cmd::Secret(s) => admin::secret(&c, s, json).await?,
+        Cmd::Store(s) => store::store(&c, s, json).await?,
         Cmd::Token(t) => token::token(&c, t, json).await?,
         Cmd::Webhook(w) => webhook::webhook(&c, w, json).await?,
         Cmd::Cost(a) => cost::run(a, json).await?,

@@ -110,6 +110,11 @@ pub struct ServeArgs {
     /// largest memory not shared with its siblings. 0: as a booted guest's.
     #[arg(long, env = "STASIS_TCG_TB_MB_RESTORE", default_value_t = 0)]
     tcg_tb_mb_restore: u32,
+    /// Pace of the background store scrub, which reads back and verifies
+    /// every chunk of the live snapshots and repairs damage from this
+    /// node's local copies: plaintext bytes per second (`512k`, `4M`); 0 = off.
+    #[arg(long, default_value = "4M", value_parser = scrub_rate)]
+    scrub_rate: u64,
     /// Requests (exec, files, sessions) that may run in one sandbox at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_inflight: u32,
@@ -239,6 +244,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     cfg.standby = Duration::from_secs(a.standby_secs);
     cfg.standby_max_bytes = a.standby_max_mb.saturating_mul(1 << 20);
     cfg.tcg_tb_mb_restore = (a.tcg_tb_mb_restore > 0).then_some(a.tcg_tb_mb_restore);
+    cfg.scrub_rate = a.scrub_rate;
     cfg.inflight = stasis_server::inflight::InflightLimits {
         max_inflight: a.max_inflight as usize,
         max_queued: a.max_queued as usize,
@@ -297,4 +303,8 @@ mod tests {
         let e = absolute_path("--images", std::path::Path::new("")).unwrap_err();
         assert!(e.message.contains("--images"), "{e}");
     }
+}
+
+fn scrub_rate(s: &str) -> std::result::Result<u64, String> {
+    stasis_server::scrub::parse_rate(s).map_err(|e| e.message)
 }

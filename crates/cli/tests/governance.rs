@@ -346,3 +346,28 @@ async fn tenant_pinned_to_a_region_is_refused_on_another_regions_node() {
     let sb = hu.create(manifest()).await;
     hu.sh(&sb, "true").await;
 }
+
+#[tokio::test]
+async fn retiring_an_unknown_master_key_is_not_found() {
+    let d = Daemon::start(&[]).await;
+    let admin = d.http_as(Some(&d.admin_token()));
+    let r = admin
+        .call(
+            "POST",
+            "/v1/admin/master-keys/0123456789abcdef/retire",
+            None,
+        )
+        .await;
+    assert_eq!(r.status, 404, "{}", r.body);
+    assert_eq!(r.body["error"]["code"], "not_found", "{}", r.body);
+    let o = d.cli(&["admin", "retire-master-key", "0123456789abcdef"]);
+    assert!(!o.status.success());
+    assert_eq!(stderr(&o).trim().lines().count(), 1, "{}", stderr(&o));
+    // The current key is still refused as such, not as unknown.
+    let keys = admin.ok("GET", "/v1/admin/master-keys", None).await;
+    let fp = keys["current_here"].as_str().unwrap();
+    let r = admin
+        .call("POST", &format!("/v1/admin/master-keys/{fp}/retire"), None)
+        .await;
+    assert_eq!(r.status, 409, "{}", r.body);
+}

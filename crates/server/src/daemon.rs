@@ -90,6 +90,9 @@ pub struct DaemonConfig {
     /// This node's region and its store's (`--region`, `--store-region`);
     /// tenants pinned to other regions are refused here.
     pub region: crate::governance::Region,
+    /// Pace of the background store scrub in plaintext bytes per second
+    /// (`--scrub-rate`; 0 = off).
+    pub scrub_rate: u64,
 }
 
 impl DaemonConfig {
@@ -122,6 +125,7 @@ impl DaemonConfig {
             standby_max_bytes: 2 << 30,
             tcg_tb_mb_restore: None,
             region: Default::default(),
+            scrub_rate: crate::scrub::DEFAULT_RATE,
         }
     }
 }
@@ -349,6 +353,12 @@ pub async fn run(
     let daemon = open_at(&cfg, addr).await?;
     let reaper = daemon.manager.spawn_reaper();
     let heartbeat = daemon.manager.spawn_heartbeat();
+    let scrub =
+        crate::scrub::Scrubber::for_manager(&daemon.manager).spawn(crate::scrub::ScrubConfig {
+            rate: cfg.scrub_rate,
+            cursor_file: cfg.data_dir.join("scrub-cursor.json"),
+            pass_interval: crate::scrub::PASS_INTERVAL,
+        });
     let deliveries = daemon.webhooks.spawn(
         daemon.node.clone(),
         crate::webhooks::DeliveryConfig::default(),
@@ -385,6 +395,9 @@ pub async fn run(
         .map_err(|e| Error::internal(format!("server: {e}")));
     reaper.abort();
     deliveries.abort();
+    if let Some(h) = scrub {
+        h.abort();
+    }
     if let Some(h) = heartbeat {
         h.abort();
     }

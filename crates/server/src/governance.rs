@@ -179,12 +179,24 @@ pub async fn retire_master_key(
     who: &Identity,
     fp: &str,
 ) -> Result<RetireOutcome> {
-    if let Some(cur) = meta.current_master_key().await? {
-        if cur.fingerprint == fp {
-            return Err(Error::state(format!(
-                "master key {fp} is the current generation: rotate to a new key first"
-            )));
-        }
+    // Every generation the deployment used has a row (the first start
+    // records one, a rotation another): a fingerprint without one names
+    // no key of this deployment.
+    let Some(row) = meta
+        .master_keys()
+        .await?
+        .into_iter()
+        .find(|k| k.fingerprint == fp)
+    else {
+        return Err(Error::not_found(format!(
+            "master key {fp}: no generation of this deployment has that fingerprint \
+             (`stasis admin master-keys` lists them)"
+        )));
+    };
+    if row.state == "current" {
+        return Err(Error::state(format!(
+            "master key {fp} is the current generation: rotate to a new key first"
+        )));
     }
     let stale = meta
         .sealed_values()
@@ -366,5 +378,38 @@ impl Manager {
         )
         .await;
         Err(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn retiring_a_fingerprint_the_deployment_never_used_is_not_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().join("store").display());
+        let store = Store::open(&url, MasterKey::from_bytes([5; 32]))
+            .await
+            .unwrap();
+        let meta = Meta::open(&dir.path().join("meta.db")).await.unwrap();
+        let cur = attach(&meta, &store).await.unwrap();
+        let who = Identity {
+            token_id: "t".into(),
+            tenant: None,
+            is_admin: true,
+            actor: "api".into(),
+            scopes: crate::scope::Scopes::all(),
+            sandbox: None,
+            expires_at_ms: None,
+        };
+        let e = retire_master_key(&meta, &store, &who, "0123456789abcdef")
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::NotFound, "{e:?}");
+        let e = retire_master_key(&meta, &store, &who, &cur.fingerprint)
+            .await
+            .unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidState, "{e:?}");
     }
 }

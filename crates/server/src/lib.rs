@@ -24,6 +24,7 @@ pub mod ports;
 pub mod region;
 pub mod runs;
 pub mod scope;
+pub mod scrub;
 pub mod snapshots;
 pub mod templates;
 pub mod tenancy;

@@ -25,6 +25,7 @@
 //! | `stasis_standby` | gauge | `what` (sandboxes, ram_bytes): paused sandboxes this node holds in standby, and the host RAM they hold |
 //! | `stasis_standby_released_total` | counter | standbys ended by their window or the node's RAM cap |
 //! | `stasis_resumes_total` | counter | `path` (standby, local, store): which way resumes went |
+//! | `stasis_store_scrub_chunks_total` | counter | `result` (verified: read back and checked; damaged: failed the check; repaired: put back from a local copy) |
 
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -49,6 +50,9 @@ const LIFECYCLE_BUCKETS: &[f64] = &[
 const HTTP_BUCKETS: &[f64] = &[
     0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
+
+/// What the store's scrub counts of chunks.
+pub const SCRUB_RESULTS: [&str; 3] = ["verified", "damaged", "repaired"];
 
 /// How long per-tenant store figures are reused between scrapes.
 pub const STORE_STATS_TTL: Duration = Duration::from_secs(10);
@@ -111,6 +115,7 @@ struct Inner {
     standby: IntGaugeVec,
     standby_released: IntCounter,
     resumes: IntCounterVec,
+    scrub: IntCounterVec,
     store_cache: StdMutex<Option<StoreCache>>,
     /// One scrape at a time recomputes the scrape-time gauges.
     scrape: tokio::sync::Mutex<()>,
@@ -321,6 +326,20 @@ impl Metrics {
             )
             .expect("metric"),
         );
+        let scrub = reg(
+            &r,
+            IntCounterVec::new(
+                Opts::new(
+                    "stasis_store_scrub_chunks_total",
+                    "Store chunks the scrub or `stasis store verify` read back and checked (verified), found damaged, and repaired from a local copy.",
+                ),
+                &["result"],
+            )
+            .expect("metric"),
+        );
+        for r in SCRUB_RESULTS {
+            scrub.with_label_values(&[r]);
+        }
         for w in ["sandboxes", "ram_bytes"] {
             standby.with_label_values(&[w]);
         }
@@ -345,6 +364,7 @@ impl Metrics {
                 standby,
                 standby_released,
                 resumes,
+                scrub,
                 store_cache: StdMutex::new(None),
                 scrape: tokio::sync::Mutex::new(()),
             }),
@@ -414,6 +434,13 @@ impl Metrics {
     pub fn resumed_by(&self, path: &str) {
         if RESUME_PATHS.contains(&path) {
             self.inner.resumes.with_label_values(&[path]).inc();
+        }
+    }
+
+    /// `n` store chunks were `result` (one of [`SCRUB_RESULTS`]).
+    pub fn scrub_chunks(&self, result: &str, n: u64) {
+        if SCRUB_RESULTS.contains(&result) {
+            self.inner.scrub.with_label_values(&[result]).inc_by(n);
         }
     }
 

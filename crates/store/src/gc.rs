@@ -280,6 +280,8 @@ impl Store {
                         }
                         Err(e) => return Err(os_err(e)),
                     }
+                    // Its damage mark, if any, goes with it (best effort).
+                    let _ = self.clear_damage(t, &id).await;
                 }
                 Ok(_) => {}
                 Err(e) if e.code == ErrorCode::NotFound => {}

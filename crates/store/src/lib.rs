@@ -38,6 +38,7 @@ mod restore;
 pub mod testing;
 mod types;
 mod upload;
+mod verify;
 
 pub use crypto::MasterKey;
 pub use gc::GcOptions;
@@ -45,6 +46,7 @@ pub use keyring::{Kek, KekSource, RetireReport, RotateReport};
 pub use objects::object_store_from_url;
 pub use restore::{Reuse, SMALL_ARTIFACT};
 pub use types::*;
+pub use verify::{ChunkSite, DamagedChunk, SnapshotChunks, SnapshotDamage};
 
 use bytes::Bytes;
 use crypto::TenantKeys;
@@ -446,9 +448,10 @@ impl Store {
             Err(e) => return Err(os_err(e)),
         }
         match self.inner.os.delete(&path).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(os_err(e)),
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(os_err(e)),
         }
+        self.clear_damage(tenant, id).await
     }
 
     /// Usage of one tenant: raw bytes of its snapshots vs bytes of its chunk objects.

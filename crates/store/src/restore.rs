@@ -2,8 +2,7 @@
 //! cache of repeated chunks) and writing its artifacts into a directory.
 
 use crate::crypto::{self, TenantKeys};
-use crate::format::decode_chunk;
-use crate::objects::{chunk_path, record_path};
+use crate::objects::record_path;
 use crate::{ChunkAddr, ChunkRef, Progress, SnapshotRecord, Store};
 use bytes::Bytes;
 use futures::StreamExt;
@@ -29,21 +28,13 @@ impl Store {
         tenant: &TenantId,
         r: &ChunkRef,
     ) -> Result<Bytes> {
-        let obj = self
-            .get_bytes(&chunk_path(tenant, &r.addr))
-            .await?
-            .ok_or_else(|| {
-                Error::integrity(format!(
-                    "chunk {} is missing from the store",
-                    r.addr.to_hex()
-                ))
-            })?;
-        let keys = keys.clone();
-        let tenant = tenant.clone();
-        let r = r.clone();
-        let plain = tokio::task::spawn_blocking(move || decode_chunk(&keys, &tenant, &r, &obj))
-            .await
-            .map_err(|e| Error::internal(format!("decode task: {e}")))??;
+        let obj = self.fetch_object(tenant, &r.addr).await?.ok_or_else(|| {
+            Error::integrity(format!(
+                "chunk {} is missing from the store",
+                r.addr.to_hex()
+            ))
+        })?;
+        let plain = self.decode_object(keys, tenant, r, obj).await?;
         Ok(Bytes::from(plain))
     }
 
@@ -118,6 +109,18 @@ impl Store {
                 res = Err(Error::not_found(format!(
                     "snapshot {id} (deleted during restore)"
                 )));
+            }
+        }
+        if matches!(&res, Err(e) if e.code == ErrorCode::IntegrityError) {
+            // A damage the scrub already found: say so, and since when.
+            if let Ok(Some(d)) = self.damage_of(tenant, id).await {
+                res = res.map_err(|e| {
+                    e.context(format!(
+                        "snapshot {id} has known damage ({}, found at {} ms)",
+                        d.summary(),
+                        d.found_at_ms
+                    ))
+                });
             }
         }
         let res = match res {

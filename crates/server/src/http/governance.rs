@@ -71,7 +71,7 @@ async fn rotate_master(
 }
 
 #[utoipa::path(post, path = "/v1/admin/master-keys/{fingerprint}/retire", security(("bearer" = [])),
-    responses((status = 200, body = RetireOutcome), (status = 403, body = ErrorBody), (status = 409, body = ErrorBody)))]
+    responses((status = 200, body = RetireOutcome), (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 async fn retire_master(
     State(st): State<AppState>,
     AdminAuthed(who): AdminAuthed,

@@ -30,6 +30,7 @@ pub mod sandboxes;
 pub mod sessions;
 pub mod snapshots;
 pub mod state;
+pub mod store;
 pub mod system;
 pub mod templates;
 pub mod tenants;
@@ -124,6 +125,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(ports::routes())
         .merge(images::routes())
         .merge(governance::routes())
+        .merge(store::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use stasis_core::{Error, Result, SnapshotId};
+use stasis_core::{Error, Result, SandboxState, SnapshotId, TenantId};
 
 use super::{Ctx, Manager};
 use crate::snapshots::{SnapshotInfo, SnapshotKind};
@@ -106,5 +106,37 @@ impl Manager {
         let dir = self.cfg.data_dir.join("transfers");
         tokio::fs::create_dir_all(&dir).await?;
         Ok(dir.join(format!("{what}-{}", uuid_like())))
+    }
+}
+
+impl Manager {
+    /// Files this node keeps that hold the artifacts of `tenant`'s stored
+    /// snapshot `snapshot` as stored: the local pause files of a paused
+    /// sandbox whose pause it is (see `Backend::local_copies`). For the
+    /// store's scrub, which verifies every byte it takes from them; no
+    /// sandbox slot is taken.
+    pub async fn local_copies(
+        &self,
+        tenant: &TenantId,
+        snapshot: &SnapshotId,
+    ) -> Vec<(String, PathBuf)> {
+        let live = match self.meta.list_live().await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("local copies of {snapshot}: {e}");
+                return Vec::new();
+            }
+        };
+        let mut out = Vec::new();
+        for rec in live.iter().filter(|r| {
+            &r.tenant == tenant
+                && r.state == SandboxState::Paused
+                && r.pause_snapshot.as_ref() == Some(snapshot)
+        }) {
+            if let Ok(b) = self.backend(rec.backend) {
+                out.extend(b.local_copies(&self.spec(rec), snapshot));
+            }
+        }
+        out
     }
 }

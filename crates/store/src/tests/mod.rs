@@ -16,6 +16,7 @@ mod gc_sweep;
 mod keys;
 mod put_crash;
 mod roundtrip;
+mod verify;
 
 fn tid(s: &str) -> TenantId {
     TenantId::parse(s).unwrap()
