@@ -90,6 +90,9 @@ pub struct DaemonConfig {
     /// This node's region and its store's (`--region`, `--store-region`);
     /// tenants pinned to other regions are refused here.
     pub region: crate::governance::Region,
+    /// Exposed ports: the ports domain (`--ports-domain`) and how long a
+    /// request waits for a listener (`--port-listen-wait-ms`).
+    pub ports: crate::ports::PortsConfig,
 }
 
 impl DaemonConfig {
@@ -122,6 +125,7 @@ impl DaemonConfig {
             standby_max_bytes: 2 << 30,
             tcg_tb_mb_restore: None,
             region: Default::default(),
+            ports: Default::default(),
         }
     }
 }
@@ -359,7 +363,9 @@ pub async fn run(
         webhooks: daemon.webhooks.clone(),
         ports: Arc::new(crate::ports::Ports::new(
             daemon.manager.metrics().registry(),
+            cfg.ports.clone(),
         )),
+        console: Arc::new(crate::console::Console::default()),
     };
     info!(%addr, "stasis daemon listening");
     if let Some(f) = &cfg.ready_file {
