@@ -100,6 +100,9 @@ impl PortsDomain {
         let (host, _) = split_port(host.trim());
         let host = host.strip_suffix('.').unwrap_or(host);
         let cut = host.len().checked_sub(self.domain.len() + 1)?;
+        if !host.is_char_boundary(cut) {
+            return None;
+        }
         let (first, dot_domain) = host.split_at(cut);
         let domain = dot_domain.strip_prefix('.')?;
         if !domain.eq_ignore_ascii_case(&self.domain) || first.contains('.') {

@@ -371,7 +371,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_port_request_waits_for_a_listener_within_its_bound() {
-        let unreachable = || Error::new(ErrorCode::PortUnreachable, "nothing listens");
+        fn unreachable() -> Error {
+            Error::new(ErrorCode::PortUnreachable, "nothing listens")
+        }
         // The server listens at the third try: answered, not 502.
         let mut tries = 0;
         let r = connect_waiting(Duration::from_secs(60), || {

@@ -120,7 +120,7 @@ pub fn is_daemon_cookie(name: &str) -> bool {
         .strip_prefix("__Host-")
         .or_else(|| n.strip_prefix("__Secure-"))
         .unwrap_or(n);
-    n.len() >= 7 && n[..7].eq_ignore_ascii_case("stasis_")
+    n.len() >= 7 && n.as_bytes()[..7].eq_ignore_ascii_case(b"stasis_")
 }
 
 /// The request's `Cookie` headers without the daemon's cookies (none left:
