@@ -280,9 +280,12 @@ async fn audit_ids(r: reqwest::Response, n: usize) -> Vec<i64> {
         text.push_str(&String::from_utf8_lossy(&chunk));
         while let Some(end) = text.find("\n\n") {
             let ev: String = text.drain(..end + 2).collect();
-            if ev.lines().any(|l| l == "event: audit") {
-                let id = ev.lines().find_map(|l| l.strip_prefix("id: ")).unwrap();
-                ids.push(id.parse().unwrap());
+            let field = |name: &str| {
+                ev.lines()
+                    .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_string()))
+            };
+            if field("event:").as_deref() == Some("audit") {
+                ids.push(field("id:").unwrap().parse().unwrap());
             }
         }
     }
