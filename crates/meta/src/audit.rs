@@ -180,6 +180,23 @@ pub(crate) async fn list(
     Ok(out)
 }
 
+impl Meta {
+    /// `tenant`'s position in the audit log at `seq`: how many of its
+    /// entries have a sequence number up to it.
+    pub async fn audit_tenant_position(&self, tenant: &TenantId, seq: i64) -> Result<i64> {
+        tenant_position(&self.pool, tenant.as_str(), seq).await
+    }
+
+    /// The sequence number of `tenant`'s entry at `position` (1-based).
+    pub async fn audit_tenant_seq_at(
+        &self,
+        tenant: &TenantId,
+        position: i64,
+    ) -> Result<Option<i64>> {
+        tenant_seq_at(&self.pool, tenant.as_str(), position).await
+    }
+}
+
 /// How many of `tenant`'s entries have a sequence number up to `seq`: the
 /// tenant's own position in the log (dense per tenant, revealing nothing of
 /// other tenants' entries).

@@ -595,21 +595,6 @@ impl Meta {
     pub async fn audit_verify(&self) -> Result<AuditVerification> {
         audit::verify(&self.pool).await
     }
-
-    /// `tenant`'s position in the audit log at `seq`: how many of its
-    /// entries have a sequence number up to it.
-    pub async fn audit_tenant_position(&self, tenant: &TenantId, seq: i64) -> Result<i64> {
-        audit::tenant_position(&self.pool, tenant.as_str(), seq).await
-    }
-
-    /// The sequence number of `tenant`'s entry at `position` (1-based).
-    pub async fn audit_tenant_seq_at(
-        &self,
-        tenant: &TenantId,
-        position: i64,
-    ) -> Result<Option<i64>> {
-        audit::tenant_seq_at(&self.pool, tenant.as_str(), position).await
-    }
 }
 
 fn opt_id<T>(row: &AnyRow, col: &str, parse: fn(&str) -> Result<T>) -> Result<Option<T>> {
