@@ -150,6 +150,16 @@ pub struct ServeArgs {
     /// A hosts file consulted before the upstream for those names.
     #[arg(long, value_name = "FILE")]
     egress_hosts: Option<PathBuf>,
+    /// Serve each exposed port on its own origin, `<port>-<sandbox>.<DOMAIN>`
+    /// (wildcard DNS and certificate pointing at the daemon): `[https://]DOMAIN[:PORT]`
+    /// as clients reach it. Without it, ports are only on the daemon's origin
+    /// (`/p/...`), confined for CLI and API use.
+    #[arg(long, env = "STASIS_PORTS_DOMAIN", value_name = "DOMAIN")]
+    ports_domain: Option<String>,
+    /// Milliseconds a port request waits for a server that does not listen
+    /// yet before answering 502 (0: no wait).
+    #[arg(long, default_value_t = 5000, value_parser = clap::value_parser!(u64).range(0..=120_000))]
+    port_listen_wait_ms: u64,
 }
 
 /// `p` as an absolute path: resolved (symlinks and `..`) where it exists,
@@ -220,6 +230,14 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
         None => None,
     };
     cfg.cgroup_parent = a.cgroup_parent.clone();
+    cfg.ports = stasis_server::ports::PortsConfig {
+        domain: a
+            .ports_domain
+            .as_deref()
+            .map(stasis_server::ports::PortsDomain::parse)
+            .transpose()?,
+        listen_wait: Duration::from_millis(a.port_listen_wait_ms),
+    };
     cfg.allow_mounts = a
         .allow_mount
         .iter()

@@ -180,6 +180,56 @@ pub(crate) async fn list(
     Ok(out)
 }
 
+impl Meta {
+    /// `tenant`'s position in the audit log at `seq`: how many of its
+    /// entries have a sequence number up to it.
+    pub async fn audit_tenant_position(&self, tenant: &TenantId, seq: i64) -> Result<i64> {
+        tenant_position(&self.pool, tenant.as_str(), seq).await
+    }
+
+    /// The sequence number of `tenant`'s entry at `position` (1-based).
+    pub async fn audit_tenant_seq_at(
+        &self,
+        tenant: &TenantId,
+        position: i64,
+    ) -> Result<Option<i64>> {
+        tenant_seq_at(&self.pool, tenant.as_str(), position).await
+    }
+}
+
+/// How many of `tenant`'s entries have a sequence number up to `seq`: the
+/// tenant's own position in the log (dense per tenant, revealing nothing of
+/// other tenants' entries).
+pub(crate) async fn tenant_position(pool: &AnyPool, tenant: &str, seq: i64) -> Result<i64> {
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM audit WHERE tenant = $1 AND seq <= $2")
+        .bind(tenant)
+        .bind(seq)
+        .fetch_one(pool)
+        .await
+        .map_err(db_err)?;
+    row.try_get::<i64, _>("n").map_err(db_err)
+}
+
+/// The sequence number of `tenant`'s entry at `position` (1-based), if the
+/// tenant has that many.
+pub(crate) async fn tenant_seq_at(
+    pool: &AnyPool,
+    tenant: &str,
+    position: i64,
+) -> Result<Option<i64>> {
+    if position < 1 {
+        return Ok(None);
+    }
+    let row = sqlx::query("SELECT seq FROM audit WHERE tenant = $1 ORDER BY seq LIMIT 1 OFFSET $2")
+        .bind(tenant)
+        .bind(position - 1)
+        .fetch_optional(pool)
+        .await
+        .map_err(db_err)?;
+    row.map(|r| r.try_get::<i64, _>("seq").map_err(db_err))
+        .transpose()
+}
+
 /// `tenant`'s entries after `seq`, oldest first.
 pub(crate) async fn after(
     pool: &AnyPool,

@@ -93,6 +93,9 @@ pub struct DaemonConfig {
     /// Pace of the background store scrub in plaintext bytes per second
     /// (`--scrub-rate`; 0 = off).
     pub scrub_rate: u64,
+    /// Exposed ports: the ports domain (`--ports-domain`) and how long a
+    /// request waits for a listener (`--port-listen-wait-ms`).
+    pub ports: crate::ports::PortsConfig,
 }
 
 impl DaemonConfig {
@@ -126,6 +129,7 @@ impl DaemonConfig {
             tcg_tb_mb_restore: None,
             region: Default::default(),
             scrub_rate: crate::scrub::DEFAULT_RATE,
+            ports: Default::default(),
         }
     }
 }
@@ -371,7 +375,9 @@ pub async fn run(
         webhooks: daemon.webhooks.clone(),
         ports: Arc::new(crate::ports::Ports::new(
             daemon.manager.metrics().registry(),
+            cfg.ports.clone(),
         )),
+        console: Arc::new(crate::console::Console::default()),
     };
     info!(%addr, "stasis daemon listening");
     if let Some(f) = &cfg.ready_file {

@@ -181,7 +181,9 @@ async fn setup(dir: &Path) -> Env {
         webhooks: daemon.webhooks.clone(),
         ports: std::sync::Arc::new(stasis_server::ports::Ports::new(
             daemon.manager.metrics().registry(),
+            Default::default(),
         )),
+        console: Default::default(),
     });
     let token = std::fs::read_to_string(data.join("token"))
         .unwrap()

@@ -23,13 +23,24 @@ pub async fn ws_echo(
     token: Option<&str>,
     msgs: &[&[u8]],
 ) -> Result<Vec<Vec<u8>>, String> {
-    let mut s = tokio::net::TcpStream::connect(addr_of(base)).await.unwrap();
     let auth = token
         .map(|t| format!("Authorization: Bearer {t}\r\n"))
         .unwrap_or_default();
+    ws_echo_as(base, "test", path, &auth, msgs).await
+}
+
+/// [`ws_echo`] with another `Host` and extra header lines (each ending `\r\n`).
+pub async fn ws_echo_as(
+    base: &str,
+    host: &str,
+    path: &str,
+    extra: &str,
+    msgs: &[&[u8]],
+) -> Result<Vec<Vec<u8>>, String> {
+    let mut s = tokio::net::TcpStream::connect(addr_of(base)).await.unwrap();
     let req = format!(
-        "GET {path} HTTP/1.1\r\nHost: test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{auth}\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
     );
     s.write_all(req.as_bytes()).await.unwrap();
     let mut head = Vec::new();

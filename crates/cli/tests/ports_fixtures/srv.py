@@ -1,6 +1,7 @@
 # A test server run inside a sandbox: GET /headers answers the request's
 # headers as JSON, POST /echo answers its body, GET /ws with an upgrade is a
-# WebSocket echo (RFC 6455, text and binary frames, close). Stdlib only.
+# WebSocket echo (RFC 6455, text and binary frames, close), GET /setcookie
+# sets cookies (the daemon's names among them). Stdlib only.
 import base64
 import hashlib
 import http.server
@@ -71,6 +72,15 @@ class H(http.server.BaseHTTPRequestHandler):
                     break
                 write_frame(self.wfile, op, data)
             self.close_connection = True
+            return
+        if self.path.startswith("/setcookie"):
+            self.send_response(200)
+            for c in ["stasis_session=scs_planted; Path=/", "__Host-stasis_session=scs_x; Path=/; Secure",
+                      "stasis_port=planted; Path=/", "app=1; Path=/"]:
+                self.send_header("set-cookie", c)
+            self.send_header("content-length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
             return
         if self.path.startswith("/headers"):
             h = {k.lower(): v for k, v in self.headers.items()}

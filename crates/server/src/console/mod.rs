@@ -8,3 +8,29 @@ pub mod assets;
 pub mod events;
 pub mod idle;
 pub mod session;
+
+use stasis_core::Result;
+use stasis_meta::Meta;
+use stasis_store::Store;
+
+use crate::daemon_key::DaemonKey;
+
+/// The console's shared state: its CSRF secret (loaded once).
+pub struct Console {
+    csrf_key: DaemonKey,
+}
+
+impl Default for Console {
+    fn default() -> Self {
+        Console {
+            csrf_key: DaemonKey::new(session::CSRF_KEY_NAME),
+        }
+    }
+}
+
+impl Console {
+    /// The secret CSRF tokens are keyed with (the same on every node).
+    pub async fn csrf_key(&self, meta: &Meta, store: &Store) -> Result<&[u8; 32]> {
+        self.csrf_key.get(meta, store).await
+    }
+}

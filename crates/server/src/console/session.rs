@@ -4,13 +4,23 @@
 //! the token it was made with, so revoking or expiring that token ends it.
 //!
 //! CSRF: every state-changing request made with the cookie must carry
-//! `x-csrf-token`, a value derived from the session id with a separate key
-//! (a synchronizer token the server recomputes, never stored); the page gets
-//! it from the sign-in answer or `GET /ui/session`. A cookie request whose
-//! `Origin` names another host is refused outright (cross-site WebSockets
-//! included).
+//! `x-csrf-token`, HMAC-SHA256 of the session id under a server secret (a
+//! [`crate::daemon_key::DaemonKey`]: kept sealed in the metadata database,
+//! so it survives restarts and every node of a cluster checks the same
+//! tokens); the server recomputes it, never stores it, and nobody without
+//! the secret can derive it from a session id. The page gets it from the
+//! sign-in answer or `GET /ui/session`. A cookie request whose `Origin`
+//! names another host is refused outright (cross-site WebSockets included).
+//!
+//! The cookie is `Path=/`: the pages call both `/ui/...` and `/v1/...`
+//! (every API route a tenant has), and a cookie has one path. It never
+//! reaches a sandbox: the port proxy strips `stasis_*` cookies, and on the
+//! ports domain the cookie (host-only) is not sent at all. Over TLS it is
+//! `__Host-stasis_session`, which a browser accepts only without `Domain`
+//! and with `Path=/`, so a page on a sibling host cannot plant one.
 
 use base64::Engine;
+use hmac::{Hmac, Mac};
 use rand::RngCore;
 
 use axum::http::{HeaderMap, Method};
@@ -23,6 +33,10 @@ use crate::scope::Scopes;
 
 /// The session cookie's name.
 pub const COOKIE: &str = "stasis_session";
+/// Its name over TLS (the browser enforces host-only, `Path=/`, `Secure`).
+pub const SECURE_COOKIE: &str = "__Host-stasis_session";
+/// Name of the CSRF secret in `daemon_keys`.
+pub const CSRF_KEY_NAME: &str = "console-csrf-key-v1";
 /// The header carrying the CSRF token.
 pub const CSRF_HEADER: &str = "x-csrf-token";
 /// Prefix of a session id (the cookie's value).
@@ -49,28 +63,36 @@ pub fn hash_id(id: &str) -> String {
     derive("stasis 2026-12 console session v1", id)
 }
 
-/// The CSRF token of a session.
-pub fn csrf_of(id: &str) -> String {
-    derive("stasis 2026-12 console csrf v1", id)
+/// The CSRF token of a session: HMAC-SHA256 of its id under the server's
+/// CSRF secret.
+pub fn csrf_of(key: &[u8; 32], id: &str) -> String {
+    let mut m = Hmac::<sha2::Sha256>::new_from_slice(key).expect("any key length");
+    m.update(b"stasis console csrf v2\0");
+    m.update(id.as_bytes());
+    hex::encode(m.finalize().into_bytes())
 }
 
 fn constant_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The session id in a request's cookies, if any (shape-checked only).
+/// The session id in a request's cookies, if any (shape-checked only); the
+/// TLS name first.
 pub fn cookie_id(headers: &HeaderMap) -> Option<String> {
-    for v in headers.get_all(axum::http::header::COOKIE) {
-        let Ok(s) = v.to_str() else { continue };
-        for part in s.split(';') {
-            if let Some((k, val)) = part.trim().split_once('=') {
-                if k == COOKIE && val.starts_with(PREFIX) && val.len() <= 128 {
-                    return Some(val.to_string());
+    let named = |name: &str| {
+        for v in headers.get_all(axum::http::header::COOKIE) {
+            let Ok(s) = v.to_str() else { continue };
+            for part in s.split(';') {
+                if let Some((k, val)) = part.trim().split_once('=') {
+                    if k == name && val.starts_with(PREFIX) && val.len() <= 128 {
+                        return Some(val.to_string());
+                    }
                 }
             }
         }
-    }
-    None
+        None
+    };
+    named(SECURE_COOKIE).or_else(|| named(COOKIE))
 }
 
 /// The host a request was addressed to.
@@ -101,7 +123,7 @@ pub fn check_origin(headers: &HeaderMap) -> Result<()> {
 }
 
 /// A state-changing method needs the session's CSRF token in `x-csrf-token`.
-pub fn check_csrf(method: &Method, headers: &HeaderMap, id: &str) -> Result<()> {
+pub fn check_csrf(key: &[u8; 32], method: &Method, headers: &HeaderMap, id: &str) -> Result<()> {
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
         return Ok(());
     }
@@ -109,7 +131,7 @@ pub fn check_csrf(method: &Method, headers: &HeaderMap, id: &str) -> Result<()> 
         .get(CSRF_HEADER)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    if constant_eq(given.as_bytes(), csrf_of(id).as_bytes()) {
+    if constant_eq(given.as_bytes(), csrf_of(key, id).as_bytes()) {
         Ok(())
     } else {
         Err(Error::new(
@@ -133,10 +155,12 @@ pub fn over_tls(headers: &HeaderMap) -> bool {
     proto.eq_ignore_ascii_case("https") || origin.starts_with("https://")
 }
 
-/// The `Set-Cookie` value of a session (`max_age_s` 0 clears it).
+/// The `Set-Cookie` value of a session (`max_age_s` 0 clears it). `Path=/`:
+/// see the module's notes.
 pub fn set_cookie(id: &str, max_age_s: i64, secure: bool) -> String {
     format!(
-        "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        "{}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        if secure { SECURE_COOKIE } else { COOKIE },
         max_age_s.max(0),
         if secure { "; Secure" } else { "" }
     )
@@ -170,7 +194,12 @@ fn actor_name(given: Option<&str>, token_name: &str) -> Result<String> {
 }
 
 /// Exchange a token for a session (401 for an unknown, revoked or expired token).
-pub async fn sign_in(meta: &Meta, token: &str, actor: Option<&str>) -> Result<SignedIn> {
+pub async fn sign_in(
+    meta: &Meta,
+    csrf_key: &[u8; 32],
+    token: &str,
+    actor: Option<&str>,
+) -> Result<SignedIn> {
     let token = token.trim();
     if !token.starts_with(crate::auth::TOKEN_PREFIX) || token.len() > 128 {
         return Err(unauthorized("invalid or revoked token"));
@@ -202,7 +231,7 @@ pub async fn sign_in(meta: &Meta, token: &str, actor: Option<&str>) -> Result<Si
         .await?;
     }
     Ok(SignedIn {
-        csrf: csrf_of(&id),
+        csrf: csrf_of(csrf_key, &id),
         tenant: rec.tenant.map(|t| t.as_str().to_string()),
         admin: rec.is_admin,
         actor,
@@ -264,6 +293,7 @@ pub fn check_path(path: &str) -> Result<()> {
 /// state-changing request must carry the CSRF token.
 pub async fn identify(
     meta: &Meta,
+    csrf_key: &[u8; 32],
     method: &Method,
     path: &str,
     headers: &HeaderMap,
@@ -272,7 +302,7 @@ pub async fn identify(
     check_origin(headers)?;
     check_path(path)?;
     let (ident, _) = resolve(meta, id).await?;
-    check_csrf(method, headers, id)?;
+    check_csrf(csrf_key, method, headers, id)?;
     Ok(ident)
 }
 
@@ -295,19 +325,43 @@ mod tests {
         h
     }
 
+    const KEY: [u8; 32] = [9; 32];
+
+    #[test]
+    fn csrf_tokens_need_the_server_secret() {
+        let id = generate_id();
+        // The keyless derivation a session id alone gave is refused.
+        let keyless = derive("stasis 2026-12 console csrf v1", &id);
+        assert_ne!(csrf_of(&KEY, &id), keyless);
+        let post = |t: &str| check_csrf(&KEY, &Method::POST, &hdrs(&[(CSRF_HEADER, t)]), &id);
+        assert_eq!(post(&keyless).unwrap_err().code, ErrorCode::Forbidden);
+        assert!(post(&csrf_of(&KEY, &id)).is_ok());
+        // Another secret (another database) makes another token.
+        assert!(post(&csrf_of(&[1; 32], &id)).is_err());
+        assert_eq!(csrf_of(&KEY, &id).len(), 64);
+    }
+
     #[test]
     fn cookie_csrf_and_origin_rules() {
         let id = generate_id();
         let h = hdrs(&[("cookie", &format!("a=b; {COOKIE}={id}; c=d"))]);
         assert_eq!(cookie_id(&h).as_deref(), Some(id.as_str()));
         assert_eq!(cookie_id(&hdrs(&[("cookie", "stasis_session=x")])), None);
+        // The TLS name wins over a plain one.
+        let other_id = generate_id();
+        let h = hdrs(&[(
+            "cookie",
+            &format!("{COOKIE}={other_id}; {SECURE_COOKIE}={id}"),
+        )]);
+        assert_eq!(cookie_id(&h).as_deref(), Some(id.as_str()));
         // GET needs no CSRF token; POST needs the right one.
-        assert!(check_csrf(&Method::GET, &HeaderMap::new(), &id).is_ok());
-        let e = check_csrf(&Method::POST, &HeaderMap::new(), &id).unwrap_err();
+        assert!(check_csrf(&KEY, &Method::GET, &HeaderMap::new(), &id).is_ok());
+        let e = check_csrf(&KEY, &Method::POST, &HeaderMap::new(), &id).unwrap_err();
         assert_eq!(e.code, ErrorCode::Forbidden);
-        let other = csrf_of(&generate_id());
-        assert!(check_csrf(&Method::POST, &hdrs(&[(CSRF_HEADER, &other)]), &id).is_err());
-        assert!(check_csrf(&Method::DELETE, &hdrs(&[(CSRF_HEADER, &csrf_of(&id))]), &id).is_ok());
+        let other = csrf_of(&KEY, &generate_id());
+        assert!(check_csrf(&KEY, &Method::POST, &hdrs(&[(CSRF_HEADER, &other)]), &id).is_err());
+        let good = csrf_of(&KEY, &id);
+        assert!(check_csrf(&KEY, &Method::DELETE, &hdrs(&[(CSRF_HEADER, &good)]), &id).is_ok());
         // Origin must be the host itself when given.
         assert!(check_origin(&hdrs(&[("host", "127.0.0.1:7070")])).is_ok());
         assert!(check_origin(&hdrs(&[
@@ -328,7 +382,9 @@ mod tests {
         assert!(check_path("/v1/sandboxes").is_ok());
         let c = set_cookie(&id, 60, true);
         assert!(c.contains("HttpOnly") && c.contains("SameSite=Strict") && c.ends_with("Secure"));
-        assert!(!set_cookie(&id, 60, false).contains("Secure"));
+        assert!(c.starts_with("__Host-stasis_session=") && !c.contains("Domain"));
+        let c = set_cookie(&id, 60, false);
+        assert!(c.starts_with("stasis_session=") && !c.contains("Secure"));
         assert!(over_tls(&hdrs(&[("x-forwarded-proto", "https")])));
         assert!(!over_tls(&HeaderMap::new()));
     }
@@ -339,9 +395,10 @@ mod tests {
         let meta = Meta::open(&dir.path().join("meta.db")).await.unwrap();
         bootstrap(&meta, dir.path()).await.unwrap();
         let tok = std::fs::read_to_string(dir.path().join("token")).unwrap();
-        let e = sign_in(&meta, "stk_nope", None).await.unwrap_err();
+        let e = sign_in(&meta, &KEY, "stk_nope", None).await.unwrap_err();
         assert_eq!(e.code, ErrorCode::Unauthorized);
-        let s = sign_in(&meta, &tok, Some("alice")).await.unwrap();
+        let s = sign_in(&meta, &KEY, &tok, Some("alice")).await.unwrap();
+        assert_eq!(s.csrf, csrf_of(&KEY, &s.id));
         assert!(!s.admin && s.actor == "alice");
         let (ident, _) = resolve(&meta, &s.id).await.unwrap();
         assert_eq!(ident.actor, "alice");
@@ -349,7 +406,7 @@ mod tests {
         // The stored row is the hash, never the id.
         assert!(meta.console_session(&s.id).await.unwrap().is_none());
         // Revoking the token ends the session.
-        let s2 = sign_in(&meta, &tok, None).await.unwrap();
+        let s2 = sign_in(&meta, &KEY, &tok, None).await.unwrap();
         let (ident, _) = resolve(&meta, &s2.id).await.unwrap();
         sign_out(&meta, &s.id).await.unwrap();
         assert_eq!(

@@ -124,14 +124,21 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
     };
     let found = match cookie {
         Some(sid) => {
-            crate::console::session::identify(
-                st.manager.meta(),
-                req.method(),
-                req.uri().path(),
-                req.headers(),
-                &sid,
-            )
-            .await
+            let (meta, store) = (st.manager.meta(), st.manager.snapshots().store());
+            match st.console.csrf_key(meta, store).await {
+                Ok(key) => {
+                    crate::console::session::identify(
+                        meta,
+                        key,
+                        req.method(),
+                        req.uri().path(),
+                        req.headers(),
+                        &sid,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            }
         }
         None => identify(st.manager.meta(), req.headers()).await,
     };

@@ -84,6 +84,12 @@ struct Login {
     actor: Option<String>,
 }
 
+/// The console's CSRF secret.
+async fn csrf_key(st: &AppState) -> Result<&[u8; 32], ApiError> {
+    let m = &st.manager;
+    Ok(st.console.csrf_key(m.meta(), m.snapshots().store()).await?)
+}
+
 fn with_cookie(mut r: Response, cookie: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(cookie) {
         r.headers_mut().append(header::SET_COOKIE, v);
@@ -97,7 +103,8 @@ async fn login(
     ApiJson(body): ApiJson<Login>,
 ) -> ApiResult<Response> {
     session::check_origin(&headers)?;
-    let s = session::sign_in(st.manager.meta(), &body.token, body.actor.as_deref()).await?;
+    let key = csrf_key(&st).await?;
+    let s = session::sign_in(st.manager.meta(), key, &body.token, body.actor.as_deref()).await?;
     let max_age = (s.expires_at_ms - stasis_core::now_ms()) / 1000;
     let cookie = session::set_cookie(&s.id, max_age, session::over_tls(&headers));
     Ok(with_cookie(axum::Json(s).into_response(), &cookie))
@@ -111,8 +118,9 @@ async fn who(State(st): State<AppState>, headers: HeaderMap) -> ApiResult<Respon
     let id = current(&headers)?;
     session::check_origin(&headers)?;
     let (ident, s) = session::resolve(st.manager.meta(), &id).await?;
+    let key = csrf_key(&st).await?;
     Ok(axum::Json(serde_json::json!({
-        "csrf": session::csrf_of(&id),
+        "csrf": session::csrf_of(key, &id),
         "tenant": ident.tenant.map(|t| t.as_str().to_string()),
         "admin": ident.is_admin,
         "actor": s.actor,
@@ -124,7 +132,7 @@ async fn who(State(st): State<AppState>, headers: HeaderMap) -> ApiResult<Respon
 async fn logout(State(st): State<AppState>, headers: HeaderMap) -> ApiResult<Response> {
     let id = current(&headers)?;
     session::check_origin(&headers)?;
-    session::check_csrf(&Method::POST, &headers, &id)?;
+    session::check_csrf(csrf_key(&st).await?, &Method::POST, &headers, &id)?;
     session::sign_out(st.manager.meta(), &id).await?;
     let cookie = session::set_cookie("", 0, session::over_tls(&headers));
     Ok(with_cookie(StatusCode::NO_CONTENT.into_response(), &cookie))
@@ -134,6 +142,7 @@ async fn audit_verify(State(st): State<AppState>, headers: HeaderMap) -> ApiResu
     let id = current(&headers)?;
     let ident = session::identify(
         st.manager.meta(),
+        csrf_key(&st).await?,
         &Method::GET,
         "/ui/audit-verify",
         &headers,
@@ -150,7 +159,7 @@ async fn audit_verify(State(st): State<AppState>, headers: HeaderMap) -> ApiResu
 }
 
 #[utoipa::path(get, path = "/v1/events",
-    responses((status = 200, description = "text/event-stream of this tenant's audit events as they happen: `event: audit`, data {seq, ts_ms, action, target, actor}")))]
+    responses((status = 200, description = "text/event-stream of this tenant's audit events as they happen: `event: audit`, data {seq, ts_ms, action, target, actor}; ids (and seq) count this tenant's entries only, and `Last-Event-ID` resumes after one")))]
 async fn event_stream(
     State(st): State<AppState>,
     auth: Authed,
@@ -165,17 +174,15 @@ async fn event_stream(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<i64>().ok())
         .filter(|n| *n >= 0);
-    let from = match resumed {
-        Some(n) => n,
-        None => events::latest(&meta, &ctx.tenant).await?,
-    };
+    let from = events::start(&meta, &ctx.tenant, resumed).await?;
+    let ready_id = from.position.to_string();
     let stop = stopping.map(|Extension(t)| t).unwrap_or_default();
     let hello = futures::stream::once(async move {
         Ok::<_, Infallible>(
             SseEvent::default()
                 .event("ready")
-                .id(from.to_string())
-                .data(from.to_string()),
+                .id(ready_id.clone())
+                .data(ready_id),
         )
     });
     let feed = events::feed(meta, ctx.tenant, from, stop).map(|e| {

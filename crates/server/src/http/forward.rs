@@ -85,10 +85,15 @@ async fn forward_upgrade(cluster: &Cluster, url: &str, req: Request) -> Response
         Err(e) => return bad_gateway(&format!("the node running this sandbox ({url}): {e}")),
     };
     let mut add = HeaderMap::new();
+    // The credentials the relay keeps from a sandbox go to the other node:
+    // the token, the console's cookie (a terminal attached from the
+    // console), the daemon's own headers.
     for (k, v) in req.headers() {
-        let keep = k == axum::http::header::AUTHORIZATION || k == axum::http::header::HOST;
+        let keep = k == axum::http::header::AUTHORIZATION
+            || k == axum::http::header::HOST
+            || k == axum::http::header::COOKIE;
         if keep || k.as_str().starts_with("x-stasis-") {
-            add.insert(k.clone(), v.clone());
+            add.append(k.clone(), v.clone());
         }
     }
     if let Ok(v) = HeaderValue::from_str(cluster.node_id()) {

@@ -25,6 +25,7 @@ pub mod limit;
 pub mod metrics;
 pub mod network;
 pub mod ports;
+pub mod ports_host;
 pub mod runs;
 pub mod sandboxes;
 pub mod sessions;
@@ -180,6 +181,12 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,
+        ))
+        // A port host (ports domain) is served by the port proxy alone: it
+        // never reaches the console or the API.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            ports_host::host_layer,
         ))
         // Outside authentication, so refused requests are counted too.
         .layer(axum::middleware::from_fn_with_state(

@@ -7,6 +7,11 @@
 //! On the token route the paths `urls` and `urls/{url_id}` answer `POST`
 //! and `DELETE` themselves (signed URLs); every other method and path is
 //! relayed to the sandbox. A signed URL has no such exception.
+//!
+//! Both forms are served on the daemon's own origin, so their responses are
+//! confined to an opaque origin (`Content-Security-Policy: sandbox`, see
+//! [`proxy::confine_to_opaque_origin`]); a browser gets each port on an
+//! origin of its own from the ports domain ([`super::ports_host`]).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -85,25 +90,42 @@ fn client_addr(req: &Request) -> Option<SocketAddr> {
 }
 
 /// Where one proxied request goes.
-struct Dest {
-    id: SandboxId,
-    port: u16,
+pub(super) struct Dest {
+    pub id: SandboxId,
+    pub port: u16,
     /// The public path prefix the port is served under.
-    prefix: String,
+    pub prefix: String,
     /// Path and query inside the sandbox.
-    path_and_query: String,
+    pub path_and_query: String,
     /// Reached by a signed URL (else by an API token).
-    signed: bool,
+    pub signed: bool,
+    /// Served on the daemon's own origin (else on the port's own).
+    pub daemon_origin: bool,
+}
+
+/// The 429 of a signed URL past its request rate (its own bucket, the rate
+/// of an API token), if it is.
+pub(super) fn url_rate_limited(st: &AppState, url_id: &str) -> Option<Response> {
+    let secs = st.limiter.check(&format!("port-url:{url_id}")).err()?;
+    let mut r = ApiError(Error::new(
+        ErrorCode::RateLimited,
+        format!("rate limit of this port URL exceeded; retry in {secs} s"),
+    ))
+    .into_response();
+    r.headers_mut()
+        .insert("retry-after", axum::http::HeaderValue::from(secs.max(1)));
+    Some(r)
 }
 
 /// Relay `req` to `d` as `ctx`, counting it.
-async fn relay(st: &AppState, ctx: &Ctx, d: Dest, req: Request) -> Response {
+pub(super) async fn relay(st: &AppState, ctx: &Ctx, d: Dest, req: Request) -> Response {
     let Dest {
         id,
         port,
         prefix,
         path_and_query,
         signed,
+        daemon_origin,
     } = d;
     let metrics = st.ports.metrics().clone();
     let unreachable = |e: Error| {
@@ -123,7 +145,10 @@ async fn relay(st: &AppState, ctx: &Ctx, d: Dest, req: Request) -> Response {
         );
         return r;
     }
-    let stream = match st.manager.connect_port(ctx, &id, port).await {
+    // A server still starting (a booting microVM's) gets a moment to listen.
+    let wait = st.ports.config().listen_wait;
+    let connect = || st.manager.connect_port(ctx, &id, port);
+    let stream = match crate::ports::connect_waiting(wait, connect).await {
         Ok(s) => s,
         Err(e) => return unreachable(e),
     };
@@ -150,6 +175,9 @@ async fn relay(st: &AppState, ctx: &Ctx, d: Dest, req: Request) -> Response {
     });
     match proxy::relay(stream, req, target, activity).await {
         Ok(mut r) => {
+            if daemon_origin {
+                proxy::confine_to_opaque_origin(r.headers_mut());
+            }
             r.extensions_mut().insert(Relayed);
             r
         }
@@ -180,6 +208,7 @@ async fn proxy_token(State(st): State<AppState>, auth: Authed, req: Request) -> 
         prefix: prefix.to_string(),
         path_and_query: with_query(tail, &req),
         signed: false,
+        daemon_origin: true,
     };
     relay(&st, &ctx, d, req).await
 }
@@ -203,15 +232,7 @@ async fn proxy_signed(State(st): State<AppState>, req: Request) -> Response {
         Ok(c) => c,
         Err(e) => return ApiError(e).into_response(),
     };
-    // A signed URL has the request rate of an API token, its own bucket.
-    if let Err(secs) = st.limiter.check(&format!("port-url:{}", claims.url_id)) {
-        let mut r = ApiError(Error::new(
-            ErrorCode::RateLimited,
-            format!("rate limit of this port URL exceeded; retry in {secs} s"),
-        ))
-        .into_response();
-        r.headers_mut()
-            .insert("retry-after", axum::http::HeaderValue::from(secs.max(1)));
+    if let Some(r) = url_rate_limited(&st, &claims.url_id) {
         return r;
     }
     // `/p/{token}` -> `/p/{token}/`, so a page's relative links resolve
@@ -228,13 +249,9 @@ async fn proxy_signed(State(st): State<AppState>, req: Request) -> Response {
         )
             .into_response();
     }
-    let rec = match meta.get(&claims.sandbox).await {
-        Ok(r) => r,
+    let ctx = match url_ctx(&st, &claims).await {
+        Ok(c) => c,
         Err(e) => return ApiError(e).into_response(),
-    };
-    let ctx = Ctx {
-        tenant: rec.tenant,
-        actor: format!("port-url:{}", claims.url_id),
     };
     let d = Dest {
         id: claims.sandbox,
@@ -242,8 +259,21 @@ async fn proxy_signed(State(st): State<AppState>, req: Request) -> Response {
         prefix: prefix.to_string(),
         path_and_query: with_query(tail, &req),
         signed: true,
+        daemon_origin: true,
     };
     relay(&st, &ctx, d, req).await
+}
+
+/// Who a signed URL's request acts as: the sandbox's tenant, the URL.
+pub(super) async fn url_ctx(
+    st: &AppState,
+    claims: &crate::ports::Claims,
+) -> stasis_core::Result<Ctx> {
+    let rec = st.manager.meta().get(&claims.sandbox).await?;
+    Ok(Ctx {
+        tenant: rec.tenant,
+        actor: format!("port-url:{}", claims.url_id),
+    })
 }
 
 fn public_url(headers: &HeaderMap, path: &str) -> String {
@@ -273,11 +303,20 @@ async fn issue_url(
         .issue(m.meta(), m.snapshots().store(), &ctx, &id, port, ttl)
         .await?;
     let path = format!("{SIGNED_PREFIX}{token}/");
+    // On the ports domain, the URL a browser opens is on the port's origin.
+    let url = match &st.ports.config().domain {
+        Some(d) => format!(
+            "{}/?{}={token}",
+            d.origin(port, id.as_str()),
+            crate::ports::PORT_TOKEN_PARAM
+        ),
+        None => public_url(&headers, &path),
+    };
     Ok((
         StatusCode::CREATED,
         axum::Json(PortUrl {
             id: claims.url_id,
-            url: public_url(&headers, &path),
+            url,
             path,
             port,
             expires_at_ms: claims.expires_at_ms,

@@ -19,6 +19,8 @@ pub struct AppState {
     pub runs: Arc<Runs>,
     /// Lifecycle webhook endpoints (delivery runs beside the daemon).
     pub webhooks: Arc<crate::webhooks::Webhooks>,
-    /// The port proxy's signing key and counters.
+    /// The port proxy's signing key, configuration and counters.
     pub ports: Arc<Ports>,
+    /// The web console's CSRF secret.
+    pub console: Arc<crate::console::Console>,
 }

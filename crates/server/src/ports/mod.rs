@@ -4,7 +4,8 @@
 //!
 //! - [`token`]: the signed URL token (format, signature, checks);
 //! - [`proxy`]: relaying one HTTP request or WebSocket to a sandbox port;
-//! - [`metrics`]: requests, bytes and denials.
+//! - [`metrics`]: requests, bytes and denials;
+//! - [`host`]: host routing, `<port>-<sandbox>.<ports domain>`.
 //!
 //! This module is the service around them: the signing key (random, made
 //! by the first daemon that needs it, sealed under the store's master key
@@ -12,24 +13,34 @@
 //! the same URLs), issuing and revoking URLs (audited), and checking a
 //! presented token (signature, expiry, the revocation table). Connecting
 //! to the port is the manager's (`Manager::connect_port`: resume on
-//! traffic, the idle clock).
+//! traffic, the idle clock); waiting briefly for a server that is still
+//! starting is [`connect_waiting`].
+//!
+//! Where a sandbox's pages are served: on the ports domain, each port has
+//! its own origin and a browser authenticates with a signed URL once (its
+//! token then rides in [`PORT_COOKIE`], host-only on that origin). The
+//! daemon-origin forms (`/p/...`, `/v1/sandboxes/{id}/ports/...`) are for
+//! CLI and API use and are confined ([`proxy::confine_to_opaque_origin`]).
 
+pub mod host;
 pub mod metrics;
 pub mod proxy;
 pub mod token;
 
+use std::future::Future;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::OnceCell;
 use utoipa::ToSchema;
 
-use stasis_core::{now_ms, Error, ErrorCode, Result, SandboxId, TenantId};
+use stasis_core::{now_ms, Error, ErrorCode, Result, SandboxId};
 use stasis_meta::port_urls::ALL_URLS;
 use stasis_meta::{Meta, NewAuditEntry};
 use stasis_store::Store;
 
+use crate::daemon_key::DaemonKey;
 use crate::manager::Ctx;
+pub use host::PortsDomain;
 pub use metrics::{DenyReason, PortMetrics};
 pub use token::{Claims, Denial};
 
@@ -39,26 +50,63 @@ pub const MAX_URL_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
 /// The path prefix of signed URLs: `/p/{token}/...`.
 pub const SIGNED_PREFIX: &str = "/p/";
 
-/// Name of the key in `daemon_keys`, and the sealing context.
+/// Name of the key in `daemon_keys`.
 const KEY_NAME: &str = "port-url-key-v1";
-pub(crate) const KEY_TENANT: &str = "stasis-daemon";
+pub(crate) use crate::daemon_key::KEY_TENANT;
+
+/// On a port's own origin: the cookie holding the signed URL's token after
+/// a browser opened the URL (host-only, so no other origin ever gets it;
+/// named apart from the console's session and, like every `stasis_*`
+/// cookie, never relayed into the sandbox).
+pub const PORT_COOKIE: &str = "stasis_port";
+/// On a port's own origin: the query parameter a signed URL carries its
+/// token in (exchanged for [`PORT_COOKIE`] on a `GET`).
+pub const PORT_TOKEN_PARAM: &str = "stasis_port_token";
+/// On a port's own origin: the header a client (not a browser) may send
+/// the token in instead.
+pub const PORT_TOKEN_HEADER: &str = "x-stasis-port-token";
+/// How long a port request waits for a listener by default.
+pub const DEFAULT_LISTEN_WAIT: Duration = Duration::from_secs(5);
+
+/// How the daemon serves exposed ports.
+#[derive(Debug, Clone)]
+pub struct PortsConfig {
+    /// Each port on its own origin under this domain (`--ports-domain`).
+    pub domain: Option<PortsDomain>,
+    /// How long a request waits for a server that does not listen yet
+    /// before it is answered 502 (`--port-listen-wait-ms`; zero: not at all).
+    pub listen_wait: Duration,
+}
+
+impl Default for PortsConfig {
+    fn default() -> Self {
+        PortsConfig {
+            domain: None,
+            listen_wait: DEFAULT_LISTEN_WAIT,
+        }
+    }
+}
 
 /// A signed URL as issued.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PortUrl {
     /// The URL id (for revoking this one URL).
     pub id: String,
-    /// Path of the URL on the daemon (`/p/{token}/`).
+    /// Path of the URL on the daemon (`/p/{token}/`, for CLI and API use).
     pub path: String,
-    /// The full URL, when the daemon knows its public address.
+    /// The URL to open: on the port's own origin when the daemon has a
+    /// ports domain (`<port>-<sandbox>.<domain>/?stasis_port_token=...`),
+    /// else the path on the daemon's address.
     pub url: String,
     pub port: u16,
     pub expires_at_ms: i64,
 }
 
-/// The port proxy's shared state: the signing key (loaded once) and metrics.
+/// The port proxy's shared state: the signing key (loaded once), the
+/// configuration and metrics.
 pub struct Ports {
-    key: OnceCell<[u8; 32]>,
+    key: DaemonKey,
+    config: PortsConfig,
     metrics: PortMetrics,
 }
 
@@ -92,10 +140,77 @@ pub fn denial_error(d: Denial) -> Error {
     Error::new(ErrorCode::Forbidden, d.message())
 }
 
+/// `connect`, tried again while it fails with `port_unreachable` (a server
+/// still starting, e.g. in a booting microVM) until `wait` has passed; then
+/// the last error. Other errors are answered at once.
+pub async fn connect_waiting<T, F, Fut>(wait: Duration, mut connect: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match connect().await {
+            Err(e) if e.code == ErrorCode::PortUnreachable => {
+                let now = tokio::time::Instant::now();
+                if now >= deadline {
+                    return Err(e);
+                }
+                tokio::time::sleep(pause.min(deadline - now)).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            r => return r,
+        }
+    }
+}
+
+/// The `Set-Cookie` value carrying a signed URL's token on its port's
+/// origin: host-only (no `Domain`), httpOnly, Lax (a link from elsewhere
+/// opens the page signed in), until the URL expires.
+pub fn port_cookie(token: &str, max_age_s: i64, secure: bool) -> String {
+    format!(
+        "{PORT_COOKIE}={token}; Path=/; HttpOnly; SameSite=Lax; Max-Age={}{}",
+        max_age_s.max(0),
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// The token in a request's [`PORT_COOKIE`], if any.
+pub fn port_cookie_token(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get_all(axum::http::header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|s| s.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == PORT_COOKIE)
+        .map(|(_, v)| v.to_string())
+}
+
+/// A query string without [`PORT_TOKEN_PARAM`], and the token it carried.
+pub fn take_token_param(query: Option<&str>) -> (Option<String>, Option<String>) {
+    let Some(q) = query else { return (None, None) };
+    let mut token = None;
+    let rest: Vec<&str> = q
+        .split('&')
+        .filter(|kv| match kv.split_once('=') {
+            Some((k, v)) if k == PORT_TOKEN_PARAM => {
+                token = Some(v.to_string());
+                false
+            }
+            _ => *kv != PORT_TOKEN_PARAM,
+        })
+        .collect();
+    let rest = (!rest.is_empty()).then(|| rest.join("&"));
+    (rest, token)
+}
+
 impl Ports {
-    pub fn new(registry: &prometheus::Registry) -> Self {
+    pub fn new(registry: &prometheus::Registry, config: PortsConfig) -> Self {
         Ports {
-            key: OnceCell::new(),
+            key: DaemonKey::new(KEY_NAME),
+            config,
             metrics: PortMetrics::new(registry),
         }
     }
@@ -104,20 +219,13 @@ impl Ports {
         &self.metrics
     }
 
+    pub fn config(&self) -> &PortsConfig {
+        &self.config
+    }
+
     /// The signing key shared by every daemon of the database.
     async fn key(&self, meta: &Meta, store: &Store) -> Result<&[u8; 32]> {
-        self.key
-            .get_or_try_init(|| async {
-                let tenant = TenantId::parse(KEY_TENANT)?;
-                let fresh: [u8; 32] = rand::random();
-                let sealed = store.seal_secret(&tenant, KEY_NAME, &fresh);
-                let stored = meta.daemon_key_or_insert(KEY_NAME, &sealed).await?;
-                let key = store.open_secret(&tenant, KEY_NAME, &stored)?;
-                key.try_into().map_err(|_| {
-                    Error::internal("the stored port URL key is not 32 bytes".to_string())
-                })
-            })
-            .await
+        self.key.get(meta, store).await
     }
 
     /// Issue a signed URL for `port` of the caller's sandbox `id` (which
@@ -201,6 +309,27 @@ impl Ports {
             denial_error(d)
         })
     }
+
+    /// [`Ports::check`], and the token must open `port` of `sandbox` (the
+    /// port host it was presented on): 403 otherwise.
+    pub async fn check_for(
+        &self,
+        meta: &Meta,
+        store: &Store,
+        tok: &str,
+        sandbox: &SandboxId,
+        port: u16,
+    ) -> Result<Claims> {
+        let c = self.check(meta, store, tok).await?;
+        if &c.sandbox != sandbox || c.port != port {
+            self.metrics.denied(DenyReason::Url(Denial::BadSignature));
+            return Err(Error::new(
+                ErrorCode::Forbidden,
+                "this port URL opens another port or sandbox",
+            ));
+        }
+        Ok(c)
+    }
 }
 
 async fn audit(meta: &Meta, ctx: &Ctx, action: &str, id: &SandboxId, detail: serde_json::Value) {
@@ -241,6 +370,79 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_port_request_waits_for_a_listener_within_its_bound() {
+        fn unreachable() -> Error {
+            Error::new(ErrorCode::PortUnreachable, "nothing listens")
+        }
+        // The server listens at the third try: answered, not 502.
+        let mut tries = 0;
+        let r = connect_waiting(Duration::from_secs(60), || {
+            tries += 1;
+            let n = tries;
+            async move {
+                if n < 3 {
+                    Err(unreachable())
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), 3);
+        // Never listening: the error once the wait is over.
+        let mut tries = 0;
+        let e = connect_waiting(Duration::from_millis(200), || {
+            tries += 1;
+            async { Err::<(), _>(unreachable()) }
+        })
+        .await
+        .unwrap_err();
+        assert_eq!(e.code, ErrorCode::PortUnreachable);
+        assert!(tries >= 2, "tried again before giving up ({tries})");
+        // No wait: one try. Another error: answered at once.
+        let mut tries = 0;
+        let e = connect_waiting(Duration::ZERO, || {
+            tries += 1;
+            async { Err::<(), _>(unreachable()) }
+        })
+        .await
+        .unwrap_err();
+        assert_eq!((e.code, tries), (ErrorCode::PortUnreachable, 1));
+        let mut tries = 0;
+        let e = connect_waiting(Duration::from_secs(60), || {
+            tries += 1;
+            async { Err::<(), _>(Error::not_found("sandbox")) }
+        })
+        .await
+        .unwrap_err();
+        assert_eq!((e.code, tries), (ErrorCode::NotFound, 1));
+    }
+
+    #[test]
+    fn the_port_cookie_and_the_token_parameter() {
+        let c = port_cookie("tok", 60, true);
+        assert_eq!(
+            c,
+            "stasis_port=tok; Path=/; HttpOnly; SameSite=Lax; Max-Age=60; Secure"
+        );
+        assert!(!c.contains("Domain"), "host-only");
+        assert!(crate::ports::proxy::is_daemon_cookie(PORT_COOKIE));
+        let mut h = axum::http::HeaderMap::new();
+        h.insert("cookie", "a=1; stasis_port=tok2".parse().unwrap());
+        assert_eq!(port_cookie_token(&h).as_deref(), Some("tok2"));
+        assert_eq!(
+            take_token_param(Some("a=1&stasis_port_token=t&b=2")),
+            (Some("a=1&b=2".into()), Some("t".into()))
+        );
+        assert_eq!(
+            take_token_param(Some("stasis_port_token=t")),
+            (None, Some("t".into()))
+        );
+        assert_eq!(take_token_param(Some("a=1")), (Some("a=1".into()), None));
+        assert_eq!(take_token_param(None), (None, None));
+    }
+
+    #[tokio::test]
     async fn urls_are_checked_and_revoked() {
         let dir = tempfile::tempdir().unwrap();
         let meta = Meta::open(&dir.path().join("meta.db")).await.unwrap();
@@ -251,7 +453,7 @@ mod tests {
         .await
         .unwrap();
         let reg = prometheus::Registry::new();
-        let ports = Ports::new(&reg);
+        let ports = Ports::new(&reg, PortsConfig::default());
         let c = Claims {
             sandbox: SandboxId::parse("sb-x").unwrap(),
             port: 8000,
@@ -262,7 +464,7 @@ mod tests {
         let key = *ports.key(&meta, &store).await.unwrap();
         // The key is stored once: a second service over the same database
         // (another node) signs and verifies with the same one.
-        let other = Ports::new(&prometheus::Registry::new());
+        let other = Ports::new(&prometheus::Registry::new(), PortsConfig::default());
         assert_eq!(*other.key(&meta, &store).await.unwrap(), key);
         let t = token::sign(&key, &c).unwrap();
         assert_eq!(ports.check(&meta, &store, &t).await.unwrap(), c);

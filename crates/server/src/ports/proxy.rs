@@ -10,6 +10,14 @@
 //! `X-Forwarded-Proto` and `X-Forwarded-Prefix` (the path prefix the app
 //! is served under, for links).
 //!
+//! Cookies: the daemon's own (every name starting `stasis_`, with or
+//! without a `__Host-`/`__Secure-` prefix: the console's session, the port
+//! origin's URL cookie) never cross the proxy. They are cut out of the
+//! request's `Cookie` (so a sandbox never sees a viewer's session), and a
+//! response's `Set-Cookie` naming one is dropped (so a sandbox cannot plant
+//! or clear one in a browser). Other cookies pass both ways: they belong to
+//! the app in the sandbox.
+//!
 //! WebSocket (any `Connection: upgrade`): the upgrade request is relayed;
 //! when the sandbox answers 101, both connections are taken over from
 //! hyper and bytes are copied both ways until either side closes.
@@ -104,10 +112,65 @@ fn end_to_end(headers: &HeaderMap) -> HeaderMap {
     out
 }
 
+/// Whether a cookie name is one of the daemon's own (`stasis_*`, also
+/// behind the `__Host-` / `__Secure-` prefixes browsers give meaning to).
+pub fn is_daemon_cookie(name: &str) -> bool {
+    let n = name.trim();
+    let n = n
+        .strip_prefix("__Host-")
+        .or_else(|| n.strip_prefix("__Secure-"))
+        .unwrap_or(n);
+    n.len() >= 7 && n.as_bytes()[..7].eq_ignore_ascii_case(b"stasis_")
+}
+
+/// The request's `Cookie` headers without the daemon's cookies (none left:
+/// no header).
+fn strip_daemon_cookies(h: &mut HeaderMap) {
+    let kept: Vec<String> = h
+        .get_all(header::COOKIE)
+        .iter()
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(';')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .filter(|c| !is_daemon_cookie(c.split('=').next().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })
+        .filter(|v| !v.is_empty())
+        .collect();
+    h.remove(header::COOKIE);
+    for v in kept {
+        if let Ok(v) = HeaderValue::from_str(&v) {
+            h.append(header::COOKIE, v);
+        }
+    }
+}
+
+/// A response's `Set-Cookie` headers without those naming a daemon cookie.
+fn drop_daemon_set_cookies(h: &mut HeaderMap) {
+    let kept: Vec<HeaderValue> = h
+        .get_all(header::SET_COOKIE)
+        .iter()
+        .filter(|v| {
+            let s = String::from_utf8_lossy(v.as_bytes());
+            let name = s.split(';').next().unwrap_or("").split('=').next();
+            !is_daemon_cookie(name.unwrap_or(""))
+        })
+        .cloned()
+        .collect();
+    h.remove(header::SET_COOKIE);
+    for v in kept {
+        h.append(header::SET_COOKIE, v);
+    }
+}
+
 /// The headers of the request relayed into the sandbox.
 pub fn request_headers(incoming: &HeaderMap, t: &Target, upgrade: bool) -> HeaderMap {
     let mut h = end_to_end(incoming);
     h.remove(header::AUTHORIZATION);
+    strip_daemon_cookies(&mut h);
     let ours: Vec<HeaderName> = h
         .keys()
         .filter(|k| k.as_str().starts_with("x-stasis-"))
@@ -133,8 +196,10 @@ pub fn request_headers(incoming: &HeaderMap, t: &Target, upgrade: bool) -> Heade
         }
     }
     h.insert("x-forwarded-proto", HeaderValue::from_static("http"));
-    if let Ok(v) = HeaderValue::from_str(&t.prefix) {
-        h.insert("x-forwarded-prefix", v);
+    if !t.prefix.is_empty() {
+        if let Ok(v) = HeaderValue::from_str(&t.prefix) {
+            h.insert("x-forwarded-prefix", v);
+        }
     }
     h.insert(
         header::HOST,
@@ -152,6 +217,7 @@ pub fn request_headers(incoming: &HeaderMap, t: &Target, upgrade: bool) -> Heade
 /// The headers of the response relayed back (a 101 keeps its upgrade).
 pub fn response_headers(incoming: &HeaderMap, switching: bool) -> HeaderMap {
     let mut h = end_to_end(incoming);
+    drop_daemon_set_cookies(&mut h);
     if switching {
         if let Some(u) = incoming.get(header::UPGRADE) {
             h.insert(header::UPGRADE, u.clone());
@@ -159,6 +225,34 @@ pub fn response_headers(incoming: &HeaderMap, switching: bool) -> HeaderMap {
         }
     }
     h
+}
+
+/// The policy of a sandbox's response served on the daemon's own origin
+/// (`/p/{token}/...` and `/v1/sandboxes/{id}/ports/...`, for CLI and API
+/// use): the page gets an opaque origin (no `allow-same-origin`), so its
+/// scripts can neither read the daemon's cookies nor call `/ui` or `/v1`
+/// as the viewer; it may not be framed. Browsers get a port's own origin
+/// from the ports domain instead.
+pub const DAEMON_ORIGIN_CSP: &str = "sandbox allow-scripts allow-forms allow-popups \
+     allow-downloads allow-modals; frame-ancestors 'none'";
+
+/// Confine a relayed response served on the daemon's origin: the sandbox
+/// policy (added beside any policy of the app's: every one applies), no
+/// MIME sniffing, no framing, no referrer (the URL may carry a token).
+pub fn confine_to_opaque_origin(h: &mut HeaderMap) {
+    h.append(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(DAEMON_ORIGIN_CSP),
+    );
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
 }
 
 /// The body size the request declares, checked against the limit.
@@ -203,8 +297,11 @@ pub async fn relay(
         .body(body)
         .map_err(|e| Error::invalid(format!("request: {e}")))?;
     let mut headers = request_headers(&parts.headers, &t, upgrade);
+    for k in t.add_headers.keys() {
+        headers.remove(k);
+    }
     for (k, v) in &t.add_headers {
-        headers.insert(k.clone(), v.clone());
+        headers.append(k.clone(), v.clone());
     }
     *out.headers_mut() = headers;
 
@@ -451,6 +548,39 @@ mod tests {
     }
 
     #[test]
+    fn the_daemons_cookies_never_cross_either_way() {
+        let inc = map(&[
+            ("cookie", "a=b; stasis_session=scs_x; c=d"),
+            ("cookie", "__Host-stasis_session=scs_y"),
+            ("cookie", "Stasis_Port=tok; stasisfan=1"),
+        ]);
+        for upgrade in [false, true] {
+            let h = request_headers(&inc, &target(), upgrade);
+            let all: Vec<_> = h.get_all("cookie").iter().collect();
+            assert_eq!(all, ["a=b; c=d", "stasisfan=1"], "upgrade {upgrade}");
+        }
+        // Only the daemon's cookies: no Cookie header at all.
+        let h = request_headers(
+            &map(&[("cookie", "stasis_session=scs_x")]),
+            &target(),
+            false,
+        );
+        assert!(!h.contains_key("cookie"));
+        let back = map(&[
+            ("set-cookie", "stasis_session=evil; Path=/"),
+            ("set-cookie", "__Secure-stasis_port=x; Path=/; Secure"),
+            ("set-cookie", " STASIS_SESSION=evil"),
+            ("set-cookie", "app=1; Path=/"),
+        ]);
+        for switching in [false, true] {
+            let r = response_headers(&back, switching);
+            let all: Vec<_> = r.get_all("set-cookie").iter().collect();
+            assert_eq!(all, ["app=1; Path=/"], "switching {switching}");
+        }
+        assert!(is_daemon_cookie("stasis_session") && !is_daemon_cookie("stasis"));
+    }
+
+    #[test]
     fn upgrades_keep_their_headers_both_ways() {
         let inc = map(&[
             ("connection", "keep-alive, Upgrade"),
@@ -477,6 +607,22 @@ mod tests {
         assert!(!r.contains_key("upgrade") && !r.contains_key("connection"));
         assert!(!is_upgrade(&map(&[("upgrade", "websocket")])));
         assert!(!is_upgrade(&map(&[("connection", "upgrade")])));
+    }
+
+    #[test]
+    fn responses_on_the_daemons_origin_are_confined() {
+        let mut h = map(&[
+            ("content-security-policy", "default-src 'self'"),
+            ("x-frame-options", "SAMEORIGIN"),
+        ]);
+        confine_to_opaque_origin(&mut h);
+        let csp: Vec<_> = h.get_all("content-security-policy").iter().collect();
+        assert_eq!(csp.len(), 2, "the app's policy and ours both apply");
+        assert!(csp[1].to_str().unwrap().starts_with("sandbox "));
+        assert!(!DAEMON_ORIGIN_CSP.contains("allow-same-origin"));
+        assert_eq!(h["x-frame-options"], "DENY");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        assert_eq!(h["referrer-policy"], "no-referrer");
     }
 
     #[test]
