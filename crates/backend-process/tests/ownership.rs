@@ -46,7 +46,10 @@ async fn python_value(be: &ProcessBackend, spec: &SandboxSpec, sid: &str, name: 
                 return v.trim().to_string();
             }
         }
-        assert!(t.elapsed() < Duration::from_secs(30), "no {name} in {text:?}");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "no {name} in {text:?}"
+        );
         let o = be.session_read(&spec.id, sid, off, wait()).await.unwrap();
         text.push_str(&String::from_utf8_lossy(&o.data));
         off = o.next_offset;

@@ -75,13 +75,22 @@ async fn daemons_on_the_default_parent_keep_their_sandboxes_and_sessions() {
 
     // A stop removes the daemon's own group once it is empty, and only it.
     ha.ok("DELETE", &format!("/v1/sandboxes/{sa}"), None).await;
-    drop(a);
+    stop(&mut a);
     assert!(!cgroup_exists(&own_a), "{own_a} left behind");
     assert!(cgroup_exists(&format!("{own_b}/{sb}")));
     python_says(&hb, &sb, &pb, "b4", "y", "7").await;
     hb.ok("DELETE", &format!("/v1/sandboxes/{sb}"), None).await;
-    drop(b);
+    stop(&mut b);
     assert!(!cgroup_exists(&own_b), "{own_b} left behind");
+}
+
+/// SIGTERM the daemon and wait for its exit (the harness's own cleanup
+/// runs only when it is dropped).
+fn stop(d: &mut Daemon) {
+    let mut c = d.child.take().unwrap();
+    unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+    let st = c.wait().unwrap();
+    assert!(st.success(), "{st}: {}", d.log());
 }
 
 fn ids(v: &Value) -> Vec<String> {
@@ -107,7 +116,9 @@ async fn ls_shows_live_sandboxes_and_rm_is_idempotent() {
     let o = d.cli(&["rm", &gone]);
     assert!(o.status.success(), "{o:?}");
     // An id that never existed stays not found.
-    let r = h.call("DELETE", "/v1/sandboxes/sb-nosuchsandbox0", None).await;
+    let r = h
+        .call("DELETE", "/v1/sandboxes/sb-nosuchsandbox0", None)
+        .await;
     assert_eq!(r.status, 404, "{}", r.body);
     let o = d.cli(&["rm", "sb-nosuchsandbox0"]);
     assert!(!o.status.success());
@@ -139,7 +150,13 @@ async fn ls_shows_live_sandboxes_and_rm_is_idempotent() {
         "FROM stasis-base:bookworm\nRUN echo built > /built.txt\n",
     )
     .unwrap();
-    let o = d.cli(&["image", "build", "-t", "listed:1", &ctx.path().display().to_string()]);
+    let o = d.cli(&[
+        "image",
+        "build",
+        "-t",
+        "listed:1",
+        &ctx.path().display().to_string(),
+    ]);
     assert!(o.status.success(), "{o:?}");
     let before = cli_ids(&["--json", "ls"]);
     assert_eq!(before.len(), 1, "{before:?}");
@@ -152,7 +169,11 @@ async fn ls_shows_live_sandboxes_and_rm_is_idempotent() {
         .collect();
     assert_eq!(builds.len(), 1, "{all}");
     let only = h
-        .ok("GET", "/v1/sandboxes?label=stasis.build=run&state=destroyed", None)
+        .ok(
+            "GET",
+            "/v1/sandboxes?label=stasis.build=run&state=destroyed",
+            None,
+        )
         .await;
     assert_eq!(ids(&only).len(), 1, "{only}");
 }

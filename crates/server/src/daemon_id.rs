@@ -18,7 +18,10 @@ pub const FILE: &str = "daemon-id";
 
 /// 16 lowercase hex digits (64 random bits).
 fn valid(id: &str) -> bool {
-    id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    id.len() == 16
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
 /// This data dir's daemon id: read it, or generate and write it on the
@@ -61,8 +64,9 @@ pub fn load_or_create(data_dir: &Path) -> Result<String> {
     let _ = std::fs::remove_file(&tmp);
     match linked {
         Ok(()) => Ok(id),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => read(&path)?
-            .ok_or_else(|| Error::internal(format!("{} vanished", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            read(&path)?.ok_or_else(|| Error::internal(format!("{} vanished", path.display())))
+        }
         Err(e) => Err(Error::internal(format!("write {}: {e}", path.display()))),
     }
 }
