@@ -378,6 +378,7 @@ pub(crate) async fn pause(
     let vm = state::vm(b, id)?;
     let lock = state::op_lock(b, id);
     let _op = lock.lock().await;
+    state::begin_op_timings(b, id);
     local::unbind(&vm.dir);
     std::fs::create_dir_all(out)?;
     let t = Instant::now();
@@ -469,6 +470,7 @@ pub(crate) async fn snapshot(
     out: &Path,
 ) -> Result<Vec<Artifact>> {
     let vm = state::vm(b, id)?;
+    state::begin_op_timings(b, id);
     std::fs::create_dir_all(out)?;
     let saved: Result<bool> = async {
         let r = guest::call(b, &vm, Request::Sync, None, Duration::ZERO).await;
@@ -514,6 +516,28 @@ pub(crate) async fn snapshot(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pause_reports_its_own_phases_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = MicrovmBackend::new(crate::MicrovmConfig::new(dir.path().to_path_buf()));
+        let id = SandboxId::generate();
+        // What a boot and a resume recorded before the pause.
+        b.timings.lock().unwrap().insert(
+            id.clone(),
+            state::OpTimings {
+                start_ms: 4153,
+                hello_ms: 3744,
+                migrate_ms: 900,
+                resume_path: "local".into(),
+                ..Default::default()
+            },
+        );
+        state::begin_op_timings(&b, &id);
+        note_disk_ms(&b, &id, Instant::now() - Duration::from_millis(5));
+        let m = b.timings(&id).as_map();
+        assert_eq!(m.keys().collect::<Vec<_>>(), vec!["disk_ms"], "{m:?}");
+    }
 
     #[test]
     fn extent_copy_keeps_content_and_holes() {

@@ -232,6 +232,16 @@ pub(crate) fn remember_parent(b: &MicrovmBackend, dir: &Path) {
     }
 }
 
+/// A pause or snapshot begins: the phases it records are its own only
+/// (those of the start or resume before it, or of an earlier pause, go).
+/// Starts and resumes record a fresh set themselves.
+pub(crate) fn begin_op_timings(b: &MicrovmBackend, id: &SandboxId) {
+    b.timings
+        .lock()
+        .unwrap()
+        .insert(id.clone(), OpTimings::default());
+}
+
 pub(crate) fn note_finish(b: &MicrovmBackend, id: &SandboxId, since: Instant) {
     if let Some(t) = b.timings.lock().unwrap().get_mut(id) {
         t.finish_ms = since.elapsed().as_millis() as u64;

@@ -12,6 +12,10 @@
 //! <hierarchy>/<parent>/.supervisors/<sandbox-id>   the sandbox's supervisor
 //! ```
 //!
+//! `<parent>` is the owning daemon's own group, `<cgroup-parent>/.daemon-<id>`
+//! (see `ProcessConfig::own_cgroup`), or the shared parent itself for a
+//! sandbox made before daemons had one (see `ProcessBackend::sandbox_for`).
+//!
 //! The supervisor (see `supervisor.rs`) sits beside the sandbox's node, not
 //! under it: freezing the sandbox must not freeze it, and the sandbox's
 //! memory and pids limits do not count it.
@@ -229,6 +233,57 @@ impl Cgroups {
         }
     }
 
+    /// Kill and remove the sandbox groups under `own` (a daemon's own
+    /// group) and their supervisors' groups whose sandbox id is not in
+    /// `keep`; nothing outside `own` is looked at.
+    pub fn destroy_except(&self, own: &str, keep: &[&str]) -> io::Result<()> {
+        for name in self.list_sandboxes(own) {
+            if !keep.contains(&name.as_str()) {
+                self.sandbox(own, &name).destroy()?;
+            }
+        }
+        for name in self.list_sandboxes(&format!("{own}/{SUPERVISORS}")) {
+            if !keep.contains(&name.as_str()) {
+                self.supervisor(own, &name).destroy()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// At a daemon's stop: remove the groups under `own` (the daemon's own
+    /// group) that hold no process, then `own` itself if it is empty, in
+    /// every hierarchy including the service-tracking ones. A group with a
+    /// process anywhere below it (a sandbox that outlives the daemon, its
+    /// supervisor) stays whole, its empty leaves too.
+    pub fn remove_empty(&self, own: &str) {
+        let roots = self.hierarchies().into_iter().chain(self.service.clone());
+        for root in roots {
+            let own = root.join(own);
+            let mut groups: Vec<PathBuf> = Vec::new();
+            for d in [own.clone(), own.join(SUPERVISORS)] {
+                if let Ok(rd) = fs::read_dir(&d) {
+                    groups.extend(
+                        rd.flatten()
+                            .filter(|e| e.file_type().map(|t| t.is_dir()).unwrap_or(false))
+                            .map(|e| e.path())
+                            .filter(|p| p.file_name() != Some(SUPERVISORS.as_ref())),
+                    );
+                }
+            }
+            for g in groups {
+                if procs_recursive(&g).is_empty() {
+                    let mut dirs = Vec::new();
+                    subdirs_deepest_first(&g, &mut dirs);
+                    for d in dirs {
+                        let _ = rmdir_settled(&d, Duration::from_millis(100));
+                    }
+                }
+            }
+            let _ = fs::remove_dir(own.join(SUPERVISORS));
+            let _ = fs::remove_dir(&own);
+        }
+    }
+
     /// Names of the sandbox cgroups under `parent` (in any hierarchy).
     pub fn list_sandboxes(&self, parent: &str) -> Vec<String> {
         let mut out = Vec::new();
@@ -307,6 +362,11 @@ pub struct SandboxCgroup {
 }
 
 impl SandboxCgroup {
+    /// The group this one sits in (`<parent>`, or `<parent>/.supervisors`).
+    pub fn parent(&self) -> &str {
+        &self.parent
+    }
+
     /// `<parent>/<sandbox-id>`, the path inside every hierarchy.
     pub fn rel_path(&self) -> &Path {
         &self.rel
@@ -350,11 +410,15 @@ impl SandboxCgroup {
             Version::V2 => {
                 let root = &self.cg.v2_root;
                 let enable = "+memory +pids +cpu";
-                // Controllers must be enabled from the root down to the sandbox node.
+                // Controllers must be enabled from the root down to the
+                // sandbox node, through each level of the parent.
                 write(&root.join("cgroup.subtree_control"), enable)?;
-                let parent = root.join(&self.parent);
-                mkdir(&parent)?;
-                write(&parent.join("cgroup.subtree_control"), enable)?;
+                let mut cur = root.clone();
+                for comp in Path::new(&self.parent).components() {
+                    cur = cur.join(comp);
+                    mkdir(&cur)?;
+                    write(&cur.join("cgroup.subtree_control"), enable)?;
+                }
                 let sb = root.join(&self.rel);
                 mkdir(&sb)?;
                 write(&sb.join("cgroup.subtree_control"), enable)?;
@@ -369,12 +433,13 @@ impl SandboxCgroup {
             }
             Version::V1 => {
                 for h in self.cg.hierarchies() {
-                    let parent = h.join(&self.parent);
-                    mkdir(&parent)?;
-                    init_cpuset(&h, &parent)?;
-                    let sb = h.join(&self.rel);
-                    mkdir(&sb)?;
-                    init_cpuset(&parent, &sb)?;
+                    let mut cur = h.clone();
+                    for comp in self.rel.components() {
+                        let next = cur.join(comp);
+                        mkdir(&next)?;
+                        init_cpuset(&cur, &next)?;
+                        cur = next;
+                    }
                 }
                 if let Some(m) = self.cg.ctl("memory") {
                     let sb = m.join(&self.rel);

@@ -16,8 +16,16 @@ pub struct ProcessConfig {
     /// `stasis` binary dispatches that to [`crate::shim_main`]).
     pub shim_program: PathBuf,
     pub shim_args: Vec<String>,
-    /// Name of this backend's parent cgroup in each hierarchy.
+    /// Name of the parent cgroup in each hierarchy; several daemons may
+    /// share it (default `stasis`).
     pub cgroup_parent: String,
+    /// The id of the daemon this backend works for (kept in its data dir):
+    /// its sandboxes' and supervisors' cgroups go under
+    /// `<cgroup_parent>/.daemon-<id>/`, the only place its orphan cleanup
+    /// looks, so daemons sharing a parent never touch each other's
+    /// sandboxes. `None`: this backend owns all of `cgroup_parent` (tests
+    /// that give each backend a parent of its own).
+    pub daemon_id: Option<String>,
     /// Exec output kept per stream; beyond it `truncated` is set.
     pub capture_limit: usize,
     /// Bytes of output kept per session (oldest dropped first).
@@ -57,6 +65,7 @@ impl std::fmt::Debug for ProcessConfig {
         f.debug_struct("ProcessConfig")
             .field("shim_program", &self.shim_program)
             .field("cgroup_parent", &self.cgroup_parent)
+            .field("daemon_id", &self.daemon_id)
             .field("state_dir", &self.state_dir)
             .field("images_dir", &self.images_dir)
             .field("image_store", &self.image_store)
@@ -71,6 +80,7 @@ impl Default for ProcessConfig {
             shim_program: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("stasis")),
             shim_args: vec![SHIM_SUBCOMMAND.to_string()],
             cgroup_parent: "stasis".to_string(),
+            daemon_id: None,
             capture_limit: 16 << 20,
             session_buffer: 4 << 20,
             hide_paths: Vec::new(),
@@ -81,5 +91,34 @@ impl Default for ProcessConfig {
             image_store: None,
             egress: None,
         }
+    }
+}
+
+/// Prefix of a daemon's own group under the shared parent. It starts with a
+/// dot: sandbox ids never do, and daemons of earlier versions, which took
+/// every other name under the parent for a sandbox of theirs, skip it.
+pub const DAEMON_PREFIX: &str = ".daemon-";
+
+impl ProcessConfig {
+    /// The cgroup (relative to each hierarchy) holding what this backend
+    /// owns: its sandboxes' groups and `.supervisors`.
+    pub fn own_cgroup(&self) -> String {
+        match &self.daemon_id {
+            Some(id) => format!("{}/{DAEMON_PREFIX}{id}", self.cgroup_parent),
+            None => self.cgroup_parent.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_cgroup_carries_the_daemon_id() {
+        let mut c = ProcessConfig::default();
+        assert_eq!(c.own_cgroup(), "stasis");
+        c.daemon_id = Some("0123456789abcdef".into());
+        assert_eq!(c.own_cgroup(), "stasis/.daemon-0123456789abcdef");
     }
 }

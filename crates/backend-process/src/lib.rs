@@ -14,8 +14,10 @@
 //!   `root/` (mount point, only mounted inside the sandbox's own mount
 //!   namespace: nothing is ever mounted in the host's), `run/` (exec status
 //!   files, the supervisor's socket);
-//! - cgroups under `<hierarchy>/<cgroup_parent>/<sandbox-id>/` (see
-//!   [`cgroup`]), one leaf per exec/session so a timeout kills a whole tree;
+//! - cgroups under `<hierarchy>/<cgroup_parent>/.daemon-<id>/<sandbox-id>/`
+//!   (see [`cgroup`]; the daemon id names what one daemon owns beside
+//!   others on the same parent, see [`ProcessConfig::daemon_id`]), one leaf
+//!   per exec/session so a timeout kills a whole tree;
 //! - pause = freeze the cgroup (CPU stops, memory stays) + `fs.tar` of the
 //!   upper layer; processes cannot be brought into a *new* sandbox (no
 //!   checkpointer), only files.

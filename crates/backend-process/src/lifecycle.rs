@@ -12,7 +12,7 @@ use crate::rootfs::{self, FS_TAR};
 use crate::sandbox::{alive, ProcessBackend, Run};
 use crate::start;
 use crate::sys::blocking;
-use crate::{cgroup, disk, net, userns};
+use crate::{disk, net, userns};
 
 pub(crate) async fn build(
     be: &ProcessBackend,
@@ -200,8 +200,14 @@ pub(crate) async fn destroy(be: &ProcessBackend, id: &SandboxId, dir: &Path) -> 
         }
         None => {
             if let Ok(cgs) = be.cgroups() {
-                let cg = cgs.sandbox(&be.cfg.cgroup_parent, id.as_str());
-                blocking(move || cg.destroy()).await?;
+                // Wherever this daemon may have put it: its own group, or
+                // the shared parent before daemons had one.
+                let mut cgs = vec![
+                    cgs.sandbox(&be.cfg.own_cgroup(), id.as_str()),
+                    cgs.supervisor(&be.cfg.own_cgroup(), id.as_str()),
+                ];
+                cgs.extend(be.legacy_cgroups(id.as_str()));
+                blocking(move || cgs.iter().try_for_each(|cg| cg.destroy())).await?;
             }
             net::detach(be, id);
         }
@@ -293,18 +299,18 @@ pub(crate) async fn cleanup_orphans(be: &ProcessBackend, known: &[SandboxId]) ->
     for id in stale {
         destroy(be, &id, Path::new("")).await?;
     }
-    for name in cgs.list_sandboxes(&be.cfg.cgroup_parent) {
-        if !known.contains(&name.as_str()) {
-            let cg = cgs.sandbox(&be.cfg.cgroup_parent, &name);
-            blocking(move || cg.destroy()).await?;
-        }
-    }
-    let sups = format!("{}/{}", be.cfg.cgroup_parent, cgroup::SUPERVISORS);
-    for name in cgs.list_sandboxes(&sups) {
-        if !known.contains(&name.as_str()) {
-            let cg = cgs.supervisor(&be.cfg.cgroup_parent, &name);
-            blocking(move || cg.destroy()).await?;
-        }
+    // Only this daemon's own group: other daemons' sandboxes share the
+    // parent. (Groups an earlier version left directly under the parent
+    // are not told apart from another daemon's and stay; those of a
+    // sandbox this daemon knows are found by `cgroup_of` and go with it.)
+    let keep: Vec<String> = known.iter().map(|k| k.to_string()).collect();
+    {
+        let (own, keep) = (be.cfg.own_cgroup(), keep.clone());
+        blocking(move || {
+            let keep: Vec<&str> = keep.iter().map(|s| s.as_str()).collect();
+            cgs.destroy_except(&own, &keep)
+        })
+        .await?;
     }
     {
         let parent = be.cfg.cgroup_parent.clone();
@@ -315,7 +321,6 @@ pub(crate) async fn cleanup_orphans(be: &ProcessBackend, known: &[SandboxId]) ->
         .await?;
     }
     if let Some(base) = be.cfg.state_dir.clone() {
-        let keep: Vec<String> = known.iter().map(|k| k.to_string()).collect();
         blocking(move || {
             let keep: Vec<&str> = keep.iter().map(|s| s.as_str()).collect();
             disk::unmount_stale(&base, &keep)

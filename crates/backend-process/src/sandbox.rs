@@ -52,6 +52,64 @@ impl ProcessBackend {
             .ok_or_else(|| Error::not_found(format!("sandbox {id}")))
     }
 
+    /// Where a sandbox's cgroup is: under this daemon's own group; or, for
+    /// a sandbox made before daemons had one (it runs on across the
+    /// upgrade), directly under the shared parent, when it is there and
+    /// not in the own group. Only sandboxes this daemon knows (its own
+    /// metadata names them) are ever looked up, and sandbox ids are random:
+    /// the old place of a known id is this daemon's.
+    pub(crate) fn cgroup_of(&self, id: &str) -> Result<SandboxCgroup> {
+        let cgs = self.cgroups()?;
+        let own = cgs.sandbox(&self.cfg.own_cgroup(), id);
+        if !own.exists() {
+            if let Some(old) = self.legacy_cgroups(id).into_iter().next() {
+                if old.exists() {
+                    return Ok(old);
+                }
+            }
+        }
+        Ok(own)
+    }
+
+    /// The cgroups a sandbox of this daemon had before daemons had a group
+    /// of their own (`<cgroup-parent>/<id>` and
+    /// `<cgroup-parent>/.supervisors/<id>`); none when the backend owns the
+    /// whole parent (the places are then the same).
+    pub(crate) fn legacy_cgroups(&self, id: &str) -> Vec<SandboxCgroup> {
+        match (&self.cfg.daemon_id, self.cg.as_ref()) {
+            (Some(_), Ok(cgs)) => vec![
+                cgs.sandbox(&self.cfg.cgroup_parent, id),
+                cgs.supervisor(&self.cfg.cgroup_parent, id),
+            ],
+            _ => Vec::new(),
+        }
+    }
+
+    /// At the daemon's stop: remove the empty groups of its own (those of
+    /// sandboxes that outlive it stay).
+    pub fn release_cgroups(&self) {
+        if let Ok(cgs) = &self.cg {
+            cgs.remove_empty(&self.cfg.own_cgroup());
+        }
+    }
+
+    /// Kill and remove every sandbox and supervisor in this daemon's own
+    /// group, the group itself, and the quota filesystems under its state
+    /// dir: for a temporary daemon (`stasis demo`, `stasis bench`) whose
+    /// data dir goes with it, so that nobody would reconcile what it left.
+    pub fn destroy_owned(&self) {
+        if let Ok(cgs) = &self.cg {
+            let own = self.cfg.own_cgroup();
+            if let Err(e) = cgs.destroy_except(&own, &[]) {
+                tracing::warn!("remove the cgroups of {own}: {e}");
+            }
+            cgs.remove_empty(&own);
+        }
+        if let Some(dir) = &self.cfg.state_dir {
+            let _ = crate::disk::unmount_stale(dir, &[]);
+        }
+    }
+
     pub(crate) fn sandbox_for(&self, spec: &SandboxSpec) -> Result<Arc<Sandbox>> {
         if !spec.dir.is_absolute() {
             return Err(Error::invalid(format!(
@@ -59,9 +117,7 @@ impl ProcessBackend {
                 spec.dir.display()
             )));
         }
-        let cg = self
-            .cgroups()?
-            .sandbox(&self.cfg.cgroup_parent, spec.id.as_str());
+        let cg = self.cgroup_of(spec.id.as_str())?;
         let mut map = self.sandboxes.lock().unwrap();
         Ok(map
             .entry(spec.id.clone())

@@ -73,7 +73,7 @@ pub(crate) async fn start_init(
     let sup_cfg = supervisor::SupervisorConfig {
         init: cfg,
         sandbox_id: spec.id.as_str().to_string(),
-        cgroup_parent: be.cfg.cgroup_parent.clone(),
+        cgroup_parent: sb.cg.parent().to_string(),
         run_dir: spec.dir.join("run"),
         shim_program: be.cfg.shim_program.clone(),
         shim_args: be.cfg.shim_args.clone(),
@@ -151,8 +151,13 @@ pub(crate) async fn kill_supervisor(
         s.kill().await;
     }
     if let Ok(cgs) = be.cgroups() {
-        let cg = cgs.supervisor(&be.cfg.cgroup_parent, sb.spec.id.as_str());
-        if let Err(e) = blocking(move || cg.destroy()).await {
+        let id = sb.spec.id.as_str();
+        // Its place beside the sandbox's group, and the place it had before
+        // daemons had a group of their own (an upgrade's leftover).
+        let mut cgs = vec![cgs.supervisor(sb.cg.parent(), id)];
+        cgs.extend(be.legacy_cgroups(id).into_iter().skip(1));
+        let r = blocking(move || cgs.iter().try_for_each(|cg| cg.destroy())).await;
+        if let Err(e) = r {
             tracing::warn!(sandbox = %sb.spec.id, "remove supervisor cgroup: {}", e.message);
         }
     }

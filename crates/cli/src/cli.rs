@@ -51,6 +51,10 @@ pub enum Cmd {
         /// Only sandboxes in this state (running, paused, failed, destroyed, ...).
         #[arg(long)]
         state: Option<String>,
+        /// Every sandbox: destroyed ones and image builds' too (by default
+        /// only live ones are listed).
+        #[arg(long, short = 'a')]
+        all: bool,
     },
     /// Show one sandbox.
     Get { id: String },

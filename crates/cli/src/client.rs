@@ -222,11 +222,19 @@ impl Client {
         self.get_as(&format!("/v1/sandboxes/{id}")).await
     }
 
-    /// The sandboxes, only those in `state` when given.
-    pub async fn list(&self, state: Option<&str>) -> Result<Vec<Sandbox>> {
-        let path = match state {
-            Some(s) => format!("/v1/sandboxes?state={s}"),
-            None => "/v1/sandboxes".into(),
+    /// The live sandboxes; only those in `state` when given; every one
+    /// (destroyed, image builds') with `all`.
+    pub async fn list(&self, state: Option<&str>, all: bool) -> Result<Vec<Sandbox>> {
+        let mut query = Vec::new();
+        if let Some(s) = state {
+            query.push(format!("state={s}"));
+        }
+        if all {
+            query.push("all=true".to_string());
+        }
+        let path = match query.is_empty() {
+            true => "/v1/sandboxes".to_string(),
+            false => format!("/v1/sandboxes?{}", query.join("&")),
         };
         self.get_as(&path).await
     }

@@ -82,7 +82,7 @@ async fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Serve(a) => serve::run(a).await?,
         Cmd::Create(a) => sandbox::create(&c, a, json).await?,
-        Cmd::Ls { state } => sandbox::ls(&c, state, json).await?,
+        Cmd::Ls { state, all } => sandbox::ls(&c, state, all, json).await?,
         Cmd::Get { id } => sandbox::get(&c, id, json).await?,
         Cmd::Exec(a) => exec::exec(&c, a, json).await?,
         Cmd::Outputs { id, to, tar } => files::outputs(&c, id, to, tar, json).await?,

@@ -155,8 +155,8 @@ pub async fn create(c: &Client, a: CreateArgs, json: bool) -> Result<()> {
 }
 
 /// `stasis ls`.
-pub async fn ls(c: &Client, state: Option<String>, json: bool) -> Result<()> {
-    let v = c.list(state.as_deref()).await?;
+pub async fn ls(c: &Client, state: Option<String>, all: bool, json: bool) -> Result<()> {
+    let v = c.list(state.as_deref(), all).await?;
     print_value(json, &v, |v| {
         v.iter().map(sandbox_line).collect::<Vec<_>>().join("\n")
     });

@@ -68,15 +68,41 @@ impl Drop for TempDaemon {
         // SIGTERM first so the daemon exits cleanly; then make sure.
         let _ = nix_kill(self.child.id());
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::time::Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+        let mut exited = false;
+        while !exited && std::time::Instant::now() < deadline {
+            exited = matches!(self.child.try_wait(), Ok(Some(_)));
+            if !exited {
+                std::thread::sleep(Duration::from_millis(50));
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if !exited {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        if self._tmp.is_some() {
+            destroy_owned(&self.data_dir);
+        }
     }
+}
+
+/// A temporary data dir goes with its daemon, and no later daemon will
+/// reconcile the process sandboxes it left (a demo stopped half-way): they
+/// go now, found by the daemon id in that data dir (the daemon's own
+/// cgroup group), and only they.
+fn destroy_owned(data_dir: &std::path::Path) {
+    let Ok(id) = std::fs::read_to_string(data_dir.join("daemon-id")) else {
+        return;
+    };
+    let id = id.trim();
+    if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return;
+    }
+    let cfg = stasis_backend_process::ProcessConfig {
+        daemon_id: Some(id.to_string()),
+        state_dir: Some(data_dir.join("sandboxes")),
+        ..Default::default()
+    };
+    stasis_backend_process::ProcessBackend::new(cfg).destroy_owned();
 }
 
 fn nix_kill(pid: u32) -> std::io::Result<()> {

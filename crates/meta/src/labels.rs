@@ -57,6 +57,11 @@ pub fn validate_labels(labels: &Labels) -> Result<()> {
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub state: Option<SandboxState>,
+    /// Leave destroyed sandboxes out.
+    pub live_only: bool,
+    /// Leave out sandboxes that carry a label with this key (whatever its
+    /// value).
+    pub without_label: Option<String>,
     /// Every one of these must match.
     pub labels: Labels,
     /// Created strictly after this (ms since the epoch).
@@ -146,6 +151,18 @@ impl Meta {
         );
         if let Some(st) = f.state {
             sql += &format!(" AND s.state = {}", arg(Bind::S(st.as_str().to_string())));
+        }
+        if f.live_only {
+            sql += &format!(
+                " AND s.state <> {}",
+                arg(Bind::S(SandboxState::Destroyed.as_str().to_string()))
+            );
+        }
+        if let Some(k) = &f.without_label {
+            let k = arg(Bind::S(k.clone()));
+            sql += &format!(
+                " AND NOT EXISTS (SELECT 1 FROM sandbox_labels x WHERE x.sandbox = s.id AND x.key = {k})"
+            );
         }
         for (k, v) in &f.labels {
             let (k, v) = (arg(Bind::S(k.clone())), arg(Bind::S(v.clone())));
@@ -351,6 +368,39 @@ mod tests {
 
             let labels = m.labels_of(&ids).await.unwrap();
             assert_eq!(labels[&ids[1]]["team"], "b");
+
+            // Live only: a destroyed one goes; without a label key: the
+            // sandboxes carrying it (any value) go.
+            use crate::Patch;
+            for to in [SandboxState::Destroying, SandboxState::Destroyed] {
+                let from = m.get(&ids[0]).await.unwrap().state;
+                m.transition(&ids[0], from, to, Patch::default())
+                    .await
+                    .unwrap();
+            }
+            let live = ListFilter {
+                live_only: true,
+                ..Default::default()
+            };
+            let (v, _) = m.list_filtered(&t, &live).await.unwrap();
+            assert_eq!(v.len(), 4, "{}", db.name);
+            assert!(v.iter().all(|r| r.id != ids[0]));
+            let not_b = ListFilter {
+                live_only: true,
+                without_label: Some("team".into()),
+                ..Default::default()
+            };
+            assert!(m.list_filtered(&t, &not_b).await.unwrap().0.is_empty());
+            m.set_labels(&ids[1], &[("kind".to_string(), "x".to_string())].into())
+                .await
+                .unwrap();
+            let unkind = ListFilter {
+                without_label: Some("kind".into()),
+                ..Default::default()
+            };
+            let (v, _) = m.list_filtered(&t, &unkind).await.unwrap();
+            assert_eq!(v.len(), 4, "{}", db.name);
+            assert!(v.iter().all(|r| r.id != ids[1]));
 
             // Lifecycle: compare-and-set on the digest.
             let mut p = rec.manifest.lifecycle.clone();

@@ -156,6 +156,8 @@ pub struct Daemon {
     pub webhooks: Arc<crate::webhooks::Webhooks>,
     /// The name this daemon claims webhook endpoints under.
     pub node: String,
+    /// The process backend, whose own empty cgroups go at the stop.
+    pub process: Arc<ProcessBackend>,
 }
 
 /// Open everything and reconcile; does not serve yet.
@@ -201,8 +203,12 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     let generation = crate::governance::attach(&meta, &store).await?;
     info!(generation = generation.generation, fingerprint = %generation.fingerprint, "master key generation");
 
+    // What this daemon owns on the host (cgroups, supervisors) is named by
+    // the id of its data dir, never by the parent other daemons share.
+    let daemon_id = crate::daemon_id::load_or_create(&data_dir)?;
     let mut pcfg = ProcessConfig {
         cgroup_parent: cfg.cgroup_parent.clone(),
+        daemon_id: Some(daemon_id.clone()),
         ..ProcessConfig::default()
     };
     if let Some((prog, args)) = &cfg.process_shim {
@@ -227,6 +233,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     egress_cfg.listen.push(bound);
     let egress = Arc::new(stasis_net::EgressService::new(egress_cfg)?);
     pcfg.egress = Some(egress.clone() as Arc<dyn stasis_backend::Egress>);
+    let own_cgroup = pcfg.own_cgroup();
     let process = Arc::new(ProcessBackend::new(pcfg));
 
     let mut mcfg = MicrovmConfig::new(cfg.images_dir.clone());
@@ -241,7 +248,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     let accel = microvm.init().await;
     info!(accelerator = ?accel.accelerator, reason = %accel.reason, "microVM accelerator");
 
-    let backends: Vec<Arc<dyn Backend>> = vec![process, microvm.clone()];
+    let backends: Vec<Arc<dyn Backend>> = vec![process.clone(), microvm.clone()];
     let meta_engine = meta.engine();
     let mut mc = ManagerConfig::new(data_dir.clone());
     mc.default_backend = cfg.default_backend;
@@ -315,6 +322,8 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         .unwrap_or_else(|| "local".into());
     let doctor = json!({
         "data_dir": data_dir,
+        "daemon_id": daemon_id,
+        "cgroup": own_cgroup,
         "store": redact_url(&store_url),
         "meta": {"engine": meta_engine, "url": stasis_meta::redact_url(&meta_url)},
         "insecure_dev_key": matches!(cfg.key, KeySource::InsecureDev),
@@ -332,6 +341,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         runs,
         webhooks,
         node,
+        process,
     })
 }
 
@@ -407,5 +417,8 @@ pub async fn run(
     if let Some(h) = heartbeat {
         h.abort();
     }
+    // Sandboxes outlive the daemon; the empty groups of its own do not.
+    let process = daemon.process.clone();
+    let _ = tokio::task::spawn_blocking(move || process.release_cgroups()).await;
     r
 }

@@ -72,6 +72,8 @@ impl SandboxRunner {
             }
         }
         let rec = self.manager.create(&self.ctx, m).await?;
+        // Not one of the user's sandboxes: listings leave it out.
+        let _ = self.manager.mark_build(&rec.id).await;
         let result = async {
             let res = self
                 .manager

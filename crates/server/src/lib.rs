@@ -12,6 +12,7 @@ pub mod auth;
 pub mod cluster;
 pub mod console;
 pub mod daemon;
+pub mod daemon_id;
 pub mod daemon_key;
 pub mod governance;
 pub mod http;

@@ -211,7 +211,9 @@ async fn illegal_transitions_answer_invalid_state_and_change_nothing() {
         ErrorCode::InvalidState
     );
     assert_eq!(code(m.resume(&ctx(), &id).await), ErrorCode::InvalidState);
-    assert_eq!(code(m.destroy(&ctx(), &id).await), ErrorCode::InvalidState);
+    // Destroying again is no error and changes nothing (idempotent removal).
+    let again = m.destroy(&ctx(), &id).await.unwrap();
+    assert_eq!(again.state, SandboxState::Destroyed);
     let e = m.exec(&ctx(), &id, req(&["true"]), None).await;
     assert_eq!(code(e), ErrorCode::InvalidState);
     let e = m.write_file(&ctx(), &id, "f", b"x", None).await;
@@ -234,6 +236,7 @@ async fn illegal_transitions_answer_invalid_state_and_change_nothing() {
         code(m.pause(&ctx(), &other, None).await),
         ErrorCode::NotFound
     );
+    assert_eq!(code(m.destroy(&ctx(), &other).await), ErrorCode::NotFound);
     let live = running(&m).await;
     let stranger = stasis_server::Ctx {
         tenant: stasis_core::TenantId::parse("t-other").unwrap(),

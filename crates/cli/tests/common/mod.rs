@@ -17,6 +17,9 @@ pub struct Daemon {
     pub dir: PathBuf,
     pub url: String,
     pub cgroup_parent: String,
+    /// On the default parent, which other daemons on the host share: only
+    /// this daemon's own group (`<parent>/.daemon-<id>`) is cleaned at the end.
+    shared_parent: bool,
     extra: Vec<String>,
     /// Environment of the next (re)start, e.g. `STASIS_FAILPOINT`.
     pub envs: Vec<(String, String)>,
@@ -38,6 +41,16 @@ fn rand_suffix() -> u64 {
 
 impl Daemon {
     pub async fn start(extra: &[&str]) -> Daemon {
+        Self::start_on(extra, None).await
+    }
+
+    /// A daemon on the default cgroup parent (no `--cgroup-parent`), as
+    /// `stasis serve`, `stasis demo` and `stasis bench` run.
+    pub async fn start_on_default_parent(extra: &[&str]) -> Daemon {
+        Self::start_on(extra, Some("stasis")).await
+    }
+
+    async fn start_on(extra: &[&str], shared_parent: Option<&str>) -> Daemon {
         let tmp = tempfile::Builder::new()
             .prefix("stasis-it-")
             .tempdir()
@@ -47,7 +60,10 @@ impl Daemon {
             child: None,
             dir,
             url: String::new(),
-            cgroup_parent: unique("stasis-it"),
+            cgroup_parent: shared_parent
+                .map(String::from)
+                .unwrap_or_else(|| unique("stasis-it")),
+            shared_parent: shared_parent.is_some(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
             envs: Vec::new(),
             key_file: None,
@@ -81,8 +97,10 @@ impl Daemon {
             self.key_file.as_deref(),
         )
         .unwrap();
-        cmd.args(["--accel", "tcg"])
-            .args(["--cgroup-parent", &self.cgroup_parent]);
+        cmd.args(["--accel", "tcg"]);
+        if !self.shared_parent {
+            cmd.args(["--cgroup-parent", &self.cgroup_parent]);
+        }
         if let Some(images) = Self::images_dir() {
             cmd.arg("--images").arg(images);
         }
@@ -97,6 +115,13 @@ impl Daemon {
             Err(NotReady::Io(e)) => panic!("daemon: {e}"),
         }
         self.child = Some(child);
+    }
+
+    /// This daemon's own cgroup (`<parent>/.daemon-<id>`, the id from its
+    /// data dir), once it has started.
+    pub fn own_cgroup(&self) -> Option<String> {
+        let id = std::fs::read_to_string(self.dir.join("daemon-id")).ok()?;
+        Some(format!("{}/.daemon-{}", self.cgroup_parent, id.trim()))
     }
 
     pub fn log(&self) -> String {
@@ -204,6 +229,13 @@ impl Drop for Daemon {
         }
         // Leftover sandboxes of this test: destroy through a fresh daemon would
         // be slow; kill whatever sits in this test's cgroups instead.
+        if self.shared_parent {
+            if let Some(own) = self.own_cgroup() {
+                cleanup_cgroups(&own);
+            }
+            unmount_under(&self.dir);
+            return;
+        }
         cleanup_cgroups(&self.cgroup_parent);
         unmount_under(&self.dir);
         // Host egress tables an earlier backend version may have left.

@@ -155,9 +155,14 @@ impl Sandbox {
 #[derive(Deserialize, ToSchema, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// Only sandboxes in this state (e.g. `paused`).
+    /// Only sandboxes in this state (e.g. `paused`, `destroyed`). Without
+    /// it (and without `all`), destroyed sandboxes are left out.
     #[serde(default)]
     pub state: Option<String>,
+    /// Every sandbox: destroyed ones and those the daemon made for itself
+    /// (image builds' `RUN` steps, labelled `stasis.build`) too.
+    #[serde(default)]
+    pub all: bool,
     /// Only sandboxes with these labels: `key=value`, several separated by
     /// commas (all must match).
     #[serde(default)]
@@ -264,8 +269,9 @@ async fn list_sandboxes(
         created_after_ms: q.created_after,
         limit: q.limit,
         cursor: q.cursor,
+        ..Default::default()
     };
-    let (recs, next) = st.manager.list_filtered(&ctx, &filter).await?;
+    let (recs, next) = st.manager.list_view(&ctx, filter, q.all).await?;
     let body: Vec<Sandbox> = recs
         .into_iter()
         .map(|(r, l)| Sandbox::of(&st.manager, r).labelled(l))

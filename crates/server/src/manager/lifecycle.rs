@@ -633,8 +633,17 @@ impl Manager {
             .collect()
     }
 
+    /// Destroy a sandbox. Idempotent: an already destroyed sandbox is
+    /// answered with its record, unchanged (an unknown id stays not found).
     pub async fn destroy(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
+        let rec = self.meta.get_for(&ctx.tenant, id).await?;
+        if rec.state == SandboxState::Destroyed {
+            return Ok(rec);
+        }
         let (guard, rec) = self.exclusive(ctx, id).await?;
+        if rec.state == SandboxState::Destroyed {
+            return Ok(rec);
+        }
         self.do_destroy(ctx, rec, "delete", guard).await
     }
 

@@ -163,6 +163,26 @@ impl Manager {
         ))
     }
 
+    /// What a listing shows: unless `all`, only the caller's own live
+    /// sandboxes (no destroyed ones unless `f` asks for a state, no
+    /// sandboxes the daemon made for itself unless `f` filters on their
+    /// label).
+    pub async fn list_view(
+        &self,
+        ctx: &Ctx,
+        f: ListFilter,
+        all: bool,
+    ) -> Result<(Vec<(SandboxRecord, Labels)>, Option<String>)> {
+        self.list_filtered(ctx, &listing(f, all)).await
+    }
+
+    /// Mark a sandbox the daemon makes for itself (an image build's `RUN`
+    /// step): listings leave it out unless asked for everything.
+    pub async fn mark_build(&self, id: &SandboxId) -> Result<()> {
+        let l: Labels = [(BUILD_LABEL.to_string(), "run".to_string())].into();
+        self.meta.set_labels(id, &l).await
+    }
+
     /// The labels of one of the caller's sandboxes.
     pub async fn labels(&self, id: &SandboxId) -> Result<Labels> {
         Ok(self
@@ -174,9 +194,48 @@ impl Manager {
     }
 }
 
+/// The label key (reserved) of sandboxes the daemon makes for itself.
+pub const BUILD_LABEL: &str = "stasis.build";
+
+/// [`Manager::list_view`]'s filter.
+fn listing(mut f: ListFilter, all: bool) -> ListFilter {
+    if !all {
+        f.live_only |= f.state.is_none();
+        if !f.labels.contains_key(BUILD_LABEL) {
+            f.without_label = Some(BUILD_LABEL.to_string());
+        }
+    }
+    f
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listings_show_the_callers_live_sandboxes_unless_asked() {
+        let plain = listing(ListFilter::default(), false);
+        assert!(plain.live_only);
+        assert_eq!(plain.without_label.as_deref(), Some(BUILD_LABEL));
+        // A state asked for is shown (destroyed too); builds stay out.
+        let destroyed = ListFilter {
+            state: Some(SandboxState::Destroyed),
+            ..Default::default()
+        };
+        let f = listing(destroyed, false);
+        assert!(!f.live_only);
+        assert_eq!(f.state, Some(SandboxState::Destroyed));
+        assert!(f.without_label.is_some());
+        // Filtering on the build label shows builds.
+        let builds = ListFilter {
+            labels: [(BUILD_LABEL.to_string(), "run".to_string())].into(),
+            ..Default::default()
+        };
+        assert!(listing(builds, false).without_label.is_none());
+        // Everything.
+        let all = listing(ListFilter::default(), true);
+        assert!(!all.live_only && all.without_label.is_none());
+    }
 
     #[test]
     fn changes_apply_and_validate() {
