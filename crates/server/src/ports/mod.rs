@@ -41,7 +41,7 @@ pub const SIGNED_PREFIX: &str = "/p/";
 
 /// Name of the key in `daemon_keys`, and the sealing context.
 const KEY_NAME: &str = "port-url-key-v1";
-pub(crate) const KEY_TENANT: &str = "stasis-daemon";
+pub(crate) use crate::governance::DAEMON_KEY_TENANT as KEY_TENANT;
 
 /// A signed URL as issued.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
