@@ -11,7 +11,7 @@ use stasis_meta::Meta;
 use stasis_store::Store;
 
 /// The sealing context of daemon secrets.
-pub(crate) const KEY_TENANT: &str = "stasis-daemon";
+pub(crate) use crate::governance::DAEMON_KEY_TENANT as KEY_TENANT;
 
 /// One named daemon secret.
 pub struct DaemonKey {

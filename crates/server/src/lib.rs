@@ -1,37 +1,26 @@
-//! The stasis daemon as a library: the sandbox manager (lifecycle, idle and
-//! TTL policies, reconcile after a crash) and the HTTP API over it.
+//! The stasis daemon as a library: the HTTP edge (`http`: the `/v1` API and
+//! its OpenAPI document, `console`: the web console, `ports`: signed port
+//! URLs and the proxy into a sandbox) over the control plane
+//! (`stasis-control`), and `daemon`, which wires them together.
 //!
-//! Domain modules (`manager`, `runs`, `tenancy`, `snapshots`, `templates`, `cluster`,
-//! `metrics`, `inflight`, `mounts`, `auth`, `ports`, `tokens`, `webhooks`, `images`) never import the HTTP edge
-//! (`http`); `daemon` wires both together; `api` keeps the edge's former
-//! paths.
+//! The control plane's modules are re-exported under their old names so
+//! the edge reads `crate::manager`, `crate::runs`, ...; the compiler holds
+//! the direction: nothing in `stasis-control` can reach this crate.
 
 pub mod api;
-pub mod attach;
-pub mod auth;
-pub mod cluster;
 pub mod console;
 pub mod daemon;
 pub mod daemon_id;
 pub mod daemon_key;
-pub mod governance;
 pub mod http;
-pub mod image_runner;
-pub mod images;
-pub mod inflight;
-pub mod manager;
-pub mod metrics;
-pub mod mounts;
 pub mod ports;
-pub mod region;
-pub mod runs;
-pub mod scope;
-pub mod scrub;
-pub mod snapshots;
-pub mod templates;
-pub mod tenancy;
-pub mod tokens;
-pub mod webhooks;
+
+pub use stasis_access::{auth, scope, tokens};
+pub use stasis_control::{
+    attach, cluster, governance, image_runner, images, inflight, manager, metrics, mounts, region,
+    runs, scrub, snapshots, templates, tenancy,
+};
+pub use stasis_webhooks as webhooks;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};
 pub use metrics::Metrics;

@@ -43,7 +43,7 @@ async fn connecting_resumes_a_paused_sandbox() {
         code(m.connect_port(&ctx(), &id, 0).await),
         ErrorCode::InvalidArgument
     );
-    let other = stasis_server::Ctx {
+    let other = stasis_control::Ctx {
         tenant: TenantId::parse("t-other").unwrap(),
         actor: "test".into(),
     };

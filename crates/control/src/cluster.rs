@@ -23,7 +23,7 @@
 //! stopped when another node took it.
 //!
 //! This module decides where a sandbox is served ([`Cluster::route`]); the
-//! proxying itself is the HTTP edge's (`crate::http::forward`).
+//! proxying itself is the HTTP edge's (`stasis-server`'s `http::forward`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex as StdMutex};

@@ -18,7 +18,7 @@
 //! matched), so a new route falls under `manage` unless listed here: the
 //! safe default.
 
-use axum::http::Method;
+use http::Method;
 use serde::{Deserialize, Serialize};
 
 use stasis_core::{Error, ErrorCode, Result};

@@ -75,7 +75,7 @@ fn info(w: Webhook) -> WebhookInfo {
 }
 
 /// The name a webhook's secret is sealed under (bound to the tenant too).
-pub(crate) fn secret_name(id: &str) -> String {
+pub fn secret_name(id: &str) -> String {
     format!("webhook:{id}")
 }
 

@@ -13,7 +13,7 @@ use stasis_core::{
     TenantId,
 };
 use stasis_meta::{Meta, SandboxRecord};
-use stasis_server::{Ctx, Manager, ManagerConfig, Snapshots};
+use stasis_control::{Ctx, Manager, ManagerConfig, Snapshots};
 use stasis_store::{MasterKey, Store};
 
 pub struct Env {

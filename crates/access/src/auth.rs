@@ -2,7 +2,7 @@
 //! default tenant's and the admin's token files, the lookup of a token by
 //! its hash, and the caller's [`Identity`] that tenancy and the audit log
 //! use. The HTTP side (the `Authorization` header, the extractors, the rate
-//! limiter) is `crate::http::auth`'s; [`RateLimit`] is the daemon's setting
+//! limiter) is the HTTP edge's (`stasis-server`'s `http::auth`); [`RateLimit`] is the daemon's setting
 //! for it.
 
 use std::path::Path;

@@ -5,7 +5,7 @@
 
 use super::harness::*;
 use stasis_core::{BackendKind, ErrorCode, Manifest, SessionSpec, TenantId};
-use stasis_server::{Ctx, Manager, SnapshotKind};
+use stasis_control::{Ctx, Manager, SnapshotKind};
 
 fn other_tenant() -> Ctx {
     Ctx {

@@ -17,7 +17,7 @@ fn with_standby(secs: u64) -> stasis_core::Manifest {
     m
 }
 
-async fn idle_pause(m: &stasis_server::Manager, id: &stasis_core::SandboxId) {
+async fn idle_pause(m: &stasis_control::Manager, id: &stasis_core::SandboxId) {
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let done = m.reap_once().await.unwrap();
     assert!(done.contains(&(id.clone(), "idle_paused")), "{done:?}");

@@ -8,8 +8,8 @@ use super::harness::*;
 use stasis_core::{ErrorCode, TenantId};
 use stasis_image::layer::ApplyOptions;
 use stasis_image::store::Owner;
-use stasis_server::images::Images;
-use stasis_server::{Ctx, Manager};
+use stasis_control::images::Images;
+use stasis_control::{Ctx, Manager};
 
 fn other_tenant() -> Ctx {
     Ctx {

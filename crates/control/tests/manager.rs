@@ -238,7 +238,7 @@ async fn illegal_transitions_answer_invalid_state_and_change_nothing() {
     );
     assert_eq!(code(m.destroy(&ctx(), &other).await), ErrorCode::NotFound);
     let live = running(&m).await;
-    let stranger = stasis_server::Ctx {
+    let stranger = stasis_control::Ctx {
         tenant: stasis_core::TenantId::parse("t-other").unwrap(),
         actor: "x".into(),
     };

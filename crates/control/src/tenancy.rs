@@ -1,4 +1,4 @@
-//! Tenant administration (tenants, secrets; tokens are `crate::tokens`')
+//! Tenant administration (tenants, secrets; tokens are `stasis_access::tokens`')
 //! and secret delivery.
 //!
 //! Secret values are sealed with a key derived from the store's master key
@@ -13,7 +13,7 @@ use stasis_core::{Error, ErrorCode, Manifest, Result, TenantId};
 use stasis_meta::{Meta, NewAuditEntry, Tenant};
 use stasis_store::Store;
 
-use crate::auth::Identity;
+use stasis_access::auth::Identity;
 
 /// Largest secret value accepted.
 pub const MAX_SECRET_BYTES: usize = 64 * 1024;

@@ -15,7 +15,7 @@ use stasis_core::{Error, ErrorCode, Result, TenantId};
 use stasis_meta::{KekRow, MasterKeyRow, Meta, NewAuditEntry};
 use stasis_store::{Kek, KekSource, MasterKey, Store};
 
-use crate::auth::Identity;
+use stasis_access::auth::Identity;
 use crate::manager::{Ctx, Manager};
 pub use crate::region::{region_allows, validate_region, Region};
 
@@ -155,12 +155,16 @@ pub async fn rotate_master_key(
     })
 }
 
+/// The tenant id that seals the daemon's own keys in `daemon_keys` (the
+/// port-URL signing key, ...): no real tenant can have it.
+pub const DAEMON_KEY_TENANT: &str = "stasis-daemon";
+
 /// The tenant and name a sealed metadata value is bound to.
 fn sealed_name(kind: &str, tenant: &str, name: &str) -> Result<(TenantId, String)> {
     Ok(match kind {
         "secret" => (TenantId::parse(tenant)?, name.to_string()),
-        "webhook" => (TenantId::parse(tenant)?, crate::webhooks::secret_name(name)),
-        _ => (TenantId::parse(crate::ports::KEY_TENANT)?, name.to_string()),
+        "webhook" => (TenantId::parse(tenant)?, stasis_webhooks::secret_name(name)),
+        _ => (TenantId::parse(DAEMON_KEY_TENANT)?, name.to_string()),
     })
 }
 
@@ -399,7 +403,7 @@ mod tests {
             tenant: None,
             is_admin: true,
             actor: "api".into(),
-            scopes: crate::scope::Scopes::all(),
+            scopes: stasis_access::scope::Scopes::all(),
             sandbox: None,
             expires_at_ms: None,
         };

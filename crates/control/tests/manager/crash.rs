@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use stasis_core::{BackendKind, SandboxId, SandboxState};
 use stasis_meta::PauseKind;
-use stasis_server::Manager;
+use stasis_control::Manager;
 
 use crate::harness::*;
 

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use stasis_core::{ErrorCode, SandboxState};
-use stasis_server::cluster::{Cluster, ClusterConfig};
+use stasis_control::cluster::{Cluster, ClusterConfig};
 
 use super::harness::*;
 
 const LEASE: Duration = Duration::from_millis(1000);
 
-async fn node(env: &Env, id: &str) -> (Arc<stasis_server::Manager>, Arc<Cluster>) {
+async fn node(env: &Env, id: &str) -> (Arc<stasis_control::Manager>, Arc<Cluster>) {
     let m = env.manager().await;
     let c = Cluster::start(
         ClusterConfig {

@@ -199,7 +199,7 @@ async fn a_destroyed_record_names_no_deleted_checkpoint() {
 /// died), B takes it over from its newest checkpoint.
 #[tokio::test]
 async fn a_sandbox_run_by_another_node_is_not_touched_until_its_lease_lapses() {
-    use stasis_server::cluster::{Cluster, ClusterConfig};
+    use stasis_control::cluster::{Cluster, ClusterConfig};
     let a = Env::process();
     let b = Env::process();
     // B shares A's meta database and store: B's own data dir holds links.
@@ -210,7 +210,7 @@ async fn a_sandbox_run_by_another_node_is_not_touched_until_its_lease_lapses() {
     std::os::unix::fs::symlink(a.data_dir().join("meta.db"), b.data_dir().join("meta.db")).unwrap();
     let mb = b.manager().await;
     let lease = Duration::from_millis(1500);
-    let join = |node: &str, m: &stasis_server::Manager| {
+    let join = |node: &str, m: &stasis_control::Manager| {
         Cluster::start(
             ClusterConfig {
                 node_id: node.into(),
@@ -284,7 +284,7 @@ async fn a_sandbox_run_by_another_node_is_not_touched_until_its_lease_lapses() {
 /// without any pause or checkpoint is Failed, saying so.
 #[tokio::test]
 async fn a_takeover_without_any_snapshot_fails_the_sandbox() {
-    use stasis_server::cluster::{Cluster, ClusterConfig};
+    use stasis_control::cluster::{Cluster, ClusterConfig};
     let a = Env::process();
     let b = Env::process();
     let ma = a.manager().await;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use stasis_core::{ErrorCode, OnIdle, PtySize, SandboxState, SessionSpec};
-use stasis_server::attach::{self, ClientMsg, ServerMsg};
+use stasis_control::attach::{self, ClientMsg, ServerMsg};
 
 use crate::harness::*;
 
