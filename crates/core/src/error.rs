@@ -49,6 +49,9 @@ pub enum ErrorCode {
     /// The tenant is pinned to regions this node (or its store) is not in (409).
     /// Nothing was done and no data crossed regions; use a node of the tenant's regions.
     RegionMismatch,
+    /// An image build's RUN step exited non-zero (422); the message holds
+    /// the step's output tail as it was, line breaks kept.
+    BuildFailed,
     /// Anything else (500).
     Internal,
 }
@@ -65,7 +68,9 @@ impl ErrorCode {
             | ErrorCode::AlreadyExists
             | ErrorCode::RegionMismatch => 409,
             ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::IntegrityError | ErrorCode::IncompatibleSnapshot => 422,
+            ErrorCode::IntegrityError
+            | ErrorCode::IncompatibleSnapshot
+            | ErrorCode::BuildFailed => 422,
             ErrorCode::RateLimited | ErrorCode::Overloaded => 429,
             ErrorCode::Unsupported => 501,
             ErrorCode::PortUnreachable => 502,
@@ -94,6 +99,7 @@ impl ErrorCode {
             ErrorCode::PortUnreachable => "port_unreachable",
             ErrorCode::BackendError => "backend_error",
             ErrorCode::RegionMismatch => "region_mismatch",
+            ErrorCode::BuildFailed => "build_failed",
             ErrorCode::Internal => "internal",
         }
     }

@@ -1,4 +1,5 @@
 use super::*;
+use std::fs;
 use crate::layer::tests::{file, tar_bytes};
 
 fn layer(store: &ImageStore, entries: &[crate::layer::tests::E<'_>]) -> LayerRef {
