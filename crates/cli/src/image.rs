@@ -264,7 +264,10 @@ fn print_failed_output(e: Error) -> Error {
     match e.message.split_once('\n') {
         Some((head, tail)) => {
             eprintln!("{tail}");
-            Error { message: head.to_string(), ..e }
+            Error {
+                message: head.to_string(),
+                ..e
+            }
         }
         None => e,
     }

@@ -18,8 +18,12 @@ fn no_rule_reaches_outside_the_root() {
     for r in [Resolve::InRoot, Resolve::Beneath, Resolve::NoSymlinks] {
         let d = Dir::open(t.path(), r).unwrap();
         // Through the absolute link: clamped (not found) or refused.
-        assert!(d.open_path(Path::new("abs/secret"), libc::O_RDONLY, 0).is_err());
-        assert!(d.open_path(Path::new("d/up/secret"), libc::O_RDONLY, 0).is_err());
+        assert!(d
+            .open_path(Path::new("abs/secret"), libc::O_RDONLY, 0)
+            .is_err());
+        assert!(d
+            .open_path(Path::new("d/up/secret"), libc::O_RDONLY, 0)
+            .is_err());
         assert!(d.create_dir_all(Path::new("abs/new"), 0o755).is_err() || r == Resolve::InRoot);
     }
     // In root, `abs` is clamped: the directory it names is made inside.
@@ -72,7 +76,11 @@ fn builds_removes_and_lists_a_tree() {
     let d = Dir::open(t.path(), Resolve::NoSymlinks).unwrap();
     let sub = d.create_dir_all(Path::new("a/b/c"), 0o755).unwrap();
     let f = sub
-        .open_at(OsStr::new("f"), libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600)
+        .open_at(
+            OsStr::new("f"),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+            0o600,
+        )
         .unwrap();
     fchmod(f.as_fd(), 0o640).unwrap();
     sub.symlink_at(OsStr::new("/etc"), OsStr::new("l")).unwrap();
@@ -80,7 +88,10 @@ fn builds_removes_and_lists_a_tree() {
     sub.mkfifo_at(OsStr::new("p"), 0o600).unwrap();
     assert_eq!(sub.entries().unwrap(), ["f", "h", "l", "p"]);
     assert_eq!(sub.read_link_at(OsStr::new("l")).unwrap(), "/etc");
-    assert_eq!(d.lstat(Path::new("a/b/c/f")).unwrap().st_mode & 0o777, 0o640);
+    assert_eq!(
+        d.lstat(Path::new("a/b/c/f")).unwrap().st_mode & 0o777,
+        0o640
+    );
     assert_eq!(d.lstat(Path::new("a/b/c/f")).unwrap().st_nlink, 2);
     let (p, n) = d.split(Path::new("a/b/c/f")).unwrap();
     p.rename_at(&n, &d, OsStr::new("moved")).unwrap();

@@ -13,8 +13,8 @@
 //! entries, layers and images are written by atomic renames under the
 //! store's shared lock, so concurrent builds of one image cannot corrupt it.
 
-use std::collections::HashMap;
 use crate::owned;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -1,6 +1,6 @@
 use super::*;
-use std::fs;
 use crate::layer::tests::{file, tar_bytes};
+use std::fs;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -108,7 +108,12 @@ const DF: &str = "FROM base\n\
                   RUN dump /app/dump.txt\n\
                   CMD [\"python3\", \"src/main.py\"]\n";
 
-fn do_build(e: &Env, df: &str, runner: &dyn StepRunner, events: &mut Vec<BuildEvent>) -> Result<BuildResult> {
+fn do_build(
+    e: &Env,
+    df: &str,
+    runner: &dyn StepRunner,
+    events: &mut Vec<BuildEvent>,
+) -> Result<BuildResult> {
     build(
         &e.store,
         &BuildRequest {
@@ -361,11 +366,19 @@ impl StepRunner for Hinted {
 #[test]
 fn a_failed_step_carries_the_runners_hint_on_its_first_line() {
     let e = env();
-    let err = do_build(&e, "FROM base\nRUN fail\n", &Hinted(Fake::default()), &mut vec![])
-        .map(|_| ())
-        .unwrap_err();
+    let err = do_build(
+        &e,
+        "FROM base\nRUN fail\n",
+        &Hinted(Fake::default()),
+        &mut vec![],
+    )
+    .map(|_| ())
+    .unwrap_err();
     let first = err.message.lines().next().unwrap();
-    assert!(first.contains("exited with code 3; network egress is closed"), "{first}");
+    assert!(
+        first.contains("exited with code 3; network egress is closed"),
+        "{first}"
+    );
 }
 
 #[test]

@@ -118,8 +118,7 @@ enum Source {
 
 /// The context directory, opened so that every lookup stays beneath it.
 pub(crate) fn open_context(context: &Path) -> Result<Dir> {
-    Dir::open(context, Resolve::Beneath)
-        .map_err(|e| Error::invalid(format!("build context: {e}")))
+    Dir::open(context, Resolve::Beneath).map_err(|e| Error::invalid(format!("build context: {e}")))
 }
 
 /// A source path inside the context: no `..` out of it, no absolute path,
@@ -135,10 +134,12 @@ fn context_source(context: &Dir, src: &str) -> Result<(Source, OsString)> {
             _ => return Err(Error::invalid(format!("{src:?} leaves the build context"))),
         }
     }
-    let fd = context.open_path(&rel, libc::O_PATH, 0).map_err(|e| match e.raw_os_error() {
-        Some(libc::EXDEV) => Error::invalid(format!("{src:?} leaves the build context")),
-        _ => Error::invalid(format!("{src:?} is not in the build context")),
-    })?;
+    let fd = context
+        .open_path(&rel, libc::O_PATH, 0)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::EXDEV) => Error::invalid(format!("{src:?} leaves the build context")),
+            _ => Error::invalid(format!("{src:?} is not in the build context")),
+        })?;
     let st = fstat(fd.as_fd())?;
     let name = rel.file_name().unwrap_or_default().to_os_string();
     let reopen = |flags| {
@@ -183,10 +184,10 @@ pub fn take_dockerfile(context: &Path, names: &[&str], internal: &str) -> Result
         )
         .map_err(|e| Error::invalid(format!("{n}: {e}")).with_field("dockerfile"))?;
         if text.len() as u64 > MAX_DOCKERFILE_BYTES {
-            return Err(Error::invalid(format!(
-                "{n} is larger than {MAX_DOCKERFILE_BYTES} bytes"
-            ))
-            .with_field("dockerfile"));
+            return Err(
+                Error::invalid(format!("{n} is larger than {MAX_DOCKERFILE_BYTES} bytes"))
+                    .with_field("dockerfile"),
+            );
         }
         found = Some(text);
         break;

@@ -393,12 +393,7 @@ fn apply_entry<R: Read>(
 
 /// Walk (creating as needed) the directories of `rel` under `root`,
 /// refusing any component that exists as a symlink or non-directory.
-fn ensure_dirs(
-    root: &Dir,
-    rel: &Path,
-    name: &str,
-    created: &mut HashSet<PathBuf>,
-) -> Result<Dir> {
+fn ensure_dirs(root: &Dir, rel: &Path, name: &str, created: &mut HashSet<PathBuf>) -> Result<Dir> {
     let mut cur = root.with_resolve(Resolve::NoSymlinks)?;
     let mut cur_rel = PathBuf::new();
     for c in rel.components() {

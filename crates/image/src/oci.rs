@@ -5,8 +5,8 @@
 //! are applied in order (with whiteouts) when the image is committed; the
 //! config's Env/WorkingDir/User/Entrypoint/Cmd are kept.
 
-use std::collections::HashMap;
 use crate::owned;
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 

@@ -1,8 +1,8 @@
 use super::*;
-use std::fs;
 use crate::layer::tests::{file, symlink, tar_bytes};
 use serde_json::json;
 use std::collections::HashSet;
+use std::fs;
 
 /// Two layers: the second whites out a file of the first and adds a symlink.
 pub(crate) fn two_layers() -> Vec<Vec<u8>> {
@@ -154,7 +154,14 @@ fn an_uploaded_archive_is_recorded_without_the_daemons_path() {
     let s = ImageStore::open(&tmp.path().join("store")).unwrap();
     let up = s.temp_dir("upload").unwrap().join("body");
     fs::write(&up, oci_archive(&two_layers(), false)).unwrap();
-    let img = import(&s, &Owner::Tenant("t1".into()), &up, None, &ApplyOptions::default()).unwrap();
+    let img = import(
+        &s,
+        &Owner::Tenant("t1".into()),
+        &up,
+        None,
+        &ApplyOptions::default(),
+    )
+    .unwrap();
     let log = img.record.build_log.join("\n");
     assert_eq!(log, "imported from an uploaded archive");
     assert!(!log.contains(&tmp.path().display().to_string()));

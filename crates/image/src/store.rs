@@ -24,8 +24,8 @@ use stasis_core::{Error, ErrorCode, Result};
 use stasis_fsroot::{kind, Dir, Resolve};
 
 use crate::digest::{Digest, Hasher};
-use crate::owned;
 use crate::layer::{self, ApplyOptions};
+use crate::owned;
 
 /// Who owns a name: the operator (visible to everyone) or one tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

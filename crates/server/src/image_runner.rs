@@ -153,7 +153,10 @@ fn copy_changes(upper: &Path, dest: &Path) -> Result<()> {
     for m in MOUNT_POINTS {
         let m = std::ffi::OsStr::new(m);
         // Only an empty mount point is dropped; content written there stays.
-        let empty = d.sub(m).and_then(|s| s.entries()).is_ok_and(|e| e.is_empty());
+        let empty = d
+            .sub(m)
+            .and_then(|s| s.entries())
+            .is_ok_and(|e| e.is_empty());
         if empty {
             let _ = d.remove_all_at(m);
         }
@@ -169,7 +172,10 @@ mod tests {
     #[test]
     fn a_build_without_egress_says_so_and_how_to_open_it() {
         let h = egress_hint(&NetworkPolicy::default()).unwrap();
-        assert!(h.contains("closed by default") && h.contains("--network-allow"), "{h}");
+        assert!(
+            h.contains("closed by default") && h.contains("--network-allow"),
+            "{h}"
+        );
         let open = NetworkPolicy {
             allow: vec!["pypi.org".into()],
             deny: vec![],
@@ -187,7 +193,15 @@ mod tests {
         std::os::unix::fs::symlink(host.path(), upper.join("dev")).unwrap();
         copy_changes(&upper, &dest).unwrap();
         assert!(host.path().exists());
-        assert!(!dest.join("proc").exists(), "an empty mount point is dropped");
-        assert!(dest.join("dev").symlink_metadata().unwrap().file_type().is_symlink());
+        assert!(
+            !dest.join("proc").exists(),
+            "an empty mount point is dropped"
+        );
+        assert!(dest
+            .join("dev")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink());
     }
 }
