@@ -12,7 +12,7 @@
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 
 use stasis_core::{Error, ErrorCode, FileEntry, FileKind, Result};
@@ -74,6 +74,10 @@ pub(crate) fn map_err(e: io::Error, path: &str) -> Error {
     }
 }
 
+/// A sandbox's root as the file API sees it. Paths resolve through
+/// [`stasis_fsroot::openat2`] (the one owner of that primitive, shared with
+/// the image crate); `Root` stays this crate's type because the file API's
+/// operations (here and in `fileops`) are its inherent methods.
 pub struct Root(pub(crate) OwnedFd);
 
 impl Root {
@@ -111,30 +115,16 @@ impl Root {
     }
 
     pub(crate) fn openat2(&self, path: &str, flags: i32, mode: u32) -> io::Result<OwnedFd> {
-        let c = CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-        how.flags = (flags | libc::O_CLOEXEC) as u64;
-        how.mode = if flags & libc::O_CREAT != 0 {
-            mode as u64
-        } else {
-            0
-        };
-        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_XDEV | libc::RESOLVE_NO_MAGICLINKS;
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                self.0.as_raw_fd(),
-                c.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd < 0 {
-            // EAGAIN: a concurrent rename raced the lookup; retry once.
-            let err = io::Error::last_os_error();
-            return Err(err);
-        }
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        // The resolution itself is the workspace's one primitive for
+        // tenant-shaped trees (`stasis_fsroot`); the file API adds
+        // RESOLVE_NO_XDEV so no path crosses into /proc, /dev or a mount.
+        stasis_fsroot::openat2(
+            self.0.as_fd(),
+            std::path::Path::new(path),
+            flags,
+            mode,
+            stasis_fsroot::Resolve::InRoot.bits() | libc::RESOLVE_NO_XDEV,
+        )
     }
 
     pub fn mkdir_p(&self, dir: &str) -> Result<()> {
@@ -315,21 +305,9 @@ impl Root {
 
 /// The text of the symlink `name` in the directory `dir`, if it is one.
 pub(crate) fn read_link_at(dir: &OwnedFd, name: &str) -> Option<String> {
-    let c = CString::new(name).ok()?;
-    let mut buf = vec![0u8; 4096];
-    let n = unsafe {
-        libc::readlinkat(
-            dir.as_raw_fd(),
-            c.as_ptr(),
-            buf.as_mut_ptr() as *mut libc::c_char,
-            buf.len(),
-        )
-    };
-    if n < 0 {
-        return None;
-    }
-    buf.truncate(n as usize);
-    Some(String::from_utf8_lossy(&buf).into_owned())
+    let d = stasis_fsroot::Dir::from_fd(dir.try_clone().ok()?, stasis_fsroot::Resolve::InRoot);
+    let t = d.read_link_at(std::ffi::OsStr::new(name)).ok()?;
+    Some(t.to_string_lossy().into_owned())
 }
 
 #[cfg(test)]

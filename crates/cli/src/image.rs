@@ -237,7 +237,7 @@ async fn build(
     })
     .await;
     bar.finish_and_clear();
-    let v = r?;
+    let v = r.map_err(|e| if json { e } else { print_failed_output(e) })?;
     if !json {
         println!(
             "built {}:{}  {}  {} steps ({} cached), {} layers, rootfs {} bytes, {:.2} s",
@@ -252,6 +252,25 @@ async fn build(
         );
     }
     Ok(())
+}
+
+/// A failed RUN step's output (the lines after the error's first) printed
+/// to stderr as it was, line breaks kept; the error keeps its first line,
+/// which says which step failed and how, for the one-line report.
+fn print_failed_output(e: Error) -> Error {
+    if e.code != ErrorCode::BuildFailed {
+        return e;
+    }
+    match e.message.split_once('\n') {
+        Some((head, tail)) => {
+            eprintln!("{tail}");
+            Error {
+                message: head.to_string(),
+                ..e
+            }
+        }
+        None => e,
+    }
 }
 
 /// Upload `context` (with `dockerfile`) to the build route `path`, every

@@ -379,6 +379,24 @@ async fn build_from_a_dockerfile_and_run_it() {
         let last = err.lines().last().unwrap_or("");
         assert!(last.contains(needle), "{text}: {err}");
     }
+    // A failing RUN is a build failure of its own: its output as it was
+    // (line breaks kept) above the one-line error, which says that the
+    // build had no egress and how to allow it.
+    std::fs::write(
+        &df,
+        "FROM mini:1\nRUN echo first-line; echo second-line; exit 3\n",
+    )
+    .unwrap();
+    let o = d.cli(&["image", "build", "-t", "bad:1", &c]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("first-line\nsecond-line\n"), "{err}");
+    let last = err.lines().last().unwrap_or("");
+    assert!(last.starts_with("stasis: build_failed: "), "{err}");
+    assert!(
+        last.contains("closed by default") && last.contains("--network-allow"),
+        "{err}"
+    );
     let r = http.call("POST", "/v1/images/build?tag=../x", None).await;
     assert_eq!(r.status, 400, "{}", r.body);
     for s in [sb, sb2] {

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use stasis_core::{BackendKind, Error, ExecRequest, Manifest, OnIdle, Result};
+use stasis_fsroot::{Dir, Resolve};
 use stasis_image::build::{RunOutcome, RunStep, StepRunner};
 use stasis_image::layer::{copy_tree, unique_suffix, ApplyOptions};
 use stasis_image::store::{ImageStore, Owner};
@@ -34,6 +35,10 @@ pub struct SandboxRunner {
 const MOUNT_POINTS: [&str; 4] = ["dev", "proc", "sys", "workspace"];
 
 impl StepRunner for SandboxRunner {
+    fn failure_hint(&self) -> Option<String> {
+        egress_hint(&self.network)
+    }
+
     fn run(&self, s: &RunStep<'_>) -> Result<RunOutcome> {
         let owner = Owner::Tenant(self.ctx.tenant.as_str().to_string());
         let name = format!("_build-{}", unique_suffix());
@@ -122,6 +127,17 @@ impl SandboxRunner {
     }
 }
 
+/// What a failed step's error adds when the build gave its RUN steps no
+/// network: egress is closed by default, and how to open it.
+pub fn egress_hint(network: &stasis_core::manifest::NetworkPolicy) -> Option<String> {
+    network.allow.is_empty().then(|| {
+        "this build has no network egress (closed by default), so a step that downloads \
+         (pip, apt, npm) cannot; allow the hosts it needs with `stasis image build \
+         --network-allow HOST` (API: network={\"allow\":[\"HOST\"]} on /v1/images/build)"
+            .to_string()
+    })
+}
+
 /// The sandbox's writable layer, less the backend's mount points.
 fn copy_changes(upper: &Path, dest: &Path) -> Result<()> {
     if !upper.is_dir() {
@@ -130,13 +146,64 @@ fn copy_changes(upper: &Path, dest: &Path) -> Result<()> {
             upper.display()
         )));
     }
+    // `cp -a` never follows a symlink of the sandbox's tree and writes only
+    // into `dest`, the build's fresh directory.
     copy_tree(upper, dest)?;
-    for d in MOUNT_POINTS {
-        let p = dest.join(d);
+    // The copy is the tenant's tree: looked at through descriptors only (a
+    // `dev` the step made a symlink to a host directory is not followed).
+    let d = Dir::open(dest, Resolve::NoSymlinks)?;
+    for m in MOUNT_POINTS {
+        let m = std::ffi::OsStr::new(m);
         // Only an empty mount point is dropped; content written there stays.
-        if std::fs::read_dir(&p).is_ok_and(|mut r| r.next().is_none()) {
-            let _ = std::fs::remove_dir(&p);
+        let empty = d
+            .sub(m)
+            .and_then(|s| s.entries())
+            .is_ok_and(|e| e.is_empty());
+        if empty {
+            let _ = d.remove_all_at(m);
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stasis_core::manifest::NetworkPolicy;
+
+    #[test]
+    fn a_build_without_egress_says_so_and_how_to_open_it() {
+        let h = egress_hint(&NetworkPolicy::default()).unwrap();
+        assert!(
+            h.contains("closed by default") && h.contains("--network-allow"),
+            "{h}"
+        );
+        let open = NetworkPolicy {
+            allow: vec!["pypi.org".into()],
+            deny: vec![],
+        };
+        assert_eq!(egress_hint(&open), None);
+    }
+
+    #[test]
+    fn a_mount_point_the_step_made_a_symlink_is_not_followed() {
+        let t = tempfile::tempdir().unwrap();
+        let host = tempfile::tempdir().unwrap();
+        let (upper, dest) = (t.path().join("upper"), t.path().join("dest"));
+        std::fs::create_dir_all(upper.join("proc")).unwrap();
+        std::fs::create_dir(&dest).unwrap();
+        std::os::unix::fs::symlink(host.path(), upper.join("dev")).unwrap();
+        copy_changes(&upper, &dest).unwrap();
+        assert!(host.path().exists());
+        assert!(
+            !dest.join("proc").exists(),
+            "an empty mount point is dropped"
+        );
+        assert!(dest
+            .join("dev")
+            .symlink_metadata()
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
 }

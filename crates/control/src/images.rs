@@ -330,14 +330,14 @@ impl Images {
             let r = (|| {
                 stasis_image::layer::apply_file(&context_tar, &dir, &opts.plain())
                     .map_err(|e| e.context("build context"))?;
-                let df = [CONTEXT_DOCKERFILE, "Dockerfile"]
-                    .iter()
-                    .find_map(|n| std::fs::read_to_string(dir.join(n)).ok())
-                    .ok_or_else(|| {
-                        Error::invalid("the build context holds no Dockerfile")
-                            .with_field("dockerfile")
-                    })?;
-                let _ = std::fs::remove_file(dir.join(CONTEXT_DOCKERFILE));
+                let df = stasis_image::context::take_dockerfile(
+                    &dir,
+                    &[CONTEXT_DOCKERFILE, "Dockerfile"],
+                    CONTEXT_DOCKERFILE,
+                )?
+                .ok_or_else(|| {
+                    Error::invalid("the build context holds no Dockerfile").with_field("dockerfile")
+                })?;
                 let req = BuildRequest {
                     owner: o,
                     reference: &reference,

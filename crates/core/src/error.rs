@@ -53,6 +53,9 @@ pub enum ErrorCode {
     /// sandbox (its root, /proc, /dev, an input mount, ...) or move an entry
     /// from one mount to another (409). Nothing was changed.
     MountPoint,
+    /// An image build's RUN step exited non-zero (422); the message holds
+    /// the step's output tail as it was, line breaks kept.
+    BuildFailed,
     /// Anything else (500).
     Internal,
 }
@@ -70,7 +73,9 @@ impl ErrorCode {
             | ErrorCode::RegionMismatch
             | ErrorCode::MountPoint => 409,
             ErrorCode::PayloadTooLarge => 413,
-            ErrorCode::IntegrityError | ErrorCode::IncompatibleSnapshot => 422,
+            ErrorCode::IntegrityError
+            | ErrorCode::IncompatibleSnapshot
+            | ErrorCode::BuildFailed => 422,
             ErrorCode::RateLimited | ErrorCode::Overloaded => 429,
             ErrorCode::Unsupported => 501,
             ErrorCode::PortUnreachable => 502,
@@ -100,6 +105,7 @@ impl ErrorCode {
             ErrorCode::BackendError => "backend_error",
             ErrorCode::RegionMismatch => "region_mismatch",
             ErrorCode::MountPoint => "mount_point",
+            ErrorCode::BuildFailed => "build_failed",
             ErrorCode::Internal => "internal",
         }
     }

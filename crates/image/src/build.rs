@@ -13,13 +13,15 @@
 //! entries, layers and images are written by atomic renames under the
 //! store's shared lock, so concurrent builds of one image cannot corrupt it.
 
+use crate::owned;
 use std::collections::HashMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::Serialize;
-use stasis_core::{Error, Result};
+use stasis_core::{Error, ErrorCode, Result};
+
+use stasis_fsroot::{Dir, Resolve};
 
 use crate::context::{copy_sources, hash_sources, make_dirs, parse_chown, resolve_in_root};
 use crate::digest::{Digest, Hasher};
@@ -53,6 +55,58 @@ pub struct RunOutcome {
 /// tests use a fake.
 pub trait StepRunner: Send + Sync {
     fn run(&self, step: &RunStep<'_>) -> Result<RunOutcome>;
+    /// One sentence added to a failed step's error: what about the steps'
+    /// sandbox may explain it (e.g. that it has no network egress).
+    fn failure_hint(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Lines and bytes of a failed step's output its error carries (the end of
+/// it, where a tool's own error is).
+pub const FAILED_OUTPUT_LINES: usize = 40;
+pub const FAILED_OUTPUT_BYTES: usize = 8 << 10;
+
+/// The last `lines` lines of `output`, at most `bytes` of it (cut at a
+/// character boundary), line breaks kept.
+pub fn output_tail(output: &str, lines: usize, bytes: usize) -> &str {
+    let trimmed = output.trim_end_matches('\n');
+    let mut start = trimmed.len();
+    for _ in 0..lines {
+        match trimmed[..start].rfind('\n') {
+            Some(i) => start = i,
+            None => {
+                start = 0;
+                break;
+            }
+        }
+    }
+    let mut tail = trimmed[start..].trim_start_matches('\n');
+    if tail.len() > bytes {
+        let mut cut = tail.len() - bytes;
+        while !tail.is_char_boundary(cut) {
+            cut += 1;
+        }
+        tail = &tail[cut..];
+    }
+    tail
+}
+
+/// The `build_failed` error of a RUN step that exited non-zero: its first
+/// line says which step and how (and the runner's hint), the rest is the
+/// step's output tail as it was.
+fn run_failed(step: &Step, out: &RunOutcome, hint: Option<String>) -> Error {
+    let head = step_err(step, format!("exited with code {}", out.exit_code)).message;
+    let mut message = match hint {
+        Some(h) => format!("{head}; {h}"),
+        None => head,
+    };
+    let tail = output_tail(&out.output, FAILED_OUTPUT_LINES, FAILED_OUTPUT_BYTES);
+    if !tail.is_empty() {
+        message.push_str("\noutput (its end):\n");
+        message.push_str(tail);
+    }
+    Error::new(ErrorCode::BuildFailed, message).with_field("dockerfile")
 }
 
 /// Progress, for a terminal (indicatif) or the API's event stream.
@@ -188,16 +242,15 @@ pub fn build(
         return Err(Error::invalid("name the image name[:tag], not by digest").with_field("tag"));
     };
     let steps = dockerfile::parse(req.dockerfile)?;
-    let context = req
-        .context
-        .canonicalize()
+    // The daemon's own directory the context was unpacked into.
+    let context = owned::canonicalize(req.context)
         .map_err(|e| Error::invalid(format!("build context {}: {e}", req.context.display())))?;
     let _lock = store.lock_shared()?;
     let tmp = store.temp_dir("build")?;
     let r = run_steps(
         store, req, &steps, &context, &tmp, runner, progress, &name, &tag,
     );
-    let _ = fs::remove_dir_all(&tmp);
+    let _ = owned::remove_dir_all(&tmp);
     let (image, hits) = r?;
     progress(BuildEvent::Done {
         image: image.record.id.to_string(),
@@ -456,7 +509,7 @@ fn execute(
     let ex =
         |s: &str| dockerfile::expand(s, &|k| vars.get(k).cloned()).map_err(|e| step_err(step, e));
     let upper = state.tmp.join(format!("upper-{index}"));
-    fs::create_dir_all(&upper)?;
+    owned::create_dir_all(&upper)?;
     let made_layer = match &step.instr {
         Instruction::Env(pairs) => {
             for (k, v) in pairs {
@@ -472,7 +525,11 @@ fn execute(
         Instruction::Workdir(w) => {
             let w = abs_path(&state.config.working_dir, &ex(w)?);
             state.config.working_dir = w.clone();
-            make_dirs(&upper, &resolve_in_root(&state.root()?, &w, false))?;
+            let root = Dir::open(&state.root()?, Resolve::InRoot)?;
+            make_dirs(
+                &Dir::open(&upper, Resolve::NoSymlinks)?,
+                &resolve_in_root(&root, &w, false),
+            )?;
             true
         }
         Instruction::Cmd(c) => {
@@ -495,14 +552,16 @@ fn execute(
             // Written where the image's symlinks lead; into a directory
             // (Docker's rules) when the destination says so (`dir/`, `.`,
             // several sources) or already is one in the image.
-            let root = state.root()?;
+            let root = Dir::open(&state.root()?, Resolve::InRoot)?;
             let abs = abs_path(&state.config.working_dir, &dest);
             let as_dir = resolve_in_root(&root, &abs, false);
             let into_dir = dest.ends_with('/')
                 || dest == "."
                 || dest.ends_with("/.")
                 || srcs.len() > 1
-                || root.join(as_dir.trim_start_matches('/')).is_dir();
+                || root
+                    .open_dir(Path::new(as_dir.trim_start_matches('/')))
+                    .is_ok();
             let dest = if into_dir {
                 format!("{}/", as_dir.trim_end_matches('/'))
             } else {
@@ -552,14 +611,7 @@ fn execute(
                 });
             }
             if out.exit_code != 0 {
-                let tail: String = {
-                    let lines: Vec<&str> = out.output.lines().collect();
-                    lines[lines.len().saturating_sub(20)..].join("\n")
-                };
-                return Err(step_err(
-                    step,
-                    format!("exited with code {}; output:\n{tail}", out.exit_code),
-                ));
+                return Err(run_failed(step, &out, runner.failure_hint()));
             }
             true
         }
@@ -569,10 +621,11 @@ fn execute(
     }
     let file = state.tmp.join(format!("layer-{index}.tar.zst"));
     layer::write_layer(&upper, &file)?;
-    let _ = fs::remove_dir_all(&upper);
+    let _ = owned::remove_dir_all(&upper);
     Ok(Some(state.store.put_layer(&file)?))
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // fixtures on the tests' own temp dirs
 #[path = "build_tests.rs"]
 mod tests;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::layer::tests::{file, tar_bytes};
+use std::fs;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -107,7 +108,12 @@ const DF: &str = "FROM base\n\
                   RUN dump /app/dump.txt\n\
                   CMD [\"python3\", \"src/main.py\"]\n";
 
-fn do_build(e: &Env, df: &str, runner: &Fake, events: &mut Vec<BuildEvent>) -> Result<BuildResult> {
+fn do_build(
+    e: &Env,
+    df: &str,
+    runner: &dyn StepRunner,
+    events: &mut Vec<BuildEvent>,
+) -> Result<BuildResult> {
     build(
         &e.store,
         &BuildRequest {
@@ -227,7 +233,13 @@ fn a_failing_run_shows_output_and_code_and_keeps_earlier_steps_cached() {
         "{}",
         err.message
     );
-    assert!(err.message.contains("something broke"), "{}", err.message);
+    // Its own code, and the output as it was: line breaks kept.
+    assert_eq!(err.code, ErrorCode::BuildFailed);
+    assert!(
+        err.message.contains("\nstep output\nsomething broke"),
+        "{}",
+        err.message
+    );
     assert!(e
         .store
         .resolve(&Owner::Tenant("t1".into()), "app:v1")
@@ -299,7 +311,7 @@ fn concurrent_builds_of_one_image_do_not_corrupt_the_cache() {
         .map(|_| {
             let (e, fake) = (e.clone(), fake.clone());
             std::thread::spawn(move || {
-                do_build(&e, DF, &fake, &mut vec![]).map(|r| r.image.record.id)
+                do_build(&e, DF, fake.as_ref(), &mut vec![]).map(|r| r.image.record.id)
             })
         })
         .collect();
@@ -307,7 +319,7 @@ fn concurrent_builds_of_one_image_do_not_corrupt_the_cache() {
         .into_iter()
         .map(|h| h.join().unwrap().unwrap())
         .collect();
-    let again = do_build(&e, DF, &fake, &mut vec![]).unwrap();
+    let again = do_build(&e, DF, fake.as_ref(), &mut vec![]).unwrap();
     assert_eq!(again.cache_hits, 9);
     assert!(ids.contains(&again.image.record.id));
     assert_eq!(
@@ -336,4 +348,47 @@ fn build_args_override_defaults() {
     )
     .unwrap();
     assert_eq!(fs::read(r.image.rootfs.join("app/version")).unwrap(), b"v9");
+}
+
+/// A runner whose steps all fail, with a hint (as the daemon's says when the
+/// build has no egress).
+struct Hinted(Fake);
+
+impl StepRunner for Hinted {
+    fn run(&self, s: &RunStep<'_>) -> Result<RunOutcome> {
+        self.0.run(s)
+    }
+    fn failure_hint(&self) -> Option<String> {
+        Some("network egress is closed".into())
+    }
+}
+
+#[test]
+fn a_failed_step_carries_the_runners_hint_on_its_first_line() {
+    let e = env();
+    let err = do_build(
+        &e,
+        "FROM base\nRUN fail\n",
+        &Hinted(Fake::default()),
+        &mut vec![],
+    )
+    .map(|_| ())
+    .unwrap_err();
+    let first = err.message.lines().next().unwrap();
+    assert!(
+        first.contains("exited with code 3; network egress is closed"),
+        "{first}"
+    );
+}
+
+#[test]
+fn output_tail_keeps_the_last_lines_and_bytes() {
+    let out: String = (1..=100).map(|i| format!("line {i}\n")).collect();
+    let t = output_tail(&out, 3, 1000);
+    assert_eq!(t, "line 98\nline 99\nline 100");
+    assert_eq!(output_tail("a\nb", 5, 1000), "a\nb");
+    assert_eq!(output_tail(&out, 100, 8), "line 100");
+    // A cut never splits a character.
+    assert_eq!(output_tail("ééé", 1, 3), "é");
+    assert_eq!(output_tail("", 5, 5), "");
 }

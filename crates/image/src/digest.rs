@@ -34,7 +34,7 @@ impl Digest {
     }
 
     pub fn of_file(path: &Path) -> Result<Digest> {
-        let mut f = std::fs::File::open(path)
+        let mut f = crate::owned::open(path)
             .map_err(|e| Error::from(e).context(format!("open {}", path.display())))?;
         let mut h = Hasher::default();
         io::copy(&mut f, &mut h)?;
@@ -127,6 +127,7 @@ impl<R: Read> Read for HashingReader<R> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // fixtures on the tests' own temp dirs
 mod tests {
     use super::*;
 

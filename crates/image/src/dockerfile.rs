@@ -375,5 +375,6 @@ pub fn expand(
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // fixtures on the tests' own temp dirs
 #[path = "dockerfile_tests.rs"]
 mod tests;

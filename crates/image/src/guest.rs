@@ -8,12 +8,14 @@
 //! least 1 GiB, sparse) since the image need not carry `resize2fs` to grow
 //! it in the guest.
 
-use std::fs;
+use crate::owned;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::json;
 use stasis_core::{Error, Result};
+
+use stasis_fsroot::{Dir, Resolve};
 
 use crate::layer::unique_suffix;
 use crate::store::Image;
@@ -36,11 +38,12 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
 /// initrd when missing.
 pub fn ensure_guest(image: &Image, default_guest: &Path) -> Result<PathBuf> {
     let dir = image.dir.join("guest");
-    if dir.join("rootfs.qcow2").is_file() {
+    if owned::is_file(dir.join("rootfs.qcow2")) {
         return Ok(dir);
     }
-    let sh = image.rootfs.join("bin/sh");
-    if fs::symlink_metadata(&sh).is_err() {
+    // Looked up as the guest will see it: inside the image's root.
+    let sh = Dir::open(&image.rootfs, Resolve::InRoot).and_then(|r| r.lstat(Path::new("bin/sh")));
+    if sh.is_err() {
         return Err(Error::invalid(format!(
             "image {} has no /bin/sh, which the microVM's init needs on its root disk",
             image.record.id
@@ -48,15 +51,15 @@ pub fn ensure_guest(image: &Image, default_guest: &Path) -> Result<PathBuf> {
         .with_field("image"));
     }
     let staging = image.dir.join(format!(".guest-{}", unique_suffix()));
-    fs::create_dir_all(&staging)?;
+    owned::create_dir_all(&staging)?;
     let r = build_into(image, default_guest, &staging);
     if r.is_err() {
-        let _ = fs::remove_dir_all(&staging);
+        let _ = owned::remove_dir_all(&staging);
         return r.map(|_| dir);
     }
-    if fs::rename(&staging, &dir).is_err() {
+    if owned::rename(&staging, &dir).is_err() {
         // Built concurrently by someone else: keep theirs.
-        let _ = fs::remove_dir_all(&staging);
+        let _ = owned::remove_dir_all(&staging);
     }
     Ok(dir)
 }
@@ -86,17 +89,17 @@ fn build_into(image: &Image, default_guest: &Path, staging: &Path) -> Result<()>
             .arg(staging.join("rootfs.qcow2")),
         "qemu-img convert",
     )?;
-    fs::remove_file(&raw)?;
+    owned::remove_file(&raw)?;
     for f in ["vmlinux", "initrd.img"] {
         let src = default_guest.join(f);
-        if fs::hard_link(&src, staging.join(f)).is_err() {
-            fs::copy(&src, staging.join(f))
+        if owned::hard_link(&src, staging.join(f)).is_err() {
+            owned::copy(&src, staging.join(f))
                 .map_err(|e| Error::internal(format!("{}: {e}", src.display())))?;
         }
     }
     // The kernel command lines and the kernel's identity come from the
     // default guest; the root disk is identified by the image id.
-    let def: serde_json::Value = fs::read(default_guest.join("image.json"))
+    let def: serde_json::Value = owned::read(default_guest.join("image.json"))
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or_default();
@@ -110,7 +113,7 @@ fn build_into(image: &Image, default_guest: &Path, staging: &Path) -> Result<()>
             "rootfs.qcow2": {"blake3": image.record.id.hex()},
         }
     });
-    fs::write(
+    owned::write(
         staging.join("image.json"),
         serde_json::to_vec_pretty(&meta)?,
     )?;
@@ -118,6 +121,7 @@ fn build_into(image: &Image, default_guest: &Path, staging: &Path) -> Result<()>
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // fixtures on the tests' own temp dirs
 mod tests {
     use super::*;
     use crate::layer::{tests::file, tests::symlink, tests::tar_bytes, ApplyOptions};
@@ -129,16 +133,16 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let s = ImageStore::open(&tmp.path().join("store")).unwrap();
         let guest = tmp.path().join("default");
-        fs::create_dir_all(&guest).unwrap();
-        fs::write(guest.join("vmlinux"), b"kernel").unwrap();
-        fs::write(guest.join("initrd.img"), b"initrd").unwrap();
-        fs::write(
+        owned::create_dir_all(&guest).unwrap();
+        owned::write(guest.join("vmlinux"), b"kernel").unwrap();
+        owned::write(guest.join("initrd.img"), b"initrd").unwrap();
+        owned::write(
             guest.join("image.json"),
             br#"{"kernel_cmdline":"console=ttyS0","files":{"vmlinux":{"blake3":"k"}}}"#,
         )
         .unwrap();
         let l = tmp.path().join("l.tar");
-        fs::write(
+        owned::write(
             &l,
             tar_bytes(&[
                 file("bin/busybox", b"bb"),
@@ -165,7 +169,7 @@ mod tests {
             assert!(dir.join(f).is_file(), "{f}");
         }
         let meta: serde_json::Value =
-            serde_json::from_slice(&fs::read(dir.join("image.json")).unwrap()).unwrap();
+            serde_json::from_slice(&owned::read(dir.join("image.json")).unwrap()).unwrap();
         assert_eq!(meta["kernel_cmdline"], "console=ttyS0");
         assert_eq!(meta["files"]["rootfs.qcow2"]["blake3"], img.record.id.hex());
         // The disk holds the image's files.
@@ -184,15 +188,15 @@ mod tests {
             .output()
             .unwrap();
         assert_eq!(out.stdout, b"hi\n");
-        let _ = fs::remove_file(&raw);
+        let _ = owned::remove_file(&raw);
         // Built once: a second call reuses it.
-        let m1 = fs::metadata(dir.join("rootfs.qcow2"))
+        let m1 = owned::metadata(dir.join("rootfs.qcow2"))
             .unwrap()
             .modified()
             .unwrap();
         ensure_guest(&img, &guest).unwrap();
         assert_eq!(
-            fs::metadata(dir.join("rootfs.qcow2"))
+            owned::metadata(dir.join("rootfs.qcow2"))
                 .unwrap()
                 .modified()
                 .unwrap(),
@@ -200,7 +204,7 @@ mod tests {
         );
         // No shell: refused, nothing left behind.
         let l2 = tmp.path().join("l2.tar");
-        fs::write(&l2, tar_bytes(&[file("etc/only", b"x")])).unwrap();
+        owned::write(&l2, tar_bytes(&[file("etc/only", b"x")])).unwrap();
         let l2 = s.put_layer(&l2).unwrap();
         let img2 = s
             .commit(

@@ -22,17 +22,20 @@
 //! refusal leaves nothing behind.
 
 use std::collections::HashSet;
-use std::ffi::CString;
+use std::ffi::OsStr;
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use stasis_core::{Error, ErrorCode, Result};
+use stasis_fsroot::{self as fsroot, fchmod, fchown, is_root, Dir, Resolve};
 use tar::EntryType;
 
 use crate::digest::{Digest, HashingReader};
+use crate::owned;
 
 /// Limits and trust of one application.
 #[derive(Debug, Clone, Copy)]
@@ -109,7 +112,12 @@ pub fn decompress<'a>(r: impl Read + 'a) -> Result<Box<dyn Read + 'a>> {
 /// header with a valid checksum. Anything else (a plain `.gz` of a text
 /// file, a truncated archive) is not, and Docker's `ADD` copies it as is.
 pub fn is_tar(path: &Path) -> Result<bool> {
-    let f = fs::File::open(path)?;
+    // The operator's or the daemon's own file (an upload it stored).
+    is_tar_reader(&owned::open(path)?)
+}
+
+/// [`is_tar`] of an open file (read from its current offset).
+pub fn is_tar_reader(f: &fs::File) -> Result<bool> {
     let mut block = [0u8; 512];
     let mut r = decompress(f)?;
     let mut got = 0;
@@ -193,15 +201,24 @@ pub fn normalize(name: &str) -> Result<PathBuf> {
     Ok(out)
 }
 
-/// Apply a layer file (any supported compression) onto `root`.
+/// Apply a layer file (any supported compression) onto `root`, a
+/// directory of the daemon's (a staging root, a step's layer).
 pub fn apply_file(layer: &Path, root: &Path, opts: &ApplyOptions) -> Result<LayerStats> {
-    let f = fs::File::open(layer)
+    let f = owned::open(layer)
         .map_err(|e| Error::from(e).context(format!("open layer {}", layer.display())))?;
     apply(f, root, opts)
 }
 
 /// Apply one layer stream onto `root` (which must exist).
 pub fn apply(r: impl Read, root: &Path, opts: &ApplyOptions) -> Result<LayerStats> {
+    let root = Dir::open(root, Resolve::NoSymlinks)?;
+    apply_at(r, &root, opts)
+}
+
+/// Apply one layer stream onto the open directory `root`. Every entry is
+/// made by name in a directory opened without following any link, so an
+/// entry never lands outside `root`, whatever earlier entries planted.
+pub fn apply_at(r: impl Read, root: &Dir, opts: &ApplyOptions) -> Result<LayerStats> {
     let limited = Limited {
         inner: decompress(r)?,
         read: 0,
@@ -250,14 +267,15 @@ pub fn apply(r: impl Read, root: &Path, opts: &ApplyOptions) -> Result<LayerStat
 fn apply_entry<R: Read>(
     entry: &mut tar::Entry<'_, R>,
     name: &str,
-    root: &Path,
+    root: &Dir,
     opts: &ApplyOptions,
     created: &mut HashSet<PathBuf>,
 ) -> Result<()> {
     let rel = normalize(name)?;
-    let Some(file_name) = rel.file_name().map(|f| f.to_string_lossy().into_owned()) else {
+    let Some(file_name) = rel.file_name().map(|f| f.to_os_string()) else {
         return Ok(()); // the root itself ("./")
     };
+    let fname = file_name.to_string_lossy().into_owned();
     let parent_rel = rel.parent().unwrap_or(Path::new("")).to_path_buf();
     let parent = ensure_dirs(root, &parent_rel, name, created)?;
     let header = entry.header();
@@ -266,46 +284,46 @@ fn apply_entry<R: Read>(
     if mode & 0o6000 != 0 && !opts.allow_setid && (kind.is_file() || kind.is_dir()) {
         return Err(refuse(name, "setuid/setgid bit from an untrusted source"));
     }
-    if !opts.whiteouts && file_name.starts_with(WH_PREFIX) {
+    if !opts.whiteouts && fname.starts_with(WH_PREFIX) {
         return Err(refuse(
             name,
             "a name starting with .wh. marks a deletion in an image layer; a plain archive cannot carry it",
         ));
     }
-    if file_name == WH_OPAQUE {
+    if fname == WH_OPAQUE {
         return opaque(&parent, &parent_rel, created);
     }
-    if let Some(hidden) = file_name.strip_prefix(WH_PREFIX) {
+    if let Some(hidden) = fname.strip_prefix(WH_PREFIX) {
         if hidden.is_empty() || hidden == "." || hidden == ".." {
             return Err(refuse(name, "malformed whiteout"));
         }
-        return remove_any(&parent.join(hidden));
+        return Ok(parent.remove_all_at(OsStr::new(hidden))?);
     }
-    let target = parent.join(&file_name);
+    let target = file_name.as_os_str();
     let uid = header.uid().unwrap_or(0) as u32;
     let gid = header.gid().unwrap_or(0) as u32;
     let mtime = header.mtime().unwrap_or(0) as i64;
+    let root_user = is_root();
     match kind {
         EntryType::Directory => {
-            match fs::symlink_metadata(&target) {
-                Ok(m) if m.is_dir() => {}
+            match parent.lstat_at(target) {
+                Ok(st) if fsroot::kind(&st) == libc::S_IFDIR => {}
                 Ok(_) => {
-                    remove_any(&target)?;
-                    fs::create_dir(&target)?;
+                    parent.remove_all_at(target)?;
+                    parent.mkdir_at(target, 0o700)?;
                 }
-                Err(_) => fs::create_dir(&target)?,
+                Err(_) => parent.mkdir_at(target, 0o700)?,
             }
-            fs::set_permissions(&target, fs::Permissions::from_mode(mode & 0o7777))?;
-            chown(&target, uid, gid)?;
+            let d = parent.sub(target)?;
+            fchmod(d.as_fd(), mode)?;
+            if root_user {
+                fchown(d.as_fd(), uid, gid)?;
+            }
         }
         EntryType::Regular | EntryType::Continuous => {
-            remove_any(&target)?;
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .mode(0o600)
-                .open(&target)?;
+            parent.remove_all_at(target)?;
+            let f = parent.open_at(target, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600)?;
+            let mut f = fs::File::from(f);
             io::copy(entry, &mut f).map_err(|e| {
                 if is_limit(&e) {
                     Error::invalid("decompression limit exceeded")
@@ -313,10 +331,12 @@ fn apply_entry<R: Read>(
                     refuse(name, e)
                 }
             })?;
+            if root_user {
+                fchown(f.as_fd(), uid, gid)?;
+            }
+            fchmod(f.as_fd(), mode)?;
             drop(f);
-            chown(&target, uid, gid)?;
-            fs::set_permissions(&target, fs::Permissions::from_mode(mode & 0o7777))?;
-            set_mtime(&target, mtime);
+            let _ = parent.set_mtime_at(target, mtime);
         }
         EntryType::Symlink => {
             let link = entry
@@ -324,10 +344,12 @@ fn apply_entry<R: Read>(
                 .ok_or_else(|| refuse(name, "symlink without a target"))?;
             let link = String::from_utf8_lossy(&link).into_owned();
             check_symlink_target(name, &parent_rel, &link)?;
-            remove_any(&target)?;
-            std::os::unix::fs::symlink(&link, &target)?;
-            chown(&target, uid, gid)?;
-            set_mtime(&target, mtime);
+            parent.remove_all_at(target)?;
+            parent.symlink_at(OsStr::new(&link), target)?;
+            if root_user {
+                parent.chown_at(target, uid, gid)?;
+            }
+            let _ = parent.set_mtime_at(target, mtime);
         }
         EntryType::Link => {
             let link = entry
@@ -336,26 +358,27 @@ fn apply_entry<R: Read>(
             let link = String::from_utf8_lossy(&link).into_owned();
             let link_rel = normalize(&link)
                 .map_err(|_| refuse(name, format!("hardlink target {link:?} leaves the root")))?;
-            let src = resolve_existing(root, &link_rel)
-                .filter(|p| fs::symlink_metadata(p).is_ok_and(|m| m.is_file()))
-                .ok_or_else(|| {
-                    refuse(
-                        name,
-                        format!("hardlink target {link:?} is not a regular file inside the root"),
-                    )
-                })?;
-            remove_any(&target)?;
-            fs::hard_link(&src, &target)?;
+            let not_file = || {
+                refuse(
+                    name,
+                    format!("hardlink target {link:?} is not a regular file inside the root"),
+                )
+            };
+            // No symlink on the way to it, and it is a regular file.
+            let (src_dir, src_name) = root.split(&link_rel).map_err(|_| not_file())?;
+            match src_dir.lstat_at(&src_name) {
+                Ok(st) if fsroot::kind(&st) == libc::S_IFREG => {}
+                _ => return Err(not_file()),
+            }
+            parent.remove_all_at(target)?;
+            src_dir.link_at(&src_name, &parent, target)?;
         }
         EntryType::Fifo => {
-            remove_any(&target)?;
-            let c = CString::new(target.as_os_str().as_bytes())
-                .map_err(|_| refuse(name, "NUL in name"))?;
-            // SAFETY: c is a valid NUL-terminated path.
-            if unsafe { libc::mkfifo(c.as_ptr(), (mode & 0o777) as libc::mode_t) } != 0 {
-                return Err(io::Error::last_os_error().into());
+            parent.remove_all_at(target)?;
+            parent.mkfifo_at(target, mode)?;
+            if root_user {
+                parent.chown_at(target, uid, gid)?;
             }
-            chown(&target, uid, gid)?;
         }
         EntryType::Char | EntryType::Block => {
             return Err(refuse(name, "device node"));
@@ -370,20 +393,15 @@ fn apply_entry<R: Read>(
 
 /// Walk (creating as needed) the directories of `rel` under `root`,
 /// refusing any component that exists as a symlink or non-directory.
-fn ensure_dirs(
-    root: &Path,
-    rel: &Path,
-    name: &str,
-    created: &mut HashSet<PathBuf>,
-) -> Result<PathBuf> {
-    let mut cur = root.to_path_buf();
+fn ensure_dirs(root: &Dir, rel: &Path, name: &str, created: &mut HashSet<PathBuf>) -> Result<Dir> {
+    let mut cur = root.with_resolve(Resolve::NoSymlinks)?;
     let mut cur_rel = PathBuf::new();
     for c in rel.components() {
-        cur.push(c);
+        let Component::Normal(c) = c else { continue };
         cur_rel.push(c);
-        match fs::symlink_metadata(&cur) {
-            Ok(m) if m.is_dir() => {}
-            Ok(m) if m.file_type().is_symlink() => {
+        match cur.lstat_at(c) {
+            Ok(m) if fsroot::kind(&m) == libc::S_IFDIR => {}
+            Ok(m) if fsroot::kind(&m) == libc::S_IFLNK => {
                 return Err(refuse(
                     name,
                     format!("would write through the symlink {}", cur_rel.display()),
@@ -396,26 +414,14 @@ fn ensure_dirs(
                 ))
             }
             Err(_) => {
-                fs::create_dir(&cur)?;
-                fs::set_permissions(&cur, fs::Permissions::from_mode(0o755))?;
+                cur.mkdir_at(c, 0o755)?;
+                fchmod(cur.sub(c)?.as_fd(), 0o755)?;
                 created.insert(cur_rel.clone());
             }
         }
+        cur = cur.sub(c)?;
     }
     Ok(cur)
-}
-
-/// `root/rel` when every component exists and none is a symlink.
-fn resolve_existing(root: &Path, rel: &Path) -> Option<PathBuf> {
-    let mut cur = root.to_path_buf();
-    for c in rel.components() {
-        cur.push(c);
-        let m = fs::symlink_metadata(&cur).ok()?;
-        if m.file_type().is_symlink() {
-            return None;
-        }
-    }
-    Some(cur)
 }
 
 /// A relative symlink target must not climb above the root from the
@@ -448,52 +454,13 @@ fn check_symlink_target(name: &str, parent_rel: &Path, link: &str) -> Result<()>
 
 /// Opaque directory: drop whatever lower layers put in it, keeping what
 /// this layer already created there.
-fn opaque(dir: &Path, dir_rel: &Path, created: &HashSet<PathBuf>) -> Result<()> {
-    for e in fs::read_dir(dir)? {
-        let e = e?;
-        if !created.contains(&dir_rel.join(e.file_name())) {
-            remove_any(&e.path())?;
+fn opaque(dir: &Dir, dir_rel: &Path, created: &HashSet<PathBuf>) -> Result<()> {
+    for n in dir.entries()? {
+        if !created.contains(&dir_rel.join(&n)) {
+            dir.remove_all_at(&n)?;
         }
     }
     Ok(())
-}
-
-fn remove_any(p: &Path) -> Result<()> {
-    match fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(p)?,
-        Ok(_) => fs::remove_file(p)?,
-        Err(_) => {}
-    }
-    Ok(())
-}
-
-fn chown(p: &Path, uid: u32, gid: u32) -> Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        return Ok(());
-    }
-    std::os::unix::fs::lchown(p, Some(uid), Some(gid))?;
-    Ok(())
-}
-
-fn set_mtime(p: &Path, secs: i64) {
-    let Ok(c) = CString::new(p.as_os_str().as_bytes()) else {
-        return;
-    };
-    let t = libc::timespec {
-        tv_sec: secs as libc::time_t,
-        tv_nsec: 0,
-    };
-    let times = [t, t];
-    // SAFETY: valid path and two timespecs; failure only loses the mtime.
-    unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
 }
 
 /// Apply `layers` in order on top of `base` (or an empty root) into a
@@ -512,14 +479,14 @@ pub fn apply_all_atomic(
     let parent = dest
         .parent()
         .ok_or_else(|| Error::internal("destination without a parent"))?;
-    fs::create_dir_all(parent)?;
+    owned::create_dir_all(parent)?;
     let staging = parent.join(format!(
         ".staging-{}-{}",
         std::process::id(),
         unique_suffix()
     ));
     let result = (|| {
-        fs::create_dir(&staging)?;
+        owned::create_dir(&staging)?;
         if let Some(base) = base {
             link_tree(base, &staging)?;
         }
@@ -529,17 +496,17 @@ pub fn apply_all_atomic(
         Ok(())
     })();
     if let Err(e) = result {
-        let _ = fs::remove_dir_all(&staging);
+        let _ = owned::remove_dir_all(&staging);
         return Err(e);
     }
-    match fs::rename(&staging, dest) {
+    match owned::rename(&staging, dest) {
         Ok(()) => Ok(()),
-        Err(_) if dest.is_dir() => {
-            let _ = fs::remove_dir_all(&staging);
+        Err(_) if owned::is_dir(dest) => {
+            let _ = owned::remove_dir_all(&staging);
             Ok(())
         }
         Err(e) => {
-            let _ = fs::remove_dir_all(&staging);
+            let _ = owned::remove_dir_all(&staging);
             Err(e.into())
         }
     }
@@ -570,7 +537,7 @@ pub fn copy_tree(src: &Path, dst: &Path) -> Result<()> {
 /// create), sandboxes see the root read-only under an overlay, and the
 /// microVM disk is made from a copy. Across filesystems it copies.
 pub fn link_tree(src: &Path, dst: &Path) -> Result<()> {
-    let dev = |p: &Path| fs::metadata(p).map(|m| m.dev());
+    let dev = |p: &Path| owned::metadata(p).map(|m| m.dev());
     let dst_dev = match dev(dst) {
         Ok(d) => d,
         Err(_) => dev(dst.parent().unwrap_or(Path::new("/")))?,
@@ -607,32 +574,41 @@ fn cp(src: &Path, dst: &Path, how: &str) -> Result<()> {
 /// (`trusted.overlay.opaque=y`) get `.wh..wh..opq`. Returns the layer's
 /// digest and compressed size.
 pub fn write_layer(dir: &Path, dest: &Path) -> Result<(Digest, u64)> {
-    let f = fs::File::create(dest)?;
+    // The upper directory is the tenant's (a RUN step wrote it): it is read
+    // through descriptors only; `dest` is the daemon's own temp file.
+    let upper = Dir::open(dir, Resolve::NoSymlinks)?;
+    let f = owned::create(dest)?;
     let enc = zstd::Encoder::new(f, 3)?;
     let mut b = tar::Builder::new(enc);
-    b.follow_symlinks(false);
-    walk(dir, Path::new(""), &mut b)?;
+    walk(&upper, Path::new(""), &mut b)?;
     let enc = b.into_inner()?;
-    enc.finish()?.sync_all()?;
-    let size = fs::metadata(dest)?.len();
+    let f = enc.finish()?;
+    f.sync_all()?;
+    let size = f.metadata()?.len();
     Ok((Digest::of_file(dest)?, size))
 }
 
-fn walk<W: Write>(base: &Path, rel: &Path, b: &mut tar::Builder<W>) -> Result<()> {
-    let mut names: Vec<_> = fs::read_dir(base.join(rel))?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<io::Result<_>>()?;
-    names.sort();
-    for n in names {
+/// A tar header of `kind` with the mode, owners and mtime of `st`.
+fn header_of(st: &libc::stat, kind: EntryType, size: u64) -> tar::Header {
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(kind);
+    h.set_mode(st.st_mode & 0o7777);
+    h.set_uid(st.st_uid as u64);
+    h.set_gid(st.st_gid as u64);
+    h.set_mtime(st.st_mtime.max(0) as u64);
+    h.set_size(size);
+    h
+}
+
+fn walk<W: Write>(dir: &Dir, rel: &Path, b: &mut tar::Builder<W>) -> Result<()> {
+    for n in dir.entries()? {
         let r = rel.join(&n);
-        let full = base.join(&r);
-        let m = fs::symlink_metadata(&full)?;
-        let ft = m.file_type();
-        use std::os::unix::fs::FileTypeExt;
-        if ft.is_char_device() && m.rdev() == 0 {
+        let st = dir.lstat_at(&n)?;
+        let k = fsroot::kind(&st);
+        if k == libc::S_IFCHR && st.st_rdev == 0 {
             let wh = rel.join(format!("{WH_PREFIX}{}", n.to_string_lossy()));
             append_empty(b, &wh)?;
-        } else if ft.is_char_device() || ft.is_block_device() || ft.is_socket() {
+        } else if k == libc::S_IFCHR || k == libc::S_IFBLK || k == libc::S_IFSOCK {
             return Err(Error::invalid(format!(
                 "{} is a device node or socket; layers cannot carry it",
                 r.display()
@@ -643,14 +619,26 @@ fn walk<W: Write>(base: &Path, rel: &Path, b: &mut tar::Builder<W>) -> Result<()
                 "{} is named like a layer whiteout (.wh.); layers cannot carry it",
                 r.display()
             )));
-        } else if ft.is_dir() {
-            b.append_path_with_name(&full, &r)?;
-            if is_opaque(&full) {
+        } else if k == libc::S_IFDIR {
+            let sub = dir.sub(&n)?;
+            let mut h = header_of(&st, EntryType::Directory, 0);
+            b.append_data(&mut h, &r, io::empty())?;
+            if is_opaque(&sub) {
                 append_empty(b, &r.join(WH_OPAQUE))?;
             }
-            walk(base, &r, b)?;
+            walk(&sub, &r, b)?;
+        } else if k == libc::S_IFLNK {
+            let target = dir.read_link_at(&n)?;
+            let mut h = header_of(&st, EntryType::Symlink, 0);
+            b.append_link(&mut h, &r, &target)?;
+        } else if k == libc::S_IFIFO {
+            let mut h = header_of(&st, EntryType::Fifo, 0);
+            b.append_data(&mut h, &r, io::empty())?;
         } else {
-            b.append_path_with_name(&full, &r)?;
+            let f = dir.open_at(&n, libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY, 0)?;
+            let st = fsroot::fstat(f.as_fd())?;
+            let mut h = header_of(&st, EntryType::Regular, st.st_size as u64);
+            b.append_data(&mut h, &r, fs::File::from(f).take(st.st_size as u64))?;
         }
     }
     Ok(())
@@ -666,19 +654,16 @@ fn append_empty<W: Write>(b: &mut tar::Builder<W>, name: &Path) -> Result<()> {
     Ok(())
 }
 
-fn is_opaque(dir: &Path) -> bool {
-    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
+fn is_opaque(dir: &Dir) -> bool {
     let mut buf = [0u8; 4];
     for attr in [
         &b"trusted.overlay.opaque\0"[..],
         &b"user.overlay.opaque\0"[..],
     ] {
-        // SAFETY: valid C strings and a buffer of the given length.
+        // SAFETY: a valid descriptor, C string and a buffer of the given length.
         let n = unsafe {
-            libc::lgetxattr(
-                c.as_ptr(),
+            libc::fgetxattr(
+                dir.as_fd().as_raw_fd(),
                 attr.as_ptr() as *const libc::c_char,
                 buf.as_mut_ptr() as *mut libc::c_void,
                 buf.len(),
@@ -693,10 +678,11 @@ fn is_opaque(dir: &Path) -> bool {
 
 /// Digest of the decompressed stream (an OCI `diff_id`).
 pub fn diff_id(layer: &Path) -> Result<Digest> {
-    let f = fs::File::open(layer)?;
+    let f = owned::open(layer)?;
     Ok(HashingReader::new(decompress(f)?).finish()?)
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // fixtures on the tests' own temp dirs
 #[path = "layer_tests.rs"]
 pub(crate) mod tests;

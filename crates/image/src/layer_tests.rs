@@ -1,4 +1,6 @@
 use super::*;
+use std::ffi::CString;
+use std::fs;
 use std::os::unix::fs::FileTypeExt;
 
 /// One tar entry with a raw name (so malicious names can be written).

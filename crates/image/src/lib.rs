@@ -19,6 +19,13 @@ pub mod dockerfile;
 pub mod guest;
 pub mod layer;
 pub mod oci;
+mod owned;
 pub mod store;
 
 pub use digest::Digest;
+
+// Tests build fixtures on their own temp directories, by path.
+#[cfg(test)]
+#[allow(clippy::disallowed_methods)]
+#[path = "safety_tests.rs"]
+mod safety_tests;

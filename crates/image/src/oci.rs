@@ -5,8 +5,8 @@
 //! are applied in order (with whiteouts) when the image is committed; the
 //! config's Env/WorkingDir/User/Entrypoint/Cmd are kept.
 
+use crate::owned;
 use std::collections::HashMap;
-use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
@@ -112,7 +112,7 @@ impl Unpacked {
     /// The archive's tar stream (decompressed) may be at most `limit`
     /// bytes, as a layer's is: past it the import is 413 `payload_too_large`.
     fn read(dir: &Path, archive: &Path, limit: u64) -> Result<Unpacked> {
-        let f = fs::File::open(archive)
+        let f = owned::open(archive)
             .map_err(|e| Error::from(e).context(format!("open {}", archive.display())))?;
         let mut ar = tar::Archive::new(layer::Limited::new(layer::decompress(f)?, limit));
         let mut u = Unpacked {
@@ -139,7 +139,7 @@ impl Unpacked {
             match e.header().entry_type() {
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
                     let p = dir.join(format!("f{i}"));
-                    let mut out = fs::File::create(&p)?;
+                    let mut out = owned::create(&p)?;
                     match std::io::copy(&mut e, &mut out) {
                         Ok(_) => {}
                         Err(e) if layer::is_limit(&e) => return Err(over()),
@@ -178,7 +178,7 @@ impl Unpacked {
     }
 
     fn json<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<T> {
-        let b = fs::read(self.path(name)?)?;
+        let b = owned::read(self.path(name)?)?;
         serde_json::from_slice(&b).map_err(|e| bad(format!("{name}: {e}")))
     }
 
@@ -240,7 +240,7 @@ fn runtime(cfg: ConfigFile) -> ImageConfig {
 pub fn read_archive(store: &ImageStore, archive: &Path, max_bytes: u64) -> Result<Imported> {
     let tmp = store.temp_dir("import")?;
     let r = read_in(store, archive, &tmp, max_bytes);
-    let _ = fs::remove_dir_all(&tmp);
+    let _ = owned::remove_dir_all(&tmp);
     r
 }
 
@@ -259,7 +259,7 @@ fn read_in(store: &ImageStore, archive: &Path, tmp: &Path, max_bytes: u64) -> Re
     for p in layer_paths {
         // The layer file is moved into the store (stored once by digest).
         let staged = tmp.join(format!("layer-{}", layers.len()));
-        fs::rename(&p, &staged)?;
+        owned::rename(&p, &staged)?;
         layers.push(store.put_layer(&staged)?);
     }
     Ok(Imported {
@@ -279,7 +279,7 @@ fn oci_layout(u: &Unpacked) -> Result<(ImageConfig, Vec<PathBuf>, Option<String>
             suggested.get_or_insert_with(|| n.clone());
         }
         let blob = u.blob(&pick.digest)?;
-        let bytes = fs::read(blob)?;
+        let bytes = owned::read(blob)?;
         if pick.media_type == INDEX_MEDIA || pick.media_type == DOCKER_LIST_MEDIA {
             index =
                 serde_json::from_slice(&bytes).map_err(|e| bad(format!("nested index: {e}")))?;
@@ -287,7 +287,7 @@ fn oci_layout(u: &Unpacked) -> Result<(ImageConfig, Vec<PathBuf>, Option<String>
         }
         let m: Manifest =
             serde_json::from_slice(&bytes).map_err(|e| bad(format!("manifest: {e}")))?;
-        let cfg: ConfigFile = serde_json::from_slice(&fs::read(u.blob(&m.config.digest)?)?)
+        let cfg: ConfigFile = serde_json::from_slice(&owned::read(u.blob(&m.config.digest)?)?)
             .map_err(|e| bad(format!("config: {e}")))?;
         let layers = m
             .layers
@@ -327,7 +327,7 @@ fn docker_save(u: &Unpacked) -> Result<(ImageConfig, Vec<PathBuf>, Option<String
         verify(cfg_path, &d, &e.config)?;
     }
     let cfg: ConfigFile =
-        serde_json::from_slice(&fs::read(cfg_path)?).map_err(|e| bad(format!("config: {e}")))?;
+        serde_json::from_slice(&owned::read(cfg_path)?).map_err(|e| bad(format!("config: {e}")))?;
     let diff_ids = cfg
         .rootfs
         .as_ref()
@@ -392,17 +392,29 @@ pub fn import(
         None,
         imported.layers,
         imported.config,
-        vec![format!("imported from {}", archive.display())],
+        vec![provenance(store, archive)],
         opts,
     )
 }
 
+/// The history line of an import. It never names a daemon path: an upload
+/// (spooled into the store) is "an uploaded archive", a file the operator
+/// named is its file name only.
+fn provenance(store: &ImageStore, archive: &Path) -> String {
+    match archive.file_name() {
+        Some(n) if !archive.starts_with(store.root()) => {
+            format!("imported from {}", n.to_string_lossy())
+        }
+        _ => "imported from an uploaded archive".to_string(),
+    }
+}
+
 /// Read at most `limit` bytes of a reader into a file (for uploads).
 pub fn save_upload(mut r: impl Read, dest: &Path, limit: u64) -> Result<u64> {
-    let mut f = fs::File::create(dest)?;
+    let mut f = owned::create(dest)?;
     let n = std::io::copy(&mut (&mut r).take(limit + 1), &mut f)?;
     if n > limit {
-        let _ = fs::remove_file(dest);
+        let _ = owned::remove_file(dest);
         return Err(Error::new(
             ErrorCode::PayloadTooLarge,
             format!("upload is larger than the limit of {limit} bytes"),
@@ -412,5 +424,6 @@ pub fn save_upload(mut r: impl Read, dest: &Path, limit: u64) -> Result<u64> {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // fixtures on the tests' own temp dirs
 #[path = "oci_tests.rs"]
 pub(crate) mod tests;

@@ -2,6 +2,7 @@ use super::*;
 use crate::layer::tests::{file, symlink, tar_bytes};
 use serde_json::json;
 use std::collections::HashSet;
+use std::fs;
 
 /// Two layers: the second whites out a file of the first and adds a symlink.
 pub(crate) fn two_layers() -> Vec<Vec<u8>> {
@@ -143,6 +144,27 @@ fn imports_an_oci_layout_and_a_docker_save_archive() {
     assert_eq!(img.record.id, img2.record.id);
     // The import's temp files are gone.
     assert_eq!(fs::read_dir(s.root().join("tmp")).unwrap().count(), 0);
+    // The record names the operator's file, not where it lies on the host.
+    assert_eq!(img2.record.build_log, ["imported from docker.tar"]);
+}
+
+#[test]
+fn an_uploaded_archive_is_recorded_without_the_daemons_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let s = ImageStore::open(&tmp.path().join("store")).unwrap();
+    let up = s.temp_dir("upload").unwrap().join("body");
+    fs::write(&up, oci_archive(&two_layers(), false)).unwrap();
+    let img = import(
+        &s,
+        &Owner::Tenant("t1".into()),
+        &up,
+        None,
+        &ApplyOptions::default(),
+    )
+    .unwrap();
+    let log = img.record.build_log.join("\n");
+    assert_eq!(log, "imported from an uploaded archive");
+    assert!(!log.contains(&tmp.path().display().to_string()));
 }
 
 #[test]

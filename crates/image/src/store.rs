@@ -21,8 +21,11 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use stasis_core::{Error, ErrorCode, Result};
 
+use stasis_fsroot::{kind, Dir, Resolve};
+
 use crate::digest::{Digest, Hasher};
 use crate::layer::{self, ApplyOptions};
+use crate::owned;
 
 /// Who owns a name: the operator (visible to everyone) or one tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -195,7 +198,7 @@ pub struct ImageStore {
 impl ImageStore {
     pub fn open(root: &Path) -> Result<ImageStore> {
         for d in ["layers", "images", "refs", "cache", "tmp"] {
-            fs::create_dir_all(root.join(d))?;
+            owned::create_dir_all(root.join(d))?;
         }
         Ok(ImageStore {
             root: root.to_path_buf(),
@@ -213,16 +216,18 @@ impl ImageStore {
             std::process::id(),
             layer::unique_suffix()
         ));
-        fs::create_dir(&p)?;
+        owned::create_dir(&p)?;
         Ok(p)
     }
 
     fn lock(&self, op: libc::c_int) -> Result<StoreLock> {
-        let f = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(self.root.join("lock"))?;
+        let f = owned::open_with(
+            fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true),
+            self.root.join("lock"),
+        )?;
         // SAFETY: a valid open fd.
         if unsafe { libc::flock(f.as_raw_fd(), op) } != 0 {
             return Err(std::io::Error::last_os_error().into());
@@ -246,12 +251,12 @@ impl ImageStore {
     /// stored is kept and `src` dropped (stored once).
     pub fn put_layer(&self, src: &Path) -> Result<LayerRef> {
         let digest = Digest::of_file(src)?;
-        let size = fs::metadata(src)?.len();
+        let size = owned::metadata(src)?.len();
         let dest = self.layer_path(&digest);
-        if dest.exists() {
-            let _ = fs::remove_file(src);
+        if owned::exists(&dest) {
+            let _ = owned::remove_file(src);
         } else {
-            fs::rename(src, &dest)?;
+            owned::rename(src, &dest)?;
         }
         Ok(LayerRef { digest, size })
     }
@@ -262,8 +267,8 @@ impl ImageStore {
             std::process::id(),
             layer::unique_suffix()
         ));
-        fs::write(&tmp, bytes)?;
-        fs::rename(&tmp, dest)?;
+        owned::write(&tmp, bytes)?;
+        owned::rename(&tmp, dest)?;
         Ok(())
     }
 
@@ -297,9 +302,9 @@ impl ImageStore {
         h.field(&serde_json::to_vec(&config)?);
         let id = h.finish();
         let dir = self.root.join("images").join(id.hex());
-        fs::create_dir_all(&dir)?;
+        owned::create_dir_all(&dir)?;
         let rootfs_dir = dir.join("rootfs");
-        if (base_dir.is_none() || !layers.is_empty()) && !rootfs_dir.is_dir() {
+        if (base_dir.is_none() || !layers.is_empty()) && !owned::is_dir(&rootfs_dir) {
             // On the root of the nearest stored ancestor (the image built
             // FROM, a shared base layer), linked, plus the layers it lacks.
             let (start, done) = match self.nearest_root(base_dir, &layers) {
@@ -312,7 +317,7 @@ impl ImageStore {
                 .collect();
             layer::apply_all_atomic(start.as_deref(), &paths, &rootfs_dir, opts)?;
         }
-        let rootfs_bytes = if rootfs_dir.is_dir() {
+        let rootfs_bytes = if owned::is_dir(&rootfs_dir) {
             tree_bytes(&rootfs_dir)
         } else {
             0
@@ -334,7 +339,7 @@ impl ImageStore {
             &serde_json::to_vec_pretty(&record)?,
         )?;
         let refdir = self.root.join("refs").join(owner.dir()).join(name);
-        fs::create_dir_all(&refdir)?;
+        owned::create_dir_all(&refdir)?;
         self.write_atomic(&refdir.join(tag), id.as_str().as_bytes())?;
         self.image(&id)
     }
@@ -351,9 +356,9 @@ impl ImageStore {
         layers: &[LayerRef],
     ) -> Option<(PathBuf, usize)> {
         let mut best: Option<(PathBuf, usize)> = None;
-        for e in fs::read_dir(self.root.join("images")).ok()?.flatten() {
+        for e in owned::read_dir(self.root.join("images")).ok()?.flatten() {
             let root = e.path().join("rootfs");
-            let Ok(bytes) = fs::read(e.path().join("image.json")) else {
+            let Ok(bytes) = owned::read(e.path().join("image.json")) else {
                 continue;
             };
             let Ok(rec) = serde_json::from_slice::<ImageRecord>(&bytes) else {
@@ -365,7 +370,7 @@ impl ImageStore {
                 && n <= layers.len()
                 && rec.base_dir.as_deref() == base_dir
                 && rec.layers[..] == layers[..n]
-                && root.is_dir()
+                && owned::is_dir(&root)
             {
                 best = Some((root, n));
             }
@@ -378,20 +383,20 @@ impl ImageStore {
     /// (`_build-*`), so their content goes at the next GC.
     pub fn clean_stale(&self) -> Result<u64> {
         let mut n = 0;
-        for e in fs::read_dir(self.root.join("tmp"))? {
+        for e in owned::read_dir(self.root.join("tmp"))? {
             let p = e?.path();
-            let _ = if p.is_dir() {
-                fs::remove_dir_all(&p)
+            let _ = if owned::is_dir(&p) {
+                owned::remove_dir_all(&p)
             } else {
-                fs::remove_file(&p)
+                owned::remove_file(&p)
             };
             n += 1;
         }
-        for owner in fs::read_dir(self.root.join("refs"))? {
-            for name in fs::read_dir(owner?.path())? {
+        for owner in owned::read_dir(self.root.join("refs"))? {
+            for name in owned::read_dir(owner?.path())? {
                 let name = name?;
                 if name.file_name().to_string_lossy().starts_with("_build-") {
-                    fs::remove_dir_all(name.path())?;
+                    owned::remove_dir_all(name.path())?;
                     n += 1;
                 }
             }
@@ -403,8 +408,8 @@ impl ImageStore {
     /// which no name points at any more).
     pub fn discard(&self, id: &Digest) -> Result<()> {
         let dir = self.root.join("images").join(id.hex());
-        if dir.is_dir() {
-            fs::remove_dir_all(dir)?;
+        if owned::is_dir(&dir) {
+            owned::remove_dir_all(dir)?;
         }
         Ok(())
     }
@@ -418,7 +423,7 @@ impl ImageStore {
     /// Load an image by digest (no visibility check).
     fn image(&self, id: &Digest) -> Result<Image> {
         let dir = self.root.join("images").join(id.hex());
-        let bytes = fs::read(dir.join("image.json"))
+        let bytes = owned::read(dir.join("image.json"))
             .map_err(|_| Error::not_found(format!("image {id}")))?;
         let record: ImageRecord = serde_json::from_slice(&bytes)?;
         let rootfs = match (&record.base_dir, record.layers.is_empty()) {
@@ -439,7 +444,7 @@ impl ImageStore {
             .join(owner.dir())
             .join(name)
             .join(tag);
-        Digest::parse(fs::read_to_string(p).ok()?.trim()).ok()
+        Digest::parse(owned::read_to_string(p).ok()?.trim()).ok()
     }
 
     /// Resolve a reference as `owner` sees it: its own names first, then
@@ -474,12 +479,12 @@ impl ImageStore {
     fn names_of(&self, owner: &Owner) -> Result<Vec<ImageName>> {
         let base = self.root.join("refs").join(owner.dir());
         let mut out = Vec::new();
-        let Ok(names) = fs::read_dir(&base) else {
+        let Ok(names) = owned::read_dir(&base) else {
             return Ok(out);
         };
         for n in names {
             let n = n?;
-            for t in fs::read_dir(n.path())? {
+            for t in owned::read_dir(n.path())? {
                 let t = t?;
                 let (name, tag) = (
                     n.file_name().to_string_lossy().into_owned(),
@@ -520,17 +525,17 @@ impl ImageStore {
             Error::not_found(format!("image {reference:?} (among your own images)"))
         })?;
         let dir = self.root.join("refs").join(owner.dir()).join(&name);
-        fs::remove_file(dir.join(&tag))?;
-        let _ = fs::remove_dir(&dir);
+        owned::remove_file(dir.join(&tag))?;
+        let _ = owned::remove_dir(&dir);
         Ok(id)
     }
 
     pub fn cache_get(&self, key: &Digest) -> Option<CacheEntry> {
-        let b = fs::read(self.root.join("cache").join(format!("{}.json", key.hex()))).ok()?;
+        let b = owned::read(self.root.join("cache").join(format!("{}.json", key.hex()))).ok()?;
         let e: CacheEntry = serde_json::from_slice(&b).ok()?;
         // A hit needs its layer still stored.
         match &e.layer {
-            Some(l) if !self.layer_path(&l.digest).is_file() => None,
+            Some(l) if !owned::is_file(self.layer_path(&l.digest)) => None,
             _ => Some(e),
         }
     }
@@ -547,11 +552,11 @@ impl ImageStore {
         let _lock = self.lock_exclusive()?;
         let mut keep: HashSet<Digest> = in_use.clone();
         let refs = self.root.join("refs");
-        for owner in fs::read_dir(&refs)? {
+        for owner in owned::read_dir(&refs)? {
             let owner = owner?.path();
-            for name in fs::read_dir(&owner)? {
-                for tag in fs::read_dir(name?.path())? {
-                    if let Ok(s) = fs::read_to_string(tag?.path()) {
+            for name in owned::read_dir(&owner)? {
+                for tag in owned::read_dir(name?.path())? {
+                    if let Ok(s) = owned::read_to_string(tag?.path()) {
                         if let Ok(d) = Digest::parse(s.trim()) {
                             keep.insert(d);
                         }
@@ -561,7 +566,7 @@ impl ImageStore {
         }
         let mut report = GcReport::default();
         let mut needed_layers: HashSet<Digest> = HashSet::new();
-        for e in fs::read_dir(self.root.join("images"))? {
+        for e in owned::read_dir(self.root.join("images"))? {
             let e = e?;
             let Ok(id) = Digest::parse(&format!("sha256:{}", e.file_name().to_string_lossy()))
             else {
@@ -576,10 +581,10 @@ impl ImageStore {
             // What goes from the disk: not the files another image's root
             // still links (see `layer::link_tree`).
             report.bytes_freed += own_disk_bytes(&e.path());
-            fs::remove_dir_all(e.path())?;
+            owned::remove_dir_all(e.path())?;
             report.images_removed += 1;
         }
-        for e in fs::read_dir(self.root.join("layers"))? {
+        for e in owned::read_dir(self.root.join("layers"))? {
             let e = e?;
             let Ok(d) = Digest::parse(&format!("sha256:{}", e.file_name().to_string_lossy()))
             else {
@@ -587,21 +592,21 @@ impl ImageStore {
             };
             if !needed_layers.contains(&d) {
                 report.bytes_freed += e.metadata().map(|m| m.len()).unwrap_or(0);
-                fs::remove_file(e.path())?;
+                owned::remove_file(e.path())?;
                 report.layers_removed += 1;
             }
         }
-        for e in fs::read_dir(self.root.join("cache"))? {
+        for e in owned::read_dir(self.root.join("cache"))? {
             let e = e?;
-            let stale = fs::read(e.path())
+            let stale = owned::read(e.path())
                 .ok()
                 .and_then(|b| serde_json::from_slice::<CacheEntry>(&b).ok())
                 .is_none_or(|c| {
                     c.layer
-                        .is_some_and(|l| !self.layer_path(&l.digest).is_file())
+                        .is_some_and(|l| !owned::is_file(self.layer_path(&l.digest)))
                 });
             if stale {
-                let _ = fs::remove_file(e.path());
+                let _ = owned::remove_file(e.path());
             }
         }
         Ok(report)
@@ -614,49 +619,57 @@ impl ImageStore {
 /// `p` frees.
 pub fn own_disk_bytes(p: &Path) -> u64 {
     use std::collections::HashMap;
-    use std::os::unix::fs::MetadataExt;
-    fn walk(p: &Path, seen: &mut HashMap<(u64, u64), (u64, u64)>, total: &mut u64) {
-        let Ok(m) = fs::symlink_metadata(p) else {
-            return;
-        };
-        let bytes = m.blocks() * 512;
-        if m.is_dir() {
-            *total += bytes;
-            for e in fs::read_dir(p).into_iter().flatten().flatten() {
-                walk(&e.path(), seen, total);
-            }
-        } else if m.nlink() <= 1 {
-            *total += bytes;
-        } else {
-            let e = seen.entry((m.dev(), m.ino())).or_insert((m.nlink(), 0));
-            e.1 += 1;
-            if e.1 == e.0 {
+    fn walk(d: &Dir, seen: &mut HashMap<(u64, u64), (u64, u64)>, total: &mut u64) {
+        for n in d.entries().unwrap_or_default() {
+            let Ok(m) = d.lstat_at(&n) else { continue };
+            let bytes = m.st_blocks as u64 * 512;
+            let nlink = m.st_nlink as u64;
+            if kind(&m) == libc::S_IFDIR {
                 *total += bytes;
+                if let Ok(sub) = d.sub(&n) {
+                    walk(&sub, seen, total);
+                }
+            } else if nlink <= 1 {
+                *total += bytes;
+            } else {
+                let e = seen.entry((m.st_dev, m.st_ino)).or_insert((nlink, 0));
+                e.1 += 1;
+                if e.1 == e.0 {
+                    *total += bytes;
+                }
             }
         }
     }
+    // An image root is the tenant's tree: walked through descriptors.
+    let Ok(d) = Dir::open(p, Resolve::NoSymlinks) else {
+        return 0;
+    };
     let mut seen = HashMap::new();
-    let mut total = 0;
-    walk(p, &mut seen, &mut total);
+    let mut total = d.stat_self().map(|m| m.st_blocks as u64 * 512).unwrap_or(0);
+    walk(&d, &mut seen, &mut total);
     total
 }
 
 /// Apparent bytes of the regular files under `p` (symlinks not followed).
 pub fn tree_bytes(p: &Path) -> u64 {
-    let Ok(m) = fs::symlink_metadata(p) else {
-        return 0;
-    };
-    if m.is_dir() {
-        fs::read_dir(p)
-            .map(|rd| rd.flatten().map(|e| tree_bytes(&e.path())).sum())
-            .unwrap_or(0)
-    } else if m.is_file() {
-        m.len()
-    } else {
-        0
+    fn walk(d: &Dir) -> u64 {
+        let mut sum = 0;
+        for n in d.entries().unwrap_or_default() {
+            let Ok(m) = d.lstat_at(&n) else { continue };
+            match kind(&m) {
+                libc::S_IFDIR => sum += d.sub(&n).map(|s| walk(&s)).unwrap_or(0),
+                libc::S_IFREG => sum += m.st_size as u64,
+                _ => {}
+            }
+        }
+        sum
     }
+    Dir::open(p, Resolve::NoSymlinks)
+        .map(|d| walk(&d))
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // fixtures on the tests' own temp dirs
 #[path = "store_tests.rs"]
 mod tests;

@@ -1,5 +1,6 @@
 use super::*;
 use crate::layer::tests::{file, tar_bytes};
+use std::fs;
 
 fn layer(store: &ImageStore, entries: &[crate::layer::tests::E<'_>]) -> LayerRef {
     let p = store.temp_dir("t").unwrap().join("l.tar");
