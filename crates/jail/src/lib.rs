@@ -1,57 +1,42 @@
-//! Least privilege for the QEMU of a sandbox (the "jail", after Firecracker's
-//! jailer). QEMU emulates devices for untrusted guest code; a bug there must
-//! not give the guest the host. Every QEMU therefore starts:
+//! Least privilege for one program the daemon starts on behalf of a tenant
+//! (the "jail", after Firecracker's jailer). The caller says what the
+//! program opens ([`JailSpec`]); the jail knows nothing else of it. The
+//! program starts:
 //!
 //! * as an **unprivileged uid/gid of its own**, from a dedicated range
-//!   (`JailConfig`, default `0x7a000000` + 0..65535, above the ranges
-//!   distributions and systemd hand out). A uid is free when no process on
-//!   the host runs under it; it is picked from a hash of the sandbox id and
-//!   held for the life of that QEMU only (a resumed or forked sandbox gets a
-//!   new one). No supplementary groups, except `/dev/kvm`'s group under KVM.
-//!   All capabilities are gone (uid 0 -> non-zero drops them) and
-//!   `no_new_privs` is set.
-//! * in **new mount, pid, ipc, uts, cgroup and network namespaces**. The
-//!   network namespace is QEMU's alone: the guest's user networking opens
-//!   its sockets there, and the daemon's egress service polices it (see
-//!   `net`). Pid 1 of the pid namespace is a minimal init (a fork of the
-//!   launcher, same uid and root, named `stasis-jail`) that only reaps, so
-//!   nothing QEMU might leave behind stays a zombie. It exits with QEMU,
-//!   and the namespace with it.
+//!   ([`JailConfig`]). A uid is free when no process on the host runs under
+//!   it; it is picked from a hash of a key (the sandbox id) and held for the
+//!   life of that program only ([`lease_uid`]). Supplementary groups only
+//!   as the spec names them. All capabilities are gone (uid 0 -> non-zero
+//!   drops them) and `no_new_privs` is set.
+//! * in **new mount, pid, ipc, uts and cgroup namespaces**, and a network
+//!   namespace of its own when the spec asks (`new_net`). Pid 1 of the pid
+//!   namespace is a minimal init (a fork of the launcher, same uid and
+//!   root, named `stasis-jail`) that only reaps, so nothing the program
+//!   leaves behind stays a zombie. It exits with the program, and the
+//!   namespace with it.
 //! * with a **minimal root**: a read-only tmpfs holding only bind mounts of
-//!   what this QEMU opens, each at its host path (so no argument or qcow2
-//!   backing reference needs rewriting): the QEMU binary and the shared
-//!   libraries `ldd` lists for it, the firmware, the kernel, the initrd, the
-//!   backing chain of the disk (read-only), the sandbox directory (read-write,
-//!   see below), `/dev/{null,zero,random,urandom}` (and `/dev/kvm` under KVM).
-//!   No `/etc` (so slirp's DNS forwarder finds no resolv.conf, see `net`),
-//!   no `/proc`, no home, no other sandbox. Built by `pivot_root`, the host
+//!   what the spec lists, each at its host path (so no argument needs
+//!   rewriting): the binary and the shared libraries `ldd` lists for it
+//!   ([`libraries`]), the files it reads, its working directory (read-write,
+//!   whole) and the device nodes it needs. Built by `pivot_root`, the host
 //!   root is detached.
-//! * under **QEMU's seccomp sandbox**: `-sandbox on,obsolete=deny,
-//!   elevateprivileges=deny,spawn=deny,resourcecontrol=deny`, for every
-//!   guest.
 //!
-//! Files: the sandbox directory becomes `root:<jail gid>` mode `01770`:
-//! QEMU may create its sockets and console log there, but the sticky bit
-//! keeps it from removing or replacing the daemon's files (`vm.json`,
-//! `qemu.pid`); `disk.qcow2` is chowned to the jail uid. Everything else it
-//! reads (backing files, RAM files, input disks) stays root-owned and
-//! world-readable only. Migration streams never touch QEMU's filesystem: the
-//! daemon opens `memory.state` and passes the descriptor over QMP (`getfd`,
-//! `fd:` URIs), so QEMU needs no `exec:` (which `spawn=deny` forbids) and no
-//! view of the snapshot directories. The daemon (root) still reaches the QMP
-//! and agent sockets and `/proc/<pid>`.
+//! Files: the working directory becomes `root:<jail gid>` mode `01770`
+//! ([`JailSpec::prepare_dir`]): the program may create files there, but
+//! the sticky bit keeps it from removing or replacing root's; the files it
+//! writes are chowned to its uid. What it only reads stays root-owned.
+//! Whatever the program wrote is untrusted: modes and owners change only
+//! through `O_NOFOLLOW` descriptors ([`fix_mode`]), and only under the
+//! roots the caller names ([`within`]).
 //!
-//! What QEMU writes is never trusted (`trust`): a backing file outside the
-//! image's and the sandbox's directories is refused before it is opened,
-//! bound or chmodded, and modes change only through `O_NOFOLLOW`
-//! descriptors; disks are checked when they leave or enter a sandbox.
-//!
-//! The jail holds no reference to the daemon: QEMU runs in its own session
-//! and namespaces, so a daemon restart re-attaches to it as before.
+//! The jail holds no reference to the daemon: the program runs in its own
+//! session and namespaces, so a daemon restart finds it as before.
 
+mod files;
 mod launch;
-pub mod trust;
 
+pub use files::{fix_mode, open_regular, within};
 pub use launch::{spawn, Jailed};
 
 use std::collections::HashSet;
@@ -61,28 +46,15 @@ use std::sync::Mutex;
 
 use stasis_core::{Error, Result};
 
-/// The uid range QEMUs run under (uid = gid).
+/// The uid range jailed programs run under (uid = gid).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct JailConfig {
     pub uid_base: u32,
     pub uid_count: u32,
 }
 
-impl Default for JailConfig {
-    fn default() -> Self {
-        JailConfig {
-            uid_base: stasis_backend::QEMU_JAIL_UID_BASE,
-            uid_count: stasis_backend::QEMU_JAIL_UID_COUNT,
-        }
-    }
-}
-
-/// Where the jail's root tmpfs is mounted while it is built (inside the new
-/// mount namespace only; on the host this stays an empty directory).
-pub const STAGING: &str = "/run/stasis-qemu-jail";
-
-/// Device nodes every QEMU gets.
-const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"];
+/// Device nodes every jailed program gets.
+pub const DEVICES: &[&str] = &["/dev/null", "/dev/zero", "/dev/random", "/dev/urandom"];
 
 /// One bind mount into the jail, at the same path as on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,53 +62,61 @@ pub struct Bind {
     pub path: PathBuf,
     pub dir: bool,
     pub writable: bool,
-    /// Executable code (QEMU and its libraries).
+    /// Executable code (the program and its libraries).
     pub exec: bool,
     pub device: bool,
 }
 
-/// Everything that decides what one jailed QEMU sees and who it is.
+impl Bind {
+    /// A regular file, read-only; `exec` for code.
+    pub fn file(path: PathBuf, exec: bool) -> Bind {
+        Bind {
+            path,
+            dir: false,
+            writable: false,
+            exec,
+            device: false,
+        }
+    }
+
+    /// A device node (read-write, device access allowed).
+    pub fn device(path: PathBuf) -> Bind {
+        Bind {
+            path,
+            dir: false,
+            writable: true,
+            exec: false,
+            device: true,
+        }
+    }
+}
+
+/// Everything that decides what one jailed program sees and who it is.
 #[derive(Debug, Clone)]
 pub struct JailSpec {
     pub uid: u32,
     pub gid: u32,
     pub groups: Vec<u32>,
     pub binds: Vec<Bind>,
-    /// A new network namespace (always, for QEMU; kept explicit for the
-    /// launcher).
+    /// A new network namespace.
     pub new_net: bool,
-    /// QEMU's working directory (the sandbox directory).
+    /// The program's working directory (bound read-write, whole).
     pub cwd: PathBuf,
-    /// Data files QEMU only reads (kernel, initrd, backing chain, RAM file,
-    /// input disks), wherever they lie.
+    /// Data files the program only reads, wherever they lie.
     pub reads: Vec<PathBuf>,
     /// No transparent huge pages for the process (`PR_SET_THP_DISABLE`,
     /// kept across exec): its memory grows by 4 KiB pages, not 2 MiB.
     pub no_thp: bool,
+    /// An empty host directory where the jail's root tmpfs is mounted while
+    /// it is built (inside the new mount namespace only).
+    pub staging: PathBuf,
 }
 
-/// What QEMU opens, gathered by the caller from the launch.
-pub struct Needs<'a> {
-    pub qemu: &'a Path,
-    pub firmware: &'a str,
-    pub kernel: &'a Path,
-    pub initrd: &'a Path,
-    /// The writable disk (relative to `dir` or absolute).
-    pub disk: &'a Path,
-    /// Read-only files (input disks, RAM files).
-    pub files: Vec<PathBuf>,
-    pub kvm: bool,
-    pub dir: &'a Path,
-    /// The image's directory: with `dir`, the only place a backing file may
-    /// lie (the disk's header is QEMU-written, see `trust`).
-    pub image_dir: &'a Path,
-}
-
-/// Uids handed out but whose QEMU may not show in /proc yet.
+/// Uids handed out but whose program may not show in /proc yet.
 static RESERVED: Mutex<Option<HashSet<u32>>> = Mutex::new(None);
 
-/// A uid reserved for one QEMU start; released on drop (by then the QEMU, if
-/// it started, runs under it and /proc shows it).
+/// A uid reserved for one jailed start; released on drop (by then the
+/// program, if it started, runs under it and /proc shows it).
 pub struct UidLease(pub u32);
 
 impl Drop for UidLease {
@@ -147,10 +127,21 @@ impl Drop for UidLease {
     }
 }
 
+/// Every pid in /proc.
+pub fn all_pids() -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Uids of every process on the host.
 fn uids_in_use() -> HashSet<u32> {
     let mut used = HashSet::new();
-    for pid in crate::util::all_pids() {
+    for pid in all_pids() {
         if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
             if let Some(l) = s.lines().find(|l| l.starts_with("Uid:")) {
                 used.extend(
@@ -183,7 +174,7 @@ pub fn lease_uid(cfg: &JailConfig, key: &str) -> Result<UidLease> {
         }
     }
     Err(Error::backend(format!(
-        "no free QEMU uid in {}..{}: every one runs a QEMU",
+        "no free jail uid in {}..{}: every one runs a jailed program",
         cfg.uid_base,
         cfg.uid_base as u64 + count as u64
     )))
@@ -226,13 +217,15 @@ pub fn libraries(bin: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// The library paths in `ldd` output; a library ldd cannot find is an error
-/// (QEMU would not start without it).
+/// (the program would not start without it).
 pub fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
     let mut v = Vec::new();
     for line in text.lines() {
         let l = line.trim();
         if l.contains("=> not found") {
-            return Err(Error::backend(format!("QEMU library missing: {l}")));
+            return Err(Error::backend(format!(
+                "a library of the jailed program is missing: {l}"
+            )));
         }
         let path = match l.split_once("=>") {
             Some((_, rest)) => rest.trim(),
@@ -247,8 +240,8 @@ pub fn parse_ldd(text: &str) -> Result<Vec<PathBuf>> {
 }
 
 /// `path` made absolute against `base` and cleaned of `.` (not of `..` or
-/// symlinks: the jail mirrors the path QEMU opens).
-fn absolute(base: &Path, path: &Path) -> PathBuf {
+/// symlinks: the jail mirrors the path the program opens).
+pub fn absolute(base: &Path, path: &Path) -> PathBuf {
     let p = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -259,44 +252,8 @@ fn absolute(base: &Path, path: &Path) -> PathBuf {
         .collect()
 }
 
-/// The files of a qcow2 chain below `disk` (its backing files, in order,
-/// as QEMU names them). The headers may have been written by a QEMU the
-/// guest owns: each backing file is refused before it is even opened
-/// unless its real path lies under one of `roots`, and a layer with an
-/// external data file is refused.
-pub fn backing_chain(disk: &Path, roots: &[&Path]) -> Result<Vec<PathBuf>> {
-    let mut chain = Vec::new();
-    let (mut cur, mut real) = (disk.to_path_buf(), disk.to_path_buf());
-    while let Some(refs) = trust::qcow2_refs(&real)? {
-        if refs.data_file {
-            return Err(Error::integrity(format!(
-                "{}: names an external data file: refused",
-                cur.display()
-            )));
-        }
-        let Some(b) = refs.backing else { break };
-        let next = absolute(cur.parent().unwrap_or(Path::new("/")), &b);
-        if chain.contains(&next) || chain.len() > 64 {
-            return Err(Error::backend(format!(
-                "{}: backing chain loops or is too deep",
-                disk.display()
-            )));
-        }
-        real = trust::within(&next, roots).map_err(|e| {
-            Error::integrity(format!(
-                "the backing chain of {} leaves the image and sandbox directories: {}",
-                disk.display(),
-                e.message
-            ))
-        })?;
-        chain.push(next.clone());
-        cur = next;
-    }
-    Ok(chain)
-}
-
 /// Find a binary in PATH (or take it as it is when it has a slash).
-fn resolve_bin(p: &Path) -> Result<PathBuf> {
+pub fn resolve_bin(p: &Path) -> Result<PathBuf> {
     if p.components().count() > 1 {
         return Ok(absolute(Path::new("/"), p));
     }
@@ -309,79 +266,27 @@ fn resolve_bin(p: &Path) -> Result<PathBuf> {
         .ok_or_else(|| Error::backend(format!("{} not found in PATH", p.display())))
 }
 
-/// The firmware QEMU looks up by bare name in its data directory.
-fn firmware_path(qemu: &Path, name: &str) -> Option<PathBuf> {
-    let exe_rel = qemu
-        .parent()
-        .and_then(|d| d.parent())
-        .map(|d| d.join("share/qemu").join(name));
-    exe_rel
-        .into_iter()
-        .chain([Path::new("/usr/share/qemu").join(name)])
-        .find(|p| p.is_file())
-}
-
 impl JailSpec {
-    /// What a QEMU with these needs sees, run as `uid`.
-    pub fn plan(uid: u32, n: &Needs) -> Result<JailSpec> {
-        let dir = absolute(Path::new("/"), n.dir);
-        let mut binds: Vec<Bind> = Vec::new();
-        let file = |p: PathBuf, exec: bool| Bind {
-            path: p,
-            dir: false,
-            writable: false,
-            exec,
-            device: false,
-        };
-        let qemu = resolve_bin(n.qemu)?;
-        for l in libraries(&qemu)? {
-            binds.push(file(l, true));
-        }
-        binds.push(file(qemu.clone(), true));
-        if let Some(fw) = firmware_path(&qemu, n.firmware) {
-            binds.push(file(fw, false));
-        }
-        binds.push(file(absolute(&dir, n.kernel), false));
-        binds.push(file(absolute(&dir, n.initrd), false));
-        // The chain comes from headers a previous QEMU may have written: a
-        // backing file whose real path leaves the image or the sandbox
-        // directory is refused (never bound, never chmodded).
-        for b in backing_chain(&absolute(&dir, n.disk), &[n.image_dir, &dir])? {
-            binds.push(file(b, false));
-        }
-        for f in &n.files {
-            binds.push(file(absolute(&dir, f), false));
-        }
-        let mut groups = Vec::new();
-        let mut devices: Vec<&str> = DEVICES.to_vec();
-        if n.kvm {
-            let md = std::fs::metadata("/dev/kvm")
-                .map_err(|e| Error::backend(format!("/dev/kvm: {e}")))?;
-            if md.mode() & 0o060 != 0o060 || md.gid() == 0 {
-                return Err(Error::backend(format!(
-                    "the jailed QEMU runs unprivileged and cannot open /dev/kvm (mode {:o}, gid {}): give it a group, e.g. `chgrp kvm /dev/kvm && chmod 660 /dev/kvm`",
-                    md.mode() & 0o777,
-                    md.gid()
-                )));
-            }
-            groups.push(md.gid());
-            devices.push("/dev/kvm");
-        }
-        for d in devices {
-            binds.push(Bind {
-                path: d.into(),
-                dir: false,
-                writable: true,
-                exec: false,
-                device: true,
-            });
-        }
+    /// The jail of a program run as `uid` (= gid) with the supplementary
+    /// `groups`, working in `cwd` (bound read-write, whole) and opening
+    /// what `binds` lists (each bound alone, at its host path), its root
+    /// built at `staging`. Binds under `cwd` come with it; every read-only
+    /// data file is one of its `reads`; each bound path must exist. A
+    /// network namespace of its own (`new_net`) unless the caller says
+    /// otherwise.
+    pub fn new(
+        staging: &Path,
+        uid: u32,
+        groups: Vec<u32>,
+        cwd: &Path,
+        mut binds: Vec<Bind>,
+    ) -> Result<JailSpec> {
+        let dir = absolute(Path::new("/"), cwd);
         let reads: Vec<PathBuf> = binds
             .iter()
             .filter(|b| !b.exec && !b.device && !b.writable)
             .map(|b| b.path.clone())
             .collect();
-        // Files inside the sandbox directory come with it.
         binds.retain(|b| !b.path.starts_with(&dir));
         binds.push(Bind {
             path: dir.clone(),
@@ -395,7 +300,7 @@ impl JailSpec {
         for b in &binds {
             if !b.path.exists() {
                 return Err(Error::backend(format!(
-                    "QEMU needs {}, which does not exist",
+                    "the jailed program needs {}, which does not exist",
                     b.path.display()
                 )));
             }
@@ -409,40 +314,42 @@ impl JailSpec {
             cwd: dir,
             reads,
             no_thp: false,
+            staging: staging.to_path_buf(),
         })
     }
 
-    /// Give the jail uid what it writes in the sandbox directory: the
-    /// directory (group, sticky, so the daemon's files stay the daemon's) and
-    /// the writable files (the disk, and the RAM file of a guest that owns
-    /// its RAM).
-    pub fn prepare_dir(&self, writable: &[PathBuf], image_dir: &Path) -> Result<()> {
+    /// Give the jail uid what it writes in its working directory: the
+    /// directory (group, sticky, so root's files there stay root's) and the
+    /// `writable` files (relative to it or absolute, inside it). Of its
+    /// `reads`, root's files under `data_root` or the working directory get
+    /// the read bits the jail uid needs.
+    pub fn prepare_dir(&self, writable: &[PathBuf], data_root: &Path) -> Result<()> {
         use std::os::unix::fs::PermissionsExt;
         std::os::unix::fs::chown(&self.cwd, Some(0), Some(self.gid))
             .map_err(|e| Error::backend(format!("chown {}: {e}", self.cwd.display())))?;
         std::fs::set_permissions(&self.cwd, std::fs::Permissions::from_mode(0o1770))?;
         // Through descriptors opened O_NOFOLLOW: a name planted in the
-        // (QEMU-writable) directory is refused, never followed.
+        // (program-writable) directory is refused, never followed.
         for w in writable {
             let w = absolute(&self.cwd, w);
-            if trust::within(&w, &[&self.cwd]).is_err() {
+            if within(&w, &[&self.cwd]).is_err() {
                 return Err(Error::backend(format!(
-                    "{} is outside the sandbox directory: QEMU may not write it",
+                    "{} is outside the working directory: the jailed program may not write it",
                     w.display()
                 )));
             }
-            trust::fix_mode(&w, Some((self.uid, self.gid)), |_| 0o600)?;
+            fix_mode(&w, Some((self.uid, self.gid)), |_| 0o600)?;
         }
         // What it only reads stays root's; a file written under a strict
-        // umask (0600) gets the read bits the QEMU uid needs. (Its contents
-        // are no secret from the guest whose disk or memory it is.) Only
-        // root's files of the image or the sandbox directory: anything else
-        // (the host's firmware) is left as it is.
+        // umask (0600) gets the read bits the jail uid needs (the caller
+        // hands the program only what is no secret from it). Only root's
+        // files under the two roots: anything else (host files) is left as
+        // it is.
         for r in &self.reads {
-            if trust::within(r, &[image_dir, &self.cwd]).is_err() {
+            if within(r, &[data_root, &self.cwd]).is_err() {
                 continue;
             }
-            let f = trust::open_regular(r)?;
+            let f = open_regular(r)?;
             let md = f.metadata()?;
             if md.mode() & 0o004 == 0 && md.uid() == 0 {
                 f.set_permissions(std::fs::Permissions::from_mode(
@@ -454,11 +361,11 @@ impl JailSpec {
     }
 }
 
-/// Give a file the jailed QEMU wrote back to the daemon: root-owned and
-/// world-readable like every artifact (forks' QEMUs read it as a backing
-/// file; none may write it).
+/// Give a file the jailed program wrote back to the daemon: root-owned and
+/// world-readable like every artifact (other jails may read it; none may
+/// write it).
 pub fn disown(p: &Path) -> Result<()> {
-    trust::fix_mode(p, Some((0, 0)), |_| 0o644)
+    fix_mode(p, Some((0, 0)), |_| 0o644)
 }
 
 #[cfg(test)]
@@ -481,36 +388,6 @@ mod tests {
         assert!(e.message.contains("libfoo"), "{e}");
     }
 
-    fn qcow2_with_backing(path: &Path, backing: &str) {
-        trust::tests::qcow2(path, backing, None, None);
-    }
-
-    #[test]
-    fn backing_chains_resolve_relative_and_absolute_names() {
-        let d = tempfile::tempdir().unwrap();
-        let img = d.path().join("img");
-        std::fs::create_dir(&img).unwrap();
-        let root = img.join("rootfs.qcow2");
-        qcow2_with_backing(&root, "");
-        qcow2_with_backing(&d.path().join("base.qcow2"), root.to_str().unwrap());
-        qcow2_with_backing(&d.path().join("disk.qcow2"), "base.qcow2");
-        let roots = [d.path()];
-        assert_eq!(
-            backing_chain(&d.path().join("disk.qcow2"), &roots).unwrap(),
-            vec![d.path().join("base.qcow2"), root.clone()]
-        );
-        assert!(backing_chain(&root, &roots).unwrap().is_empty());
-        // A chain that loops is refused, not followed forever.
-        qcow2_with_backing(&d.path().join("a.qcow2"), "b.qcow2");
-        qcow2_with_backing(&d.path().join("b.qcow2"), "a.qcow2");
-        assert!(backing_chain(&d.path().join("a.qcow2"), &roots).is_err());
-        // A layer with an external data file is refused.
-        trust::tests::qcow2(&d.path().join("df.qcow2"), "", None, Some("/etc/shadow"));
-        qcow2_with_backing(&d.path().join("disk.qcow2"), "df.qcow2");
-        let e = backing_chain(&d.path().join("disk.qcow2"), &roots).unwrap_err();
-        assert!(e.message.contains("data file"), "{e}");
-    }
-
     #[test]
     fn uids_come_from_the_range_and_are_not_handed_out_twice() {
         let cfg = JailConfig {
@@ -530,56 +407,7 @@ mod tests {
     }
 
     #[test]
-    fn the_plan_binds_only_what_qemu_opens() {
-        let d = tempfile::tempdir().unwrap();
-        let sb = d.path().join("sb");
-        let img = d.path().join("img");
-        std::fs::create_dir_all(&sb).unwrap();
-        std::fs::create_dir_all(&img).unwrap();
-        for f in ["vmlinux", "initrd.img"] {
-            std::fs::write(img.join(f), f).unwrap();
-        }
-        qcow2_with_backing(&img.join("rootfs.qcow2"), "");
-        qcow2_with_backing(
-            &sb.join("disk.qcow2"),
-            img.join("rootfs.qcow2").to_str().unwrap(),
-        );
-        let kernel = img.join("vmlinux");
-        let initrd = img.join("initrd.img");
-        let n = Needs {
-            qemu: Path::new("/bin/sh"),
-            firmware: "no-such-firmware.rom",
-            kernel: &kernel,
-            initrd: &initrd,
-            disk: Path::new("disk.qcow2"),
-            files: vec![sb.join("memory.ram")],
-            kvm: false,
-            dir: &sb,
-            image_dir: &img,
-        };
-        let s = JailSpec::plan(0x7b00_0010, &n).unwrap();
-        let paths: Vec<&Path> = s.binds.iter().map(|b| b.path.as_path()).collect();
-        for want in [kernel.as_path(), &initrd, &img.join("rootfs.qcow2"), &sb] {
-            assert!(paths.contains(&want), "{want:?} not in {paths:?}");
-        }
-        // Nothing else of the image directory, nothing under the sandbox
-        // dir twice, no /etc, no whole directory but the sandbox's.
-        assert!(!paths.contains(&img.as_path()));
-        assert!(!paths.iter().any(|p| p.starts_with("/etc")));
-        assert!(s.binds.iter().filter(|b| b.dir).all(|b| b.path == sb));
-        assert!(s
-            .binds
-            .iter()
-            .filter(|b| b.writable)
-            .all(|b| b.path == sb || b.device));
-        assert!(paths.iter().filter(|p| p.starts_with(&sb)).count() == 1);
-        assert!(s.new_net);
-        assert_ne!(s.uid, 0);
-        assert!(s.reads.contains(&sb.join("memory.ram")), "{:?}", s.reads);
-    }
-
-    #[test]
-    fn the_qemu_uid_gets_its_disk_and_can_read_what_it_reads() {
+    fn the_jail_uid_gets_what_it_writes_and_can_read_what_it_reads() {
         use std::os::unix::fs::PermissionsExt;
         let d = tempfile::tempdir().unwrap();
         let sb = d.path().join("sb");
@@ -597,6 +425,7 @@ mod tests {
             cwd: sb.clone(),
             reads: vec![ram.clone()],
             no_thp: false,
+            staging: PathBuf::from("/nonexistent"),
         };
         spec.prepare_dir(&[PathBuf::from("disk.qcow2")], d.path())
             .unwrap();
@@ -608,63 +437,6 @@ mod tests {
         let disk = md(&sb.join("disk.qcow2"));
         assert_eq!((disk.uid(), disk.mode() & 0o777), (0x7b00_0020, 0o600));
         assert_eq!((md(&ram).uid(), md(&ram).mode() & 0o777), (0, 0o644));
-    }
-
-    /// A header a compromised QEMU wrote names a host file (standing for
-    /// /etc/shadow, mode 0600), directly, relatively, or through a symlink
-    /// planted in the sandbox directory: the plan is refused, nothing is
-    /// bound, the host file keeps its mode.
-    #[test]
-    fn a_backing_chain_leaving_the_image_and_sandbox_dirs_is_refused() {
-        use std::os::unix::fs::PermissionsExt;
-        let d = tempfile::tempdir().unwrap();
-        let (sb, img, host) = (
-            d.path().join("sb"),
-            d.path().join("img"),
-            d.path().join("etc"),
-        );
-        for p in [&sb, &img, &host] {
-            std::fs::create_dir_all(p).unwrap();
-        }
-        for f in ["vmlinux", "initrd.img"] {
-            std::fs::write(img.join(f), f).unwrap();
-        }
-        qcow2_with_backing(&img.join("rootfs.qcow2"), "");
-        let shadow = host.join("shadow");
-        std::fs::write(&shadow, "root:$6$secret").unwrap();
-        std::fs::set_permissions(&shadow, std::fs::Permissions::from_mode(0o600)).unwrap();
-        std::os::unix::fs::symlink(&shadow, sb.join("planted")).unwrap();
-        qcow2_with_backing(&sb.join("base.qcow2"), shadow.to_str().unwrap());
-        let (kernel, initrd) = (img.join("vmlinux"), img.join("initrd.img"));
-        for backing in [
-            shadow.to_str().unwrap().to_string(),
-            "../etc/shadow".into(),
-            "planted".into(),
-            // One level down: the sandbox's base names the host file.
-            "base.qcow2".into(),
-        ] {
-            qcow2_with_backing(&sb.join("disk.qcow2"), &backing);
-            let n = Needs {
-                qemu: Path::new("/bin/sh"),
-                firmware: "no-such-firmware.rom",
-                kernel: &kernel,
-                initrd: &initrd,
-                disk: Path::new("disk.qcow2"),
-                files: vec![],
-                kvm: false,
-                dir: &sb,
-                image_dir: &img,
-            };
-            let e = JailSpec::plan(0x7b00_0030, &n).unwrap_err();
-            assert_eq!(
-                e.code,
-                stasis_core::ErrorCode::IntegrityError,
-                "{backing}: {e}"
-            );
-            assert!(e.message.contains("leaves"), "{e}");
-            let md = std::fs::metadata(&shadow).unwrap();
-            assert_eq!(md.mode() & 0o777, 0o600, "{backing}");
-        }
     }
 
     /// A read leading out of the two directories (through a symlink or not)
@@ -694,12 +466,13 @@ mod tests {
                 cwd: sb.clone(),
                 reads: vec![read.clone()],
                 no_thp: false,
+                staging: PathBuf::from("/nonexistent"),
             };
             let r = spec.prepare_dir(&[PathBuf::from("disk.qcow2")], &img);
             assert_eq!(r.is_err(), read.ends_with("input.ext4"), "{read:?}: {r:?}");
             assert_eq!(std::fs::metadata(&shadow).unwrap().mode() & 0o777, 0o600);
         }
-        // Nor is a disk planted as a symlink chowned to the QEMU uid.
+        // Nor is a disk planted as a symlink chowned to the jail uid.
         std::fs::remove_file(sb.join("disk.qcow2")).unwrap();
         std::os::unix::fs::symlink(&shadow, sb.join("disk.qcow2")).unwrap();
         let spec = JailSpec {
@@ -711,11 +484,99 @@ mod tests {
             cwd: sb.clone(),
             reads: vec![],
             no_thp: false,
+            staging: PathBuf::from("/nonexistent"),
         };
         assert!(spec
             .prepare_dir(&[PathBuf::from("disk.qcow2")], &img)
             .is_err());
         let md = std::fs::metadata(&shadow).unwrap();
         assert_eq!((md.uid(), md.mode() & 0o777), (0, 0o600));
+    }
+
+    #[test]
+    fn a_spec_binds_the_working_dir_whole_and_lists_what_is_only_read() {
+        let d = tempfile::tempdir().unwrap();
+        let (cwd, data) = (d.path().join("work"), d.path().join("data"));
+        std::fs::create_dir_all(&cwd).unwrap();
+        std::fs::create_dir_all(&data).unwrap();
+        for f in [cwd.join("in.img"), data.join("kernel")] {
+            std::fs::write(f, "x").unwrap();
+        }
+        let binds = vec![
+            Bind::file(data.join("kernel"), false),
+            Bind::file("/bin/sh".into(), true),
+            Bind::file(cwd.join("in.img"), false),
+            Bind::file(data.join("kernel"), false),
+            Bind::device("/dev/null".into()),
+        ];
+        let staging = Path::new("/run/stasis-test-staging");
+        let s = JailSpec::new(staging, 0x7c00_0001, vec![5], &cwd.join("."), binds).unwrap();
+        assert_eq!(
+            (s.uid, s.gid, s.groups.clone()),
+            (0x7c00_0001, 0x7c00_0001, vec![5])
+        );
+        assert!(s.new_net && !s.no_thp);
+        assert_eq!(
+            (s.cwd.as_path(), s.staging.as_path()),
+            (cwd.as_path(), staging)
+        );
+        let paths: Vec<&Path> = s.binds.iter().map(|b| b.path.as_path()).collect();
+        // Sorted, each once; what lies in the working dir comes with it.
+        let mut want = vec![
+            Path::new("/bin/sh"),
+            Path::new("/dev/null"),
+            &data.join("kernel"),
+            &cwd,
+        ];
+        want.sort();
+        assert_eq!(paths, want);
+        let w = s.binds.iter().find(|b| b.path == cwd).unwrap();
+        assert!(w.dir && w.writable && !w.exec && !w.device);
+        // Reads: the data files, wherever they lie; not code, not devices.
+        for r in [data.join("kernel"), cwd.join("in.img")] {
+            assert!(s.reads.contains(&r), "{r:?} not in {:?}", s.reads);
+        }
+        assert!(s
+            .reads
+            .iter()
+            .all(|r| *r == data.join("kernel") || *r == cwd.join("in.img")));
+        // A bound path that does not exist is refused before any start.
+        let e = JailSpec::new(
+            staging,
+            0x7c00_0001,
+            vec![],
+            &cwd,
+            vec![Bind::file(data.join("missing"), false)],
+        )
+        .unwrap_err();
+        assert!(e.message.contains("missing"), "{e}");
+    }
+
+    /// A uid some process on the host runs under is never leased, whatever
+    /// the key hashes to.
+    #[test]
+    fn a_uid_in_use_on_the_host_is_skipped() {
+        use std::os::unix::process::CommandExt;
+        let cfg = JailConfig {
+            uid_base: 0x7c00_0100,
+            uid_count: 2,
+        };
+        let mut busy = std::process::Command::new("sleep")
+            .arg("60")
+            .uid(cfg.uid_base)
+            .gid(cfg.uid_base)
+            .spawn()
+            .unwrap();
+        // spawn returns once exec succeeded: the uid is switched by then.
+        for key in ["a", "b", "c", "d", "e", "f"] {
+            let l = lease_uid(&cfg, key).unwrap();
+            assert_eq!(l.0, cfg.uid_base + 1, "{key}");
+        }
+        let held = lease_uid(&cfg, "g").unwrap();
+        assert!(lease_uid(&cfg, "h").is_err(), "one busy, one leased");
+        busy.kill().unwrap();
+        busy.wait().unwrap();
+        assert_eq!(lease_uid(&cfg, "i").unwrap().0, cfg.uid_base);
+        drop(held);
     }
 }
