@@ -522,12 +522,8 @@ mod tests {
         );
         let paths: Vec<&Path> = s.binds.iter().map(|b| b.path.as_path()).collect();
         // Sorted, each once; what lies in the working dir comes with it.
-        let mut want = vec![
-            Path::new("/bin/sh"),
-            Path::new("/dev/null"),
-            &data.join("kernel"),
-            &cwd,
-        ];
+        let kernel = data.join("kernel");
+        let mut want = vec![Path::new("/bin/sh"), Path::new("/dev/null"), &kernel, &cwd];
         want.sort();
         assert_eq!(paths, want);
         let w = s.binds.iter().find(|b| b.path == cwd).unwrap();
