@@ -100,7 +100,7 @@ pub struct MicrovmConfig {
     #[doc(hidden)]
     pub test_guests_without_nic: bool,
     /// Run every QEMU unprivileged in its own namespaces and minimal root
-    /// under its seccomp filter (see `jail`); `None` runs it as the daemon's
+    /// under its seccomp filter (see `qemu_jail`); `None` runs it as the daemon's
     /// user with the host's view (only for a daemon that is not root).
     pub jail: Option<jail::JailConfig>,
 }
@@ -126,7 +126,7 @@ impl MicrovmConfig {
             mkfs_ext4: "mkfs.ext4".into(),
             egress: None,
             test_guests_without_nic: false,
-            jail: Some(jail::JailConfig::default()),
+            jail: Some(crate::qemu_jail::config()),
         }
     }
 }

@@ -2,17 +2,17 @@
 //! `rootfs.qcow2`; on resume/restore the artifact's disk hard-linked as
 //! `base.qcow2` under a new empty overlay; on pause/snapshot the chain
 //! flattened back into one overlay on the image. Every disk a jailed QEMU
-//! wrote is checked (`jail::trust`) before root reads or keeps it.
+//! wrote is checked (`trust`) before root reads or keeps it.
 
 use std::path::Path;
 use std::time::Duration;
 
 use stasis_core::{Error, Result};
 
-use crate::jail;
 use crate::qemu;
 use crate::snapshot::DISK_ARTIFACT;
 use crate::util;
+use crate::{jail, trust};
 use stasis_backend::failpoint;
 
 /// The longest a `qemu-img` run may take (a commit of a large overlay on a
@@ -39,10 +39,10 @@ pub(crate) async fn qemu_img(bin: &Path, cwd: &Path, args: &[&str]) -> Result<()
 /// A disk a jailed QEMU wrote (or an artifact made of one) is used only
 /// when its header names no external data file and exactly the backing
 /// file the daemon gave it: both the daemon's own reading of the header
-/// and `qemu-img info`'s must agree (`jail::trust`).
+/// and `qemu-img info`'s must agree (`trust`).
 pub(crate) async fn check_disk(img_bin: &Path, disk: &Path, backing: &Path) -> Result<()> {
-    jail::trust::check_disk(disk, backing)?;
-    jail::trust::check_disk_qemu_img(img_bin, disk, backing).await
+    trust::check_disk(disk, backing)?;
+    trust::check_disk_qemu_img(img_bin, disk, backing).await
 }
 
 /// Put the disk of an artifact directory under `dir`: `base.qcow2` (a hard
@@ -124,7 +124,7 @@ pub(crate) async fn export_disk(
     if !has_base {
         check_disk(img_bin, &disk, rootfs).await?;
         if how == Export::Link {
-            let f = jail::trust::open_regular(&disk)?;
+            let f = trust::open_regular(&disk)?;
             return crate::util::link_open_file(&f, &dst);
         }
         let (d, o) = (disk.clone(), dst.clone());
@@ -169,7 +169,7 @@ pub(crate) async fn export_disk(
         // when a flatten interrupted after its rebase is redone
         // (`finish_pause`): both are the daemon's names, and the rebase
         // below forces it onto the checked copy either way.
-        let redone = jail::trust::qcow2_refs(&tmp_top)?
+        let redone = trust::qcow2_refs(&tmp_top)?
             .and_then(|r| r.backing)
             .is_some_and(|b| b == Path::new(".base.qcow2"));
         let top_backing = if redone {

@@ -217,7 +217,7 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
     )
     .await
     .unwrap();
-    crate::jail::trust::check_disk(&f.out.join(DISK_ARTIFACT), &f.rootfs).unwrap();
+    crate::trust::check_disk(&f.out.join(DISK_ARTIFACT), &f.rootfs).unwrap();
     std::fs::remove_file(f.out.join(DISK_ARTIFACT)).unwrap();
     std::fs::remove_file(f.sb.join(qemu::BASE_DISK)).unwrap();
     std::os::unix::fs::symlink(&f.shadow, f.sb.join(qemu::BASE_DISK)).unwrap();
@@ -263,7 +263,7 @@ async fn export_refuses_a_disk_whose_header_qemu_rewrote() {
         .await
         .unwrap();
     assert!(sb2.join(qemu::BASE_DISK).is_file());
-    crate::jail::trust::check_disk(&sb2.join(qemu::DISK), Path::new(qemu::BASE_DISK)).unwrap();
+    crate::trust::check_disk(&sb2.join(qemu::DISK), Path::new(qemu::BASE_DISK)).unwrap();
 }
 
 #[tokio::test]

@@ -22,7 +22,7 @@
 //! * **Processes**: QEMU runs in its own session with the sandbox dir as cwd
 //!   and `-name stasis-<id>`; its pid is in `qemu.pid`. It survives a daemon
 //!   SIGKILL; `recover` reattaches through `qmp.sock`/`agent.sock`.
-//! * **Least privilege** (`jail`): each QEMU runs under its own unprivileged
+//! * **Least privilege** (`qemu_jail`, over the `stasis_jail` crate): each QEMU runs under its own unprivileged
 //!   uid, in its own mount/pid/ipc/uts/cgroup/network namespaces, in a
 //!   minimal read-only root of bind mounts, under QEMU's seccomp sandbox,
 //!   with no capabilities and no_new_privs.
@@ -41,7 +41,7 @@
 //! snapshot), `vm` (starting/stopping QEMU: create, resume, restore, the
 //! incoming load, recover's reattach), `guest` (agent requests), `state`
 //! (the VM table and records), `ports` (exposed ports); below them `qemu`,
-//! `qmp`, `agent`, `jail`, `net`, `boundary`, `outputs`, `util`. This file
+//! `qmp`, `agent`, `qemu_jail`, `trust`, `net`, `boundary`, `outputs`, `util`. This file
 //! is the `Backend` impl, delegating to them.
 
 mod accel;
@@ -55,21 +55,26 @@ mod disk_trust_tests;
 mod files;
 mod guest;
 mod image;
-pub mod jail;
 mod local;
 mod migration;
 pub mod net;
 pub mod outputs;
 mod ports;
 pub mod qemu;
+pub mod qemu_jail;
 pub mod qmp;
 mod resume;
 mod shared_ram;
 mod snapshot;
 mod standby;
 mod state;
+pub mod trust;
 pub mod util;
 mod vm;
+
+/// The jail QEMU runs in (its own crate; re-exported under the name this
+/// crate always gave it).
+pub use stasis_jail as jail;
 
 use async_trait::async_trait;
 use std::collections::HashSet;

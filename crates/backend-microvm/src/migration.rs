@@ -133,7 +133,7 @@ async fn save_ram(vm: &Vm, out: &Path, copy: bool) -> Result<()> {
         RamBacking::SharedFile(p) if !copy => {
             // The name is in a directory QEMU may write: the file is opened
             // without following a planted link and must be the guest's own.
-            let f = crate::jail::trust::open_regular(&vm.dir.join(p))?;
+            let f = crate::trust::open_regular(&vm.dir.join(p))?;
             return crate::util::link_open_file(&f, &dst);
         }
         RamBacking::SharedFile(p) => vm.dir.join(p),

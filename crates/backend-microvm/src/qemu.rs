@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use stasis_core::{Error, Result};
 
-use crate::jail::{lease_uid, JailConfig, JailSpec, Needs, UidLease};
+use crate::jail::{lease_uid, JailConfig, JailSpec, UidLease};
+use crate::qemu_jail::{self, Needs};
 use crate::util;
 
 /// File names inside a sandbox directory (QEMU runs with that directory as cwd).
@@ -105,7 +106,7 @@ pub struct Launch {
     pub nic: crate::net::Nic,
     /// Read-only input disks: (image path, serial).
     pub inputs: Vec<(PathBuf, String)>,
-    /// QEMU's seccomp filter (`-sandbox`, see `jail`).
+    /// QEMU's seccomp filter (`-sandbox`, see `qemu_jail`).
     pub seccomp: bool,
 }
 
@@ -275,7 +276,7 @@ pub struct QemuProc {
 impl QemuProc {
     /// Start QEMU in `dir`, in its own session (it survives the daemon being
     /// killed), stderr/stdout appended to `qemu.log`, pid written to `qemu.pid`.
-    /// With `jail`, QEMU starts unprivileged in its namespaces (see `jail`).
+    /// With `jail`, QEMU starts unprivileged in its namespaces (see `qemu_jail`).
     pub fn spawn(
         launch: &Launch,
         dir: &Path,
@@ -287,9 +288,9 @@ impl QemuProc {
         let log = open_log(&dir.join(QEMU_LOG))?;
         if let Some(jail) = jail {
             let j = crate::jail::spawn(jail, &launch.qemu, &launch.args(), &log)?;
-            write_pid(dir, j.qemu)?;
+            write_pid(dir, j.child)?;
             return Ok(QemuProc {
-                pid: j.qemu,
+                pid: j.child,
                 child: None,
                 init: Some(j.init),
                 exited: false,
@@ -447,7 +448,8 @@ pub fn qemu_version(qemu: &Path) -> Option<String> {
         .map(str::to_string)
 }
 
-/// (Here, not in `jail`: the jail knows nothing of QEMU command lines.)
+/// (Here, not in `qemu_jail`: the plan knows nothing of QEMU command
+/// lines.)
 /// Lease a uid, plan the jail of the QEMU `launch` describes (cwd `dir`)
 /// and hand it its files. Keep the lease until QEMU has started.
 pub fn prepare_jail(
@@ -472,7 +474,7 @@ pub fn prepare_jail(
         dir,
         image_dir,
     };
-    let mut spec = JailSpec::plan(lease.0, &needs)?;
+    let mut spec = qemu_jail::plan(lease.0, &needs)?;
     spec.no_thp = no_huge_pages(launch);
     let mut writable = vec![PathBuf::from(DISK)];
     if let RamBacking::SharedFile(p) = &launch.ram {

@@ -22,10 +22,10 @@ use stasis_core::{now_ms, Error, Result, SandboxId, SnapshotId};
 
 use crate::agent::AgentConn;
 use crate::guest;
-use crate::jail::trust;
 use crate::local;
 use crate::qemu::{cleanup_dir_files, RamBacking, DISK};
 use crate::state::{self, op_lock, Held, MicrovmBackend, Vm};
+use crate::trust;
 use crate::util;
 use crate::vm;
 
@@ -133,7 +133,7 @@ pub(crate) async fn end(b: &MicrovmBackend, held: Held) {
 /// root's (through `O_NOFOLLOW`: a planted name is left alone): the disk
 /// world-readable like every disk artifact (a pause's artifact is a link to
 /// it), the RAM file root's alone. The next QEMU that runs on them gets them
-/// again (`jail::JailSpec::prepare_dir`).
+/// again (`stasis_jail::JailSpec::prepare_dir`).
 pub(crate) fn disown_own_files(dir: &Path, ram: &RamBacking) {
     let mut files = vec![(dir.join(DISK), 0o644)];
     if let RamBacking::SharedFile(p) = ram {

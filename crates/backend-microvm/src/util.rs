@@ -144,15 +144,7 @@ pub fn cwd(pid: i32) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/cwd")).ok()
 }
 
-pub fn all_pids() -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .map(|rd| {
-            rd.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse().ok()))
-                .collect()
-        })
-        .unwrap_or_default()
-}
+pub use stasis_jail::all_pids;
 
 /// Hard link `src` to `dst` (replacing `dst`), falling back to a copy across
 /// filesystems.

@@ -6,17 +6,21 @@
 //!   files, and accepts a disk only when it has **no external data file**
 //!   and its backing file is **exactly** the one the daemon gave it
 //!   ([`check_disk`]);
-//! * lets a jail see (bind) and read (chmod) only files whose real path lies
-//!   under the image's directory or the sandbox directory ([`within`]);
-//! * changes modes and owners through descriptors opened `O_NOFOLLOW`
-//!   ([`fix_mode`]).
+//! * follows a backing chain only while each file's real path lies under
+//!   the image's directory or the sandbox directory ([`backing_chain`]), so
+//!   a jail sees (binds) and reads (chmods) nothing else;
+//! * changes modes and owners through descriptors opened `O_NOFOLLOW`.
+//!
+//! The file-safety helpers themselves (`within`, `fix_mode`,
+//! `open_regular`) are the jail's (`stasis_jail`), re-exported here.
 
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use stasis_core::{Error, Result};
+use stasis_jail::absolute;
+pub use stasis_jail::{fix_mode, open_regular, within};
 
 /// qcow2 header extension: the name of an external data file.
 const EXT_DATA_FILE: u32 = 0x4441_5441;
@@ -32,29 +36,6 @@ pub struct Qcow2Refs {
     pub backing_format: Option<String>,
     /// An external data file (the incompatible bit or the extension).
     pub data_file: bool,
-}
-
-/// Open a file for reading without following a symlink at its last
-/// component (nor blocking on a FIFO); it must be a regular file.
-pub fn open_regular(path: &Path) -> Result<std::fs::File> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                Error::integrity(format!("{} is a symlink: refused", path.display()))
-            } else {
-                Error::backend(format!("{}: {e}", path.display()))
-            }
-        })?;
-    if !f.metadata()?.file_type().is_file() {
-        return Err(Error::integrity(format!(
-            "{} is not a regular file: refused",
-            path.display()
-        )));
-    }
-    Ok(f)
 }
 
 /// The references of a qcow2 header (`None`: not qcow2, e.g. raw).
@@ -121,6 +102,42 @@ pub fn qcow2_refs(path: &Path) -> Result<Option<Qcow2Refs>> {
         at = data + len.div_ceil(8) * 8;
     }
     Ok(Some(refs))
+}
+
+/// The files of a qcow2 chain below `disk` (its backing files, in order,
+/// as QEMU names them). The headers may have been written by a QEMU the
+/// guest owns: each backing file is refused before it is even opened
+/// unless its real path lies under one of `roots`, and a layer with an
+/// external data file is refused.
+pub fn backing_chain(disk: &Path, roots: &[&Path]) -> Result<Vec<PathBuf>> {
+    let mut chain = Vec::new();
+    let (mut cur, mut real) = (disk.to_path_buf(), disk.to_path_buf());
+    while let Some(refs) = qcow2_refs(&real)? {
+        if refs.data_file {
+            return Err(Error::integrity(format!(
+                "{}: names an external data file: refused",
+                cur.display()
+            )));
+        }
+        let Some(b) = refs.backing else { break };
+        let next = absolute(cur.parent().unwrap_or(Path::new("/")), &b);
+        if chain.contains(&next) || chain.len() > 64 {
+            return Err(Error::backend(format!(
+                "{}: backing chain loops or is too deep",
+                disk.display()
+            )));
+        }
+        real = within(&next, roots).map_err(|e| {
+            Error::integrity(format!(
+                "the backing chain of {} leaves the image and sandbox directories: {}",
+                disk.display(),
+                e.message
+            ))
+        })?;
+        chain.push(next.clone());
+        cur = next;
+    }
+    Ok(chain)
 }
 
 /// Accept `disk` only as a qcow2 without an external data file whose
@@ -194,48 +211,6 @@ pub async fn check_disk_qemu_img(qemu_img: &Path, disk: &Path, backing: &Path) -
         None | Some("qcow2") => Ok(()),
         Some(f) => Err(refuse(format!("has backing format {f:?}, expected qcow2"))),
     }
-}
-
-/// `path`'s real location, refused unless it lies under one of `roots`
-/// (each taken by its real location too): a name QEMU wrote cannot make
-/// the daemon open, bind or chmod anything elsewhere.
-pub fn within(path: &Path, roots: &[&Path]) -> Result<PathBuf> {
-    let real = std::fs::canonicalize(path)
-        .map_err(|e| Error::integrity(format!("{}: {e}", path.display())))?;
-    for r in roots {
-        if let Ok(r) = std::fs::canonicalize(r) {
-            if real.starts_with(&r) {
-                return Ok(real);
-            }
-        }
-    }
-    Err(Error::integrity(format!(
-        "{} ({}) lies outside {}: refused",
-        path.display(),
-        real.display(),
-        roots
-            .iter()
-            .map(|r| r.display().to_string())
-            .collect::<Vec<_>>()
-            .join(" and ")
-    )))
-}
-
-/// Set owner (if given) and mode of a regular file through an `O_NOFOLLOW`
-/// descriptor: a symlink planted under the name is refused, not followed.
-pub fn fix_mode(path: &Path, owner: Option<(u32, u32)>, mode: impl Fn(u32) -> u32) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let f = open_regular(path)?;
-    if let Some((u, g)) = owner {
-        std::os::unix::fs::fchown(&f, Some(u), Some(g))
-            .map_err(|e| Error::backend(format!("chown {}: {e}", path.display())))?;
-    }
-    let old = f.metadata()?.mode() & 0o7777;
-    let new = mode(old);
-    if new != old {
-        f.set_permissions(std::fs::Permissions::from_mode(new))?;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -326,37 +301,33 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn paths_outside_the_roots_are_refused_even_through_symlinks() {
+    fn backing_chains_resolve_relative_and_absolute_names() {
         let d = tempfile::tempdir().unwrap();
-        let (img, sb, host) = (
-            d.path().join("img"),
-            d.path().join("sb"),
-            d.path().join("etc"),
+        let img = d.path().join("img");
+        std::fs::create_dir(&img).unwrap();
+        let root = img.join("rootfs.qcow2");
+        qcow2(&root, "", None, None);
+        qcow2(
+            &d.path().join("base.qcow2"),
+            root.to_str().unwrap(),
+            None,
+            None,
         );
-        for p in [&img, &sb, &host] {
-            std::fs::create_dir(p).unwrap();
-        }
-        std::fs::write(img.join("rootfs.qcow2"), "r").unwrap();
-        std::fs::write(host.join("shadow"), "s").unwrap();
-        std::os::unix::fs::symlink(host.join("shadow"), sb.join("base.qcow2")).unwrap();
-        let roots = [img.as_path(), sb.as_path()];
-        within(&img.join("rootfs.qcow2"), &roots).unwrap();
-        assert!(within(&host.join("shadow"), &roots).is_err());
-        assert!(within(&sb.join("base.qcow2"), &roots).is_err());
-        assert!(within(&sb.join("../etc/shadow"), &roots).is_err());
-    }
-
-    #[test]
-    fn modes_change_through_the_file_never_a_symlink() {
-        let d = tempfile::tempdir().unwrap();
-        let secret = d.path().join("shadow");
-        std::fs::write(&secret, "s").unwrap();
-        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let link = d.path().join("memory.ram");
-        std::os::unix::fs::symlink(&secret, &link).unwrap();
-        assert!(fix_mode(&link, None, |m| m | 0o044).is_err());
-        assert_eq!(std::fs::metadata(&secret).unwrap().mode() & 0o777, 0o600);
-        fix_mode(&secret, None, |m| m | 0o044).unwrap();
-        assert_eq!(std::fs::metadata(&secret).unwrap().mode() & 0o777, 0o644);
+        qcow2(&d.path().join("disk.qcow2"), "base.qcow2", None, None);
+        let roots = [d.path()];
+        assert_eq!(
+            backing_chain(&d.path().join("disk.qcow2"), &roots).unwrap(),
+            vec![d.path().join("base.qcow2"), root.clone()]
+        );
+        assert!(backing_chain(&root, &roots).unwrap().is_empty());
+        // A chain that loops is refused, not followed forever.
+        qcow2(&d.path().join("a.qcow2"), "b.qcow2", None, None);
+        qcow2(&d.path().join("b.qcow2"), "a.qcow2", None, None);
+        assert!(backing_chain(&d.path().join("a.qcow2"), &roots).is_err());
+        // A layer with an external data file is refused.
+        qcow2(&d.path().join("df.qcow2"), "", None, Some("/etc/shadow"));
+        qcow2(&d.path().join("disk.qcow2"), "df.qcow2", None, None);
+        let e = backing_chain(&d.path().join("disk.qcow2"), &roots).unwrap_err();
+        assert!(e.message.contains("data file"), "{e}");
     }
 }

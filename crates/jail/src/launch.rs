@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use stasis_core::{Error, Result};
 
-use super::{resolve_bin, JailSpec, STAGING};
+use super::{resolve_bin, Bind, JailSpec};
 
 /// The C strings and flags the child needs, built before the clone (the
 /// child of a multi-threaded process may not allocate).
@@ -56,7 +56,7 @@ const STEPS: &[&str] = &[
     "no_new_privs",
     "dup2",
     "exec",
-    "fork QEMU from the jail's init",
+    "fork the program from the jail's init",
 ];
 
 fn cstr(p: &Path) -> Result<CString> {
@@ -64,38 +64,28 @@ fn cstr(p: &Path) -> Result<CString> {
         .map_err(|_| Error::invalid(format!("{}: NUL in path", p.display())))
 }
 
-fn staged(p: &Path) -> PathBuf {
-    let rel = p.strip_prefix("/").unwrap_or(p);
-    Path::new(STAGING).join(rel)
+/// One bind mount as the launcher makes it: source, target under the
+/// staging root, directory or file, and the flags of its read-only/noexec/
+/// nodev remount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Mount {
+    src: PathBuf,
+    dst: PathBuf,
+    dir: bool,
+    flags: libc::c_ulong,
 }
 
-/// A jailed QEMU: its host pid and the jail's init (pid 1 of the jail's pid
-/// namespace, a child of this process: reap it with waitpid). The init only
-/// reaps (anything re-parented to pid 1 would otherwise stay a zombie). It
-/// exits with QEMU, which takes the whole namespace down.
-#[derive(Debug, Clone, Copy)]
-pub struct Jailed {
-    pub qemu: i32,
-    pub init: i32,
-}
-
-/// Start `exe args` in the jail `spec`; stdout/stderr go to `log`.
-pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) -> Result<Jailed> {
-    if unsafe { libc::geteuid() } != 0 {
-        return Err(Error::backend(
-            "the QEMU jail needs a daemon running as root (namespaces, mounts, uid switch)",
-        ));
-    }
-    std::fs::create_dir_all(STAGING)?;
-    let exe = resolve_bin(exe)?;
+/// The directories to create under `staging` (parents first) and the bind
+/// mounts, for `binds` (each at its host path below `staging`).
+fn mount_plan(staging: &Path, binds: &[Bind]) -> (Vec<PathBuf>, Vec<Mount>) {
     let mut mkdirs: Vec<PathBuf> = Vec::new();
     let mut mounts = Vec::new();
-    for b in &spec.binds {
-        let target = staged(&b.path);
+    for b in binds {
+        let target = staging.join(b.path.strip_prefix("/").unwrap_or(&b.path));
         let mut anc: Vec<PathBuf> = target
             .ancestors()
             .skip(1)
-            .take_while(|a| a.starts_with(STAGING) && *a != Path::new(STAGING))
+            .take_while(|a| a.starts_with(staging) && *a != staging)
             .map(Path::to_path_buf)
             .collect();
         anc.reverse();
@@ -114,11 +104,45 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
         if !b.exec {
             flags |= libc::MS_NOEXEC;
         }
-        mounts.push((cstr(&b.path)?, cstr(&target)?, b.dir, flags));
+        mounts.push(Mount {
+            src: b.path.clone(),
+            dst: target,
+            dir: b.dir,
+            flags,
+        });
     }
+    (mkdirs, mounts)
+}
+
+/// A jailed program: its host pid and the jail's init (pid 1 of the jail's
+/// pid namespace, a child of this process: reap it with waitpid). The init
+/// only reaps (anything re-parented to pid 1 would otherwise stay a
+/// zombie). It exits with the program, which takes the whole namespace
+/// down.
+#[derive(Debug, Clone, Copy)]
+pub struct Jailed {
+    pub child: i32,
+    pub init: i32,
+}
+
+/// Start `exe args` in the jail `spec`; stdout/stderr go to `log`.
+pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) -> Result<Jailed> {
+    if unsafe { libc::geteuid() } != 0 {
+        return Err(Error::backend(
+            "the jail needs a daemon running as root (namespaces, mounts, uid switch)",
+        ));
+    }
+    std::fs::create_dir_all(&spec.staging)?;
+    let exe = resolve_bin(exe)?;
+    let (mkdirs, planned) = mount_plan(&spec.staging, &spec.binds);
+    let mounts = planned
+        .iter()
+        .map(|m| Ok((cstr(&m.src)?, cstr(&m.dst)?, m.dir, m.flags)))
+        .collect::<Result<_>>()?;
     let args_c: Vec<CString> = std::iter::once(cstr(&exe))
         .chain(args.iter().map(|a| {
-            CString::new(a.as_bytes()).map_err(|_| Error::invalid("NUL in a QEMU argument"))
+            CString::new(a.as_bytes())
+                .map_err(|_| Error::invalid("NUL in an argument of the jailed program"))
         }))
         .collect::<Result<_>>()?;
     let mut argv: Vec<*const libc::c_char> = args_c.iter().map(|c| c.as_ptr()).collect();
@@ -133,7 +157,7 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
     };
     let plan = Plan {
-        staging: CString::new(STAGING).unwrap(),
+        staging: cstr(&spec.staging)?,
         mkdirs: mkdirs.iter().map(|p| cstr(p)).collect::<Result<_>>()?,
         mounts,
         cwd: cstr(&spec.cwd)?,
@@ -173,7 +197,7 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
     };
     if pid < 0 {
         return Err(Error::backend(format!(
-            "cannot start the QEMU jail: clone: {}",
+            "cannot start the jail: clone: {}",
             std::io::Error::last_os_error()
         )));
     }
@@ -200,7 +224,7 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
             let mut status = 0;
             unsafe { libc::waitpid(pid, &mut status, 0) };
             return Err(Error::timeout(format!(
-                "the QEMU jail did not report its start within {} s; killed",
+                "the jail did not report its start within {} s; killed",
                 EXEC_REPORT_TIMEOUT.as_secs()
             )));
         }
@@ -216,20 +240,21 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
     drop(plan);
     drop(stack);
     if got == 0 {
-        // QEMU is the init's only child (forked before the pipe closed).
+        // The program is the init's only child (forked before the pipe
+        // closed).
         let children =
             std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
-        if let Some(qemu) = children
+        if let Some(child) = children
             .split_whitespace()
             .next()
             .and_then(|c| c.parse().ok())
         {
-            return Ok(Jailed { qemu, init: pid });
+            return Ok(Jailed { child, init: pid });
         }
         let mut status = 0;
         unsafe { libc::waitpid(pid, &mut status, 0) };
         return Err(Error::backend(format!(
-            "QEMU exited as soon as it started in its jail (status {status})"
+            "the jailed program exited as soon as it started (status {status})"
         )));
     }
     let mut status = 0;
@@ -237,13 +262,14 @@ pub fn spawn(spec: &JailSpec, exe: &Path, args: &[String], log: &std::fs::File) 
     let step = i32::from_ne_bytes(buf[..4].try_into().unwrap());
     let errno = i32::from_ne_bytes(buf[4..].try_into().unwrap());
     Err(Error::backend(format!(
-        "cannot start QEMU in its jail: {}: {}",
+        "cannot start the program in its jail: {}: {}",
         STEPS.get(step as usize).unwrap_or(&"?"),
         std::io::Error::from_raw_os_error(errno)
     )))
 }
 
-/// How long a jail start may take to exec QEMU or report its failed step.
+/// How long a jail start may take to exec the program or report its failed
+/// step.
 const EXEC_REPORT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Close every descriptor from `low` up (in the cloned child: system calls
@@ -392,15 +418,15 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         }
         // A raw fork (no atfork handlers: this is the copy of a
         // multi-threaded process).
-        let qemu = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
-        if qemu < 0 {
+        let prog = libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0);
+        if prog < 0 {
             fail(p.err, 18);
         }
-        if qemu == 0 {
+        if prog == 0 {
             libc::execve(p.exe.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
             fail(p.err, 17)
         }
-        // The init: hold nothing, reap everything, leave with QEMU.
+        // The init: hold nothing, reap everything, leave with the program.
         libc::prctl(libc::PR_SET_NAME, c"stasis-jail".as_ptr(), 0, 0, 0);
         for fd in [p.err, 0, 1, 2] {
             libc::close(fd);
@@ -408,12 +434,12 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         // Nor any other descriptor of the daemon's copied at clone: among
         // them can be the write end of another jail's exec-report pipe
         // (opened by a concurrent start); an init holding it would keep that
-        // start's read below from ever seeing EOF while this QEMU lives.
+        // start's read below from ever seeing EOF while this program lives.
         close_from(3);
         loop {
             let mut status = 0;
             let r = libc::waitpid(-1, &mut status, 0);
-            if r == qemu as libc::pid_t {
+            if r == prog as libc::pid_t {
                 let code = if libc::WIFEXITED(status) {
                     libc::WEXITSTATUS(status)
                 } else {
@@ -425,5 +451,64 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
                 libc::_exit(0)
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binds_become_mounts_at_their_host_paths_below_the_staging_root() {
+        let staging = Path::new("/run/j");
+        let binds = [
+            Bind::file("/usr/bin/prog".into(), true),
+            Bind::file("/usr/lib/x/libc.so".into(), true),
+            Bind::file("/data/kernel".into(), false),
+            Bind::device("/dev/null".into()),
+            Bind {
+                path: "/srv/sb/1".into(),
+                dir: true,
+                writable: true,
+                exec: false,
+                device: false,
+            },
+        ];
+        let (mkdirs, mounts) = mount_plan(staging, &binds);
+        // Every parent once, parents before children, none outside staging.
+        let want: Vec<PathBuf> = [
+            "/run/j/usr",
+            "/run/j/usr/bin",
+            "/run/j/usr/lib",
+            "/run/j/usr/lib/x",
+            "/run/j/data",
+            "/run/j/dev",
+            "/run/j/srv",
+            "/run/j/srv/sb",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(mkdirs, want);
+        let by = |p: &str| mounts.iter().find(|m| m.src == Path::new(p)).unwrap();
+        assert_eq!(by("/usr/bin/prog").dst, Path::new("/run/j/usr/bin/prog"));
+        let base = libc::MS_BIND | libc::MS_REMOUNT | libc::MS_NOSUID;
+        // Code: read-only, no devices, executable.
+        assert_eq!(
+            by("/usr/bin/prog").flags,
+            base | libc::MS_RDONLY | libc::MS_NODEV
+        );
+        // Data: read-only, no devices, no exec.
+        assert_eq!(
+            by("/data/kernel").flags,
+            base | libc::MS_RDONLY | libc::MS_NODEV | libc::MS_NOEXEC
+        );
+        // A device: writable, device access, no exec.
+        assert_eq!(by("/dev/null").flags, base | libc::MS_NOEXEC);
+        // The working directory: writable, whole, nothing else.
+        let sb = by("/srv/sb/1");
+        assert!(sb.dir);
+        assert_eq!(sb.flags, base | libc::MS_NODEV | libc::MS_NOEXEC);
+        assert_eq!(mounts.len(), binds.len());
     }
 }
