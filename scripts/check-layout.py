@@ -2,14 +2,17 @@
 """Check the workspace's source layout; exit 1 with one line per finding.
 
 1. No Rust source file under crates/ longer than 850 lines.
-2. No import circle between the modules of one crate: module A uses module B
-   and B uses A (directly or through others). Each set of modules caught in
-   circles is reported once, with its members and one circle through them. A module is the first segment
-   of a file's module path below its crate root (lib.rs, main.rs,
-   src/bin/*.rs); the module tree is followed from the roots' `mod` items.
-   Edges come from `crate::x` paths (in `use` lines, groups and code) and
-   `super::` paths that climb to the crate root. Test modules (`mod tests`,
-   tests.rs, anything behind `#[cfg(test)]`) are not part of the check.
+2. No import circle between the files of one crate: file A uses file B and
+   B uses A (directly or through others). Each file is a module, named by
+   its path below the crate root (lib.rs, main.rs, src/bin/*.rs); the module
+   tree is followed from the roots' `mod` items. Edges come from `crate::`,
+   `super::` and `self::` paths (in `use` lines, groups and code), each to
+   the file of the longest module path it names; a file's edges into its own
+   submodules are structure and left out. Each set of files caught in
+   circles is reported once, with its members and one circle through them.
+   Test modules (`mod tests`, tests.rs, anything behind `#[cfg(test)]`) are
+   not part of the check.
+3. No crate's src/ over 10,000 lines of Rust.
 
 scripts/layout-allow.txt names known exceptions, each with a reason:
     <path> <reason ...>                       a file allowed over the limit
@@ -143,8 +146,8 @@ def module_tree(root_file):
     return files
 
 
-def first_segments_of_group(group):
-    """`a::x, b::{y, z}, c` -> [a, b, c] (depth-0 items of a use group)."""
+def split_group(group):
+    """`a::x, b::{y, z}, c` -> ["a::x", "b::{y, z}", "c"] (depth-0 items)."""
     items, depth, cur = [], 0, ""
     for c in group:
         if c == "{":
@@ -157,12 +160,7 @@ def first_segments_of_group(group):
         else:
             cur += c
     items.append(cur)
-    out = []
-    for it in items:
-        m = re.match(r"\s*(" + IDENT + ")", it)
-        if m:
-            out.append(m.group(1))
-    return out
+    return [it.strip() for it in items if it.strip()]
 
 
 def group_after(text, i):
@@ -178,25 +176,52 @@ def group_after(text, i):
     return text[i + 1 :]
 
 
+PATH_TAIL = re.compile(r"\s*::\s*(\{|" + IDENT + ")")
+
+
+def expand(text, i, prefix, out):
+    """Collect the full paths that continue `prefix` at text[i] (after a `::`)."""
+    segs = list(prefix)
+    while True:
+        m = PATH_TAIL.match(text, i)
+        if not m:
+            out.append(segs)
+            return
+        if m.group(1) == "{":
+            for item in split_group(group_after(text, m.end(1) - 1)):
+                sub = re.match(r"(" + IDENT + r")", item)
+                if not sub:
+                    continue
+                if sub.group(1) == "self":
+                    out.append(segs)
+                    continue
+                expand(item, sub.end(), segs + [sub.group(1)], out)
+            return
+        segs.append(m.group(1))
+        i = m.end()
+
+
+def referenced_paths(text, modpath):
+    """Full module-relative paths (from the crate root) a file names through
+    `crate::...`, `super::...` and `self::...`."""
+    out = []
+    for m in re.finditer(r"\bcrate\b(?=\s*::)", text):
+        expand(text, m.end(), [], out)
+    for m in re.finditer(r"(?<![A-Za-z0-9_:])((?:super\s*::\s*)+)", text):
+        ups = m.group(1).count("super")
+        if ups > len(modpath):
+            continue
+        base = modpath[: len(modpath) - ups]
+        # The `::` after the last super was consumed: step back onto it.
+        expand(text, m.end() - len(m.group(1)) + m.group(1).rfind("super") + 5, base, out)
+    for m in re.finditer(r"(?<![A-Za-z0-9_:])self(?=\s*::)", text):
+        expand(text, m.end(), list(modpath), out)
+    return out
+
+
 def referenced_roots(text, modpath):
     """First segments (below the crate root) of the paths a file names."""
-    refs = set()
-    for m in re.finditer(r"\bcrate\s*::\s*(\{|" + IDENT + ")", text):
-        if m.group(1) == "{":
-            refs.update(first_segments_of_group(group_after(text, m.end(1) - 1)))
-        else:
-            refs.add(m.group(1))
-    # super::super::x from a file at depth d climbs to the root when the
-    # number of supers equals d.
-    for m in re.finditer(r"\b((?:super\s*::\s*)+)(\{|" + IDENT + ")", text):
-        ups = m.group(1).count("super")
-        if ups != len(modpath):
-            continue
-        if m.group(2) == "{":
-            refs.update(first_segments_of_group(group_after(text, m.end(2) - 1)))
-        else:
-            refs.add(m.group(2))
-    return refs
+    return {p[0] for p in referenced_paths(text, modpath) if p}
 
 
 def cycles(graph):
@@ -271,23 +296,50 @@ def crate_roots(crate):
 
 
 def check_circles(crate):
-    """[(crate dir, root, members, cycle text)] for each circle in a crate."""
+    """[(crate dir, root, members, cycle text)] for each circle in a crate.
+
+    The nodes are the crate's files (each a module); a file uses another when
+    it names a path into it (`crate::a::b::Item` uses the file of the
+    longest module path `a::b` that exists). A file's edges into its own
+    submodules are structure, not use, and are left out; every other edge
+    counts, between siblings, cousins and up to ancestors alike."""
     found = []
     for root in crate_roots(crate):
         tree = module_tree(root)
-        top = {p[0] for p in tree.values() if p}
-        graph = {t: set() for t in top}
+        by_path = {tuple(p): f for f, p in tree.items()}
+        name = {f: ("::".join(p) if p else "(root)") for f, p in tree.items()}
+        graph = {name[f]: set() for f in tree}
         for f, path in tree.items():
-            if not path:
-                continue
             with open(f, encoding="utf-8") as fh:
                 text = strip_test_items(strip_comments(fh.read()))
-            for r in referenced_roots(text, path):
-                if r in top and r != path[0]:
-                    graph[path[0]].add(r)
+            for ref in referenced_paths(text, path):
+                target = None
+                for n in range(len(ref), -1, -1):
+                    if tuple(ref[:n]) in by_path:
+                        target = by_path[tuple(ref[:n])]
+                        break
+                if target is None or target == f:
+                    continue
+                tp = tree[target]
+                if tp[: len(path)] == path:
+                    continue  # its own submodule
+                graph[name[f]].add(name[target])
         for comp in cycles(graph):
             found.append((rel(crate), rel(root), comp, one_cycle(graph, comp)))
     return found
+
+
+CRATE_LIMIT = 10_000
+
+
+def crate_sizes(crates_dir):
+    """[(crate dir, lines of Rust under src/)]."""
+    out = []
+    for name in sorted(os.listdir(crates_dir)):
+        src = os.path.join(crates_dir, name, "src")
+        if os.path.isdir(src):
+            out.append((os.path.join(crates_dir, name), sum(line_count(p) for p in rust_files(src))))
+    return out
 
 
 def main(argv):
@@ -306,6 +358,9 @@ def main(argv):
                 used_files.add(r)
             else:
                 findings.append(f"{r}: {n} lines (limit {LIMIT})")
+    for crate, n in crate_sizes(crates_dir):
+        if n > CRATE_LIMIT:
+            findings.append(f"{rel(crate)}/src: {n} lines of Rust (limit {CRATE_LIMIT}): a room to split")
     for name in sorted(os.listdir(crates_dir)):
         crate = os.path.join(crates_dir, name)
         if not os.path.isdir(os.path.join(crate, "src")):
@@ -314,7 +369,7 @@ def main(argv):
             key = next(
                 (k for k in allow_circles if k[0] == crate_rel and set(comp) <= k[1]), None
             )
-            line = f"{root}: import circle among modules {', '.join(comp)}: {text}"
+            line = f"{root}: import circle among files {', '.join(comp)}: {text}"
             if key is not None:
                 used_circles.add(key)
                 if report_only:

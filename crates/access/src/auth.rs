@@ -73,7 +73,7 @@ pub struct Identity {
     pub expires_at_ms: Option<i64>,
 }
 
-pub(crate) fn unauthorized(msg: &str) -> Error {
+pub fn unauthorized(msg: &str) -> Error {
     Error::new(ErrorCode::Unauthorized, msg)
 }
 

@@ -59,9 +59,6 @@ async fn plan_of(b: &MicrovmBackend, vm: &Vm) -> Result<Plan> {
 /// upload is never held whole.
 pub(crate) trait Source: Sync {
     fn len(&self) -> usize;
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
     fn chunk(&self, at: usize, end: usize) -> Result<Vec<u8>>;
 }
 

@@ -216,7 +216,6 @@ pub async fn check_disk_qemu_img(qemu_img: &Path, disk: &Path, backing: &Path) -
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
 
     /// A qcow2 v3 header naming `backing` (if not empty), with a backing
     /// format extension `fmt` and/or a data-file extension.

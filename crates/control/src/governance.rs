@@ -15,9 +15,9 @@ use stasis_core::{Error, ErrorCode, Result, TenantId};
 use stasis_meta::{KekRow, MasterKeyRow, Meta, NewAuditEntry};
 use stasis_store::{Kek, KekSource, MasterKey, Store};
 
-use stasis_access::auth::Identity;
 use crate::manager::{Ctx, Manager};
 pub use crate::region::{region_allows, validate_region, Region};
+use stasis_access::auth::Identity;
 
 /// Tenants' key-encryption keys, kept in the metadata database: the store
 /// alone (or a copy of it) never suffices to unwrap a tenant's data keys.

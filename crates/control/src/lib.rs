@@ -19,7 +19,6 @@ pub mod metrics;
 pub mod mounts;
 pub mod region;
 pub mod runs;
-pub mod scrub;
 pub mod snapshots;
 pub mod templates;
 pub mod tenancy;

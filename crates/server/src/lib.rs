@@ -18,8 +18,9 @@ pub mod ports;
 pub use stasis_access::{auth, scope, tokens};
 pub use stasis_control::{
     attach, cluster, governance, image_runner, images, inflight, manager, metrics, mounts, region,
-    runs, scrub, snapshots, templates, tenancy,
+    runs, snapshots, templates, tenancy,
 };
+pub use stasis_scrub as scrub;
 pub use stasis_webhooks as webhooks;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};

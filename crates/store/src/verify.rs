@@ -175,15 +175,17 @@ impl Store {
     /// damaged ones, empty when the snapshot is whole.
     pub async fn verify_snapshot(&self, sc: &SnapshotChunks) -> Result<Vec<DamagedChunk>> {
         use futures::StreamExt;
-        let checks = futures::stream::iter(sc.sites.iter())
-            .map(|s| async move { self.check_chunk(sc, s).await.map(|r| (s, r)) })
+        // By index: a closure over `&ChunkSite` makes a future that is not
+        // `Send` for every lifetime, and a spawned scrub needs that.
+        let checks = futures::stream::iter(0..sc.sites.len())
+            .map(|i| async move { self.check_chunk(sc, &sc.sites[i]).await.map(|r| (i, r)) })
             .buffered(self.inner.cfg.concurrency);
         futures::pin_mut!(checks);
         let mut out = Vec::new();
         while let Some(r) = checks.next().await {
-            if let (site, Some(reason)) = r? {
+            if let (i, Some(reason)) = r? {
                 out.push(DamagedChunk {
-                    site: site.clone(),
+                    site: sc.sites[i].clone(),
                     reason,
                 });
             }

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use stasis_core::{ErrorCode, OnIdle, PtySize, SandboxState, SessionSpec};
 use stasis_control::attach::{self, ClientMsg, ServerMsg};
+use stasis_core::{ErrorCode, OnIdle, PtySize, SandboxState, SessionSpec};
 
 use crate::harness::*;
 

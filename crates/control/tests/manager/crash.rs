@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
+use stasis_control::Manager;
 use stasis_core::{BackendKind, SandboxId, SandboxState};
 use stasis_meta::PauseKind;
-use stasis_control::Manager;
 
 use crate::harness::*;
 

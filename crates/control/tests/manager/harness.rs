@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use stasis_backend::fake::FakeBackend;
 use stasis_backend::Backend;
+use stasis_control::{Ctx, Manager, ManagerConfig, Snapshots};
 use stasis_core::{
     BackendKind, ErrorCode, ExecRequest, Manifest, OnIdle, Result, SandboxId, SandboxState,
     TenantId,
 };
 use stasis_meta::{Meta, SandboxRecord};
-use stasis_control::{Ctx, Manager, ManagerConfig, Snapshots};
 use stasis_store::{MasterKey, Store};
 
 pub struct Env {

@@ -5,11 +5,11 @@
 //! snapshot's image even after its name is gone.
 
 use super::harness::*;
+use stasis_control::images::Images;
+use stasis_control::{Ctx, Manager};
 use stasis_core::{ErrorCode, TenantId};
 use stasis_image::layer::ApplyOptions;
 use stasis_image::store::Owner;
-use stasis_control::images::Images;
-use stasis_control::{Ctx, Manager};
 
 fn other_tenant() -> Ctx {
     Ctx {

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use stasis_core::{ErrorCode, SandboxState};
 use stasis_control::cluster::{Cluster, ClusterConfig};
+use stasis_core::{ErrorCode, SandboxState};
 
 use super::harness::*;
 

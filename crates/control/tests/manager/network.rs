@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use super::harness::*;
+use stasis_control::manager::Ctx;
 use stasis_core::manifest::NetworkPolicy;
 use stasis_core::{ErrorCode, TenantId};
-use stasis_control::manager::Ctx;
 
 fn pol(allow: &[&str], deny: &[&str]) -> NetworkPolicy {
     NetworkPolicy {

@@ -4,8 +4,8 @@
 //! sandbox whose memory or a session holds a tenant secret.
 
 use super::harness::*;
-use stasis_core::{BackendKind, ErrorCode, Manifest, SessionSpec, TenantId};
 use stasis_control::{Ctx, Manager, SnapshotKind};
+use stasis_core::{BackendKind, ErrorCode, Manifest, SessionSpec, TenantId};
 
 fn other_tenant() -> Ctx {
     Ctx {

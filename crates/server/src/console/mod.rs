@@ -34,3 +34,11 @@ impl Console {
         self.csrf_key.get(meta, store).await
     }
 }
+
+/// Paths under this prefix are the console's own (not the API's authentication).
+pub const PREFIX: &str = "/ui";
+
+/// Whether `path` is the console's own (authenticated by the handlers).
+pub fn is_console_path(path: &str) -> bool {
+    path == PREFIX || path.starts_with("/ui/")
+}

@@ -109,7 +109,7 @@ pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Ne
     if PUBLIC_PATHS.contains(&path) || path.starts_with(SIGNED_PREFIX) {
         return next.run(req).await;
     }
-    if super::console::is_console_path(path) {
+    if crate::console::is_console_path(path) {
         return next.run(req).await;
     }
     // A bearer token, else the console's session cookie (with its CSRF and

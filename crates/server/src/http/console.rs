@@ -38,8 +38,7 @@ use super::state::AppState;
 use crate::auth::unauthorized;
 use crate::console::{assets, events, idle, session};
 
-/// Paths under this prefix are the console's own (not the API's authentication).
-pub const PREFIX: &str = "/ui";
+pub use crate::console::{is_console_path, PREFIX};
 
 fn page(a: assets::Asset) -> Response {
     let mut r = (StatusCode::OK, a.body).into_response();
@@ -233,9 +232,4 @@ pub fn pages() -> Router<AppState> {
         .route("/ui/session", get(who))
         .route("/ui/logout", post(logout))
         .route("/ui/audit-verify", get(audit_verify))
-}
-
-/// Whether `path` is the console's own (authenticated by the handlers).
-pub fn is_console_path(path: &str) -> bool {
-    path == PREFIX || path.starts_with("/ui/")
 }

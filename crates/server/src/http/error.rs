@@ -180,7 +180,7 @@ pub(crate) async fn json_errors(resp: Response) -> Response {
         return resp;
     }
     // A sandbox server's own answer, relayed by the port proxy.
-    if resp.extensions().get::<super::ports::Relayed>().is_some() {
+    if resp.extensions().get::<Relayed>().is_some() {
         return resp;
     }
     let is_json = resp
@@ -226,6 +226,12 @@ pub(crate) async fn json_errors(resp: Response) -> Response {
 pub(crate) async fn fallback() -> ApiError {
     ApiError(Error::new(ErrorCode::NotFound, "no such endpoint"))
 }
+
+/// Marks a response relayed from a sandbox (set by the port proxy): the
+/// JSON error layer leaves its status and body as the sandbox's server
+/// made them.
+#[derive(Clone, Copy)]
+pub struct Relayed;
 
 #[cfg(test)]
 mod tests {

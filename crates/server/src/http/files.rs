@@ -9,8 +9,6 @@ use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use utoipa::ToSchema;
 use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouterExt};
 use utoipa_axum::routes;
 
@@ -18,29 +16,9 @@ use stasis_core::Error;
 
 use super::auth::Authed;
 use super::error::{ApiError, ApiQuery, ApiResult, ErrorBody};
+pub use super::files_more::PathQuery;
 use super::sandboxes::sandbox_id;
 use super::state::AppState;
-
-#[derive(Deserialize, ToSchema, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct PathQuery {
-    /// Path inside the sandbox (absolute, or relative to the workdir).
-    pub path: String,
-    /// Octal file mode for writes, e.g. "755".
-    #[serde(default)]
-    pub mode: Option<String>,
-    /// Writes: create the file only if nothing is at `path` (else 409
-    /// `already_exists`).
-    #[serde(default)]
-    pub exclusive: bool,
-    /// Reads: the first byte to return (answers 206 with `Content-Range`).
-    #[serde(default)]
-    pub offset: Option<u64>,
-    /// Reads: how many bytes at most from `offset` (default: to the end,
-    /// within the file limit).
-    #[serde(default)]
-    pub length: Option<u64>,
-}
 
 fn parse_mode(mode: Option<&str>) -> ApiResult<Option<u32>> {
     mode.map(|m| {

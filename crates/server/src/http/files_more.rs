@@ -15,10 +15,30 @@ use stasis_core::{Error, FileOp, FileStat};
 
 use super::auth::Authed;
 use super::error::{ApiError, ApiJson, ApiQuery, ApiResult, ErrorBody};
-use super::files::PathQuery;
 use super::sandboxes::sandbox_id;
 use super::state::AppState;
 use crate::manager::Ctx;
+
+#[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct PathQuery {
+    /// Path inside the sandbox (absolute, or relative to the workdir).
+    pub path: String,
+    /// Octal file mode for writes, e.g. "755".
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// Writes: create the file only if nothing is at `path` (else 409
+    /// `already_exists`).
+    #[serde(default)]
+    pub exclusive: bool,
+    /// Reads: the first byte to return (answers 206 with `Content-Range`).
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// Reads: how many bytes at most from `offset` (default: to the end,
+    /// within the file limit).
+    #[serde(default)]
+    pub length: Option<u64>,
+}
 
 /// A single byte range asked for, before the file size is known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -39,10 +39,7 @@ use crate::ports::{check_ttl, parse_port, DenyReason, PortUrl, SIGNED_PREFIX};
 /// Default lifetime of a signed URL.
 const DEFAULT_TTL_SECS: u64 = 3600;
 
-/// Marks a response relayed from a sandbox: the JSON error layer leaves
-/// its status and body as the sandbox's server made them.
-#[derive(Clone, Copy)]
-pub struct Relayed;
+pub use super::error::Relayed;
 
 #[derive(Deserialize, ToSchema, Default)]
 #[serde(deny_unknown_fields)]

@@ -132,7 +132,10 @@ async fn serve(
             }
             (url_ctx(st, &claims).await?, true)
         }
-        None => (bearer_ctx(st, &req, &id, port).await?, false),
+        None => (
+            bearer_ctx(st, req.headers(), req.method(), &id, port).await?,
+            false,
+        ),
     };
     let d = Dest {
         id,
@@ -166,13 +169,22 @@ fn to_cookie(location: &str, cookie: &str) -> Response {
 
 /// The tenant a bearer token on a port host acts as, with the scopes the
 /// token route needs (`exec`, its sandbox limit) and its rate limit.
-async fn bearer_ctx(st: &AppState, req: &Request, id: &SandboxId, port: u16) -> Result<Ctx> {
-    if !req.headers().contains_key(header::AUTHORIZATION) {
+///
+/// Takes the headers and method, not the request: a borrowed request (its
+/// body is not `Sync`) would make the middleware's future not `Send`.
+async fn bearer_ctx(
+    st: &AppState,
+    headers: &axum::http::HeaderMap,
+    method: &axum::http::Method,
+    id: &SandboxId,
+    port: u16,
+) -> Result<Ctx> {
+    if !headers.contains_key(header::AUTHORIZATION) {
         return Err(crate::auth::unauthorized(
             "this port needs a signed URL (?stasis_port_token=, x-stasis-port-token) or a token",
         ));
     }
-    let ident = super::auth::identify(st.manager.meta(), req.headers()).await?;
+    let ident = super::auth::identify(st.manager.meta(), headers).await?;
     if let Err(secs) = st.limiter.check(&ident.token_id) {
         return Err(Error::new(
             ErrorCode::RateLimited,
@@ -189,7 +201,7 @@ async fn bearer_ctx(st: &AppState, req: &Request, id: &SandboxId, port: u16) -> 
     crate::scope::permit(
         ident.scopes,
         ident.sandbox.as_deref(),
-        req.method(),
+        method,
         PORT_TEMPLATE,
         &path,
     )?;

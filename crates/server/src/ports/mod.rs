@@ -52,7 +52,6 @@ pub const SIGNED_PREFIX: &str = "/p/";
 
 /// Name of the key in `daemon_keys`.
 const KEY_NAME: &str = "port-url-key-v1";
-pub(crate) use crate::daemon_key::KEY_TENANT;
 
 /// On a port's own origin: the cookie holding the signed URL's token after
 /// a browser opened the URL (host-only, so no other origin ever gets it;

@@ -33,7 +33,7 @@ use stasis_meta::{Meta, NewAuditEntry};
 use stasis_store::{DamagedChunk, SnapshotChunks, SnapshotDamage, Store};
 use utoipa::ToSchema;
 
-use crate::metrics::Metrics;
+use stasis_control::metrics::Metrics;
 
 /// Default pace of the background scrub: 4 MiB of stored plaintext per second.
 pub const DEFAULT_RATE: u64 = 4 << 20;
@@ -197,7 +197,7 @@ impl Scrubber {
     }
 
     /// The scrubber of a daemon: repairs from the manager's local copies.
-    pub fn for_manager(m: &Arc<crate::Manager>) -> Self {
+    pub fn for_manager(m: &Arc<stasis_control::Manager>) -> Self {
         let mgr = m.clone();
         let copies: LocalCopies = Arc::new(move |t, s| {
             let mgr = mgr.clone();
@@ -266,58 +266,64 @@ impl Scrubber {
 
     /// Verify one snapshot (paced when `pace` is given), repair what this
     /// node's local copies can, then count, mark and audit what was found.
-    async fn snapshot(
-        &self,
-        t: &TenantId,
-        id: &SnapshotId,
-        pace: Option<&mut Pace>,
-        actor: &str,
-    ) -> Result<(SnapshotVerify, u64)> {
-        let sc = self.store.snapshot_chunks(t, id).await?;
-        let bytes: u64 = sc.sites.iter().map(|s| s.len as u64).sum();
-        let found = match pace {
-            None => self.store.verify_snapshot(&sc).await?,
-            Some(p) => self.paced(&sc, p).await?,
-        };
-        let m = &self.metrics;
-        m.scrub_chunks("verified", sc.sites.len() as u64);
-        m.scrub_chunks("damaged", found.len() as u64);
-        let mut v = SnapshotVerify {
-            tenant: t.to_string(),
-            snapshot: id.to_string(),
-            chunks: sc.sites.len() as u64,
-            damaged: Vec::new(),
-        };
-        if found.is_empty() {
-            self.store.clear_damage(t, id).await?;
-            return Ok((v, bytes));
-        }
-        let copies = (self.copies)(t.clone(), id.clone()).await;
-        let mut left = Vec::new();
-        for d in found {
-            let repaired = match self.store.repair_chunk(&sc, &d.site, &copies).await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(tenant = %t, snapshot = %id, "repairing a chunk: {e}");
-                    false
-                }
+    ///
+    /// Boxed: the future is `Send` for every lifetime of its borrows, which
+    /// rustc cannot prove through the nested store futures of an `async fn`
+    /// when the background pass is spawned.
+    fn snapshot<'a>(
+        &'a self,
+        t: &'a TenantId,
+        id: &'a SnapshotId,
+        pace: Option<&'a mut Pace>,
+        actor: &'a str,
+    ) -> BoxFuture<'a, Result<(SnapshotVerify, u64)>> {
+        Box::pin(async move {
+            let sc = self.store.snapshot_chunks(t, id).await?;
+            let bytes: u64 = sc.sites.iter().map(|s| s.len as u64).sum();
+            let found = match pace {
+                None => self.store.verify_snapshot(&sc).await?,
+                Some(p) => self.paced(&sc, p).await?,
             };
-            v.damaged.push(ChunkDamage {
-                addr: d.site.addr.to_hex(),
-                artifact: d.site.artifact.clone(),
-                offset: d.site.offset,
-                len: d.site.len,
-                reason: d.reason.clone(),
-                repaired,
-            });
-            if !repaired {
-                left.push(d);
+            let m = &self.metrics;
+            m.scrub_chunks("verified", sc.sites.len() as u64);
+            m.scrub_chunks("damaged", found.len() as u64);
+            let mut v = SnapshotVerify {
+                tenant: t.to_string(),
+                snapshot: id.to_string(),
+                chunks: sc.sites.len() as u64,
+                damaged: Vec::new(),
+            };
+            if found.is_empty() {
+                self.store.clear_damage(t, id).await?;
+                return Ok((v, bytes));
             }
-        }
-        let repaired = (v.damaged.len() - left.len()) as u64;
-        m.scrub_chunks("repaired", repaired);
-        self.record(t, id, &v, left, actor).await?;
-        Ok((v, bytes))
+            let copies = (self.copies)(t.clone(), id.clone()).await;
+            let mut left = Vec::new();
+            for d in found {
+                let repaired = match self.store.repair_chunk(&sc, &d.site, &copies).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::warn!(tenant = %t, snapshot = %id, "repairing a chunk: {e}");
+                        false
+                    }
+                };
+                v.damaged.push(ChunkDamage {
+                    addr: d.site.addr.to_hex(),
+                    artifact: d.site.artifact.clone(),
+                    offset: d.site.offset,
+                    len: d.site.len,
+                    reason: d.reason.clone(),
+                    repaired,
+                });
+                if !repaired {
+                    left.push(d);
+                }
+            }
+            let repaired = (v.damaged.len() - left.len()) as u64;
+            m.scrub_chunks("repaired", repaired);
+            self.record(t, id, &v, left, actor).await?;
+            Ok((v, bytes))
+        })
     }
 
     async fn paced(&self, sc: &SnapshotChunks, pace: &mut Pace) -> Result<Vec<DamagedChunk>> {
