@@ -126,6 +126,22 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/v1/admin/store/verify": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["verify"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/tenants": {
         parameters: {
             query?: never;
@@ -1285,6 +1301,18 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
+        /** @description A damaged chunk as reports show it. */
+        ChunkDamage: {
+            /** @description Chunk address (hex). */
+            addr: string;
+            artifact: string;
+            /** Format: int32 */
+            len: number;
+            /** Format: int64 */
+            offset: number;
+            reason: string;
+            repaired: boolean;
+        };
         CreateSandbox: {
             /**
              * @description Key/value labels (at most 32; keys 1 to 63 of letters, digits and
@@ -1541,11 +1569,15 @@ export interface components {
             expires_at_ms: number;
             /** @description The URL id (for revoking this one URL). */
             id: string;
-            /** @description Path of the URL on the daemon (`/p/{token}/`). */
+            /** @description Path of the URL on the daemon (`/p/{token}/`, for CLI and API use). */
             path: string;
             /** Format: int32 */
             port: number;
-            /** @description The full URL, when the daemon knows its public address. */
+            /**
+             * @description The URL to open: on the port's own origin when the daemon has a
+             *     ports domain (`<port>-<sandbox>.<domain>/?stasis_port_token=...`),
+             *     else the path on the daemon's address.
+             */
             url: string;
         };
         RegionsBody: {
@@ -1706,6 +1738,14 @@ export interface components {
              */
             ttl_secs?: number | null;
         };
+        /** @description What verifying one snapshot found. */
+        SnapshotVerify: {
+            /** Format: int64 */
+            chunks: number;
+            damaged: components["schemas"]["ChunkDamage"][];
+            snapshot: string;
+            tenant: string;
+        };
         /** @description One version of a template, as the API shows it. */
         TemplateInfo: {
             backend: string;
@@ -1753,6 +1793,31 @@ export interface components {
              *     admin's mint, the caller's own expiry for a tenant token's.
              */
             ttl_secs?: number | null;
+        };
+        VerifyBody: {
+            /** @description Only this snapshot (needs `tenant`). */
+            snapshot?: string | null;
+            /** @description Only this tenant's snapshots. */
+            tenant?: string | null;
+        };
+        /** @description What a verification run found. */
+        VerifyReport: {
+            /** Format: int64 */
+            bytes_verified: number;
+            /** Format: int64 */
+            chunks_damaged: number;
+            /** Format: int64 */
+            chunks_repaired: number;
+            /** Format: int64 */
+            chunks_verified: number;
+            /** @description Snapshots with damage (repaired or not). */
+            damaged: components["schemas"]["SnapshotVerify"][];
+            /** @description What could not be read (the store unreachable, a record unreadable). */
+            errors: string[];
+            /** Format: int64 */
+            snapshots: number;
+            /** Format: int64 */
+            tenants: number;
         };
         /** @description An endpoint as listed (never its secret). */
         WebhookInfo: {
@@ -2114,6 +2179,14 @@ export interface operations {
                     "application/json": components["schemas"]["ErrorBody"];
                 };
             };
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
             409: {
                 headers: {
                     [name: string]: unknown;
@@ -2162,6 +2235,53 @@ export interface operations {
                 };
             };
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    verify: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["VerifyBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["VerifyReport"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            404: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -2750,7 +2870,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description text/event-stream of this tenant's audit events as they happen: `event: audit`, data {seq, ts_ms, action, target, actor} */
+            /** @description text/event-stream of this tenant's audit events as they happen: `event: audit`, data {seq, ts_ms, action, target, actor}; ids (and seq) count this tenant's entries only, and `Last-Event-ID` resumes after one */
             200: {
                 headers: {
                     [name: string]: unknown;
@@ -3217,6 +3337,11 @@ export interface operations {
     list_sandboxes: {
         parameters: {
             query?: {
+                /**
+                 * @description Every sandbox: destroyed ones and those the daemon made for itself
+                 *     (image builds' `RUN` steps, labelled `stasis.build`) too.
+                 */
+                all?: boolean;
                 /** @description Only sandboxes created after this instant (milliseconds since the epoch). */
                 created_after?: number;
                 /** @description The `x-next-cursor` of the previous page. */
@@ -3231,7 +3356,10 @@ export interface operations {
                  *     `x-next-cursor` header holds the cursor of the next page.
                  */
                 limit?: number;
-                /** @description Only sandboxes in this state (e.g. `paused`). */
+                /**
+                 * @description Only sandboxes in this state (e.g. `paused`, `destroyed`). Without
+                 *     it (and without `all`), destroyed sandboxes are left out.
+                 */
                 state?: string;
             };
             header?: never;
