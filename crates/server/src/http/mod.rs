@@ -327,6 +327,7 @@ mod tests {
             "get /v1/admin/master-keys",
             "post /v1/admin/master-keys/rotate",
             "post /v1/admin/master-keys/{fingerprint}/retire",
+            "post /v1/admin/store/verify",
             "post /v1/admin/tenants/{tenant}/rotate-key",
             "post /v1/admin/tenants/{tenant}/erase",
             "put /v1/admin/tenants/{tenant}/regions",
