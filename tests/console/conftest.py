@@ -3,7 +3,7 @@ backend) and Debian's headless Chromium driven by Selenium.
 
 Every test saves a screenshot into ``$STASIS_CONSOLE_SHOTS`` (default: a
 temporary directory); ``scripts/console-screenshots.sh`` points it at
-docs/console/ to refresh the committed ones.
+docs/src/console/ to refresh the committed ones.
 """
 
 from __future__ import annotations
