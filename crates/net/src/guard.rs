@@ -198,8 +198,15 @@ impl Guard {
     }
 
     fn is_daemon(&self, ip: IpAddr, port: Option<u16>, local: &Option<Vec<IpAddr>>) -> bool {
+        // A port-less question (a tenant's entry for every port of an
+        // address) is not about the daemon alone: its other ports are judged
+        // by range and exposure, and the daemon's port stays refused at
+        // connect time, where the port is always known.
+        let Some(port) = port else {
+            return false;
+        };
         self.listen.iter().any(|l| {
-            port.is_none_or(|p| p == l.port())
+            port == l.port()
                 && if l.ip().is_unspecified() {
                     range_of(ip) == Some(Range::Loopback)
                         || local.as_ref().is_none_or(|v| v.contains(&ip))

@@ -135,8 +135,15 @@ fn an_unspecified_listen_address_covers_every_host_address() {
     let g = guard(false, &["203.0.113.9", "127.0.0.1"], &["0.0.0.0:7070"]);
     for a in ["127.0.0.1", "127.0.0.5", "203.0.113.9", "::1"] {
         assert_eq!(g.refusal(ip(a), Some(7070)), Some(Why::Daemon), "{a}");
-        assert_eq!(g.refusal(ip(a), None), Some(Why::Daemon), "{a}");
     }
+    // Port-less: the exposed addresses' other ports stand; the daemon's
+    // port is refused when dialled (above).
+    assert_eq!(g.refusal(ip("127.0.0.1"), None), None);
+    assert_eq!(g.refusal(ip("203.0.113.9"), None), None);
+    assert_eq!(
+        g.refusal(ip("127.0.0.5"), None),
+        Some(Why::Range(Range::Loopback))
+    );
     // Exposed, other ports.
     assert_eq!(g.refusal(ip("203.0.113.9"), Some(80)), None);
     assert_eq!(g.refusal(ip("127.0.0.1"), Some(80)), None);
