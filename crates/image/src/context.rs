@@ -12,6 +12,8 @@
 //! no network but its RUN steps' policy.
 
 use std::ffi::{OsStr, OsString};
+// Only as a type around descriptors `fsroot` opened (`File::from(OwnedFd)`):
+// no path is opened here.
 use std::fs::File;
 use std::io::{self, Seek};
 use std::os::fd::{AsFd, OwnedFd};
