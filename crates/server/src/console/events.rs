@@ -139,19 +139,28 @@ mod tests {
     use super::*;
     use stasis_meta::NewAuditEntry;
 
-    #[tokio::test]
-    async fn the_feed_carries_one_tenants_new_entries() {
+    /// A metadata store (kept alive by the returned dir) and two tenants.
+    async fn two_tenants() -> (tempfile::TempDir, Meta, TenantId, TenantId) {
         let dir = tempfile::tempdir().unwrap();
         let meta = Meta::open(&dir.path().join("meta.db")).await.unwrap();
         let a = TenantId::parse("t-a").unwrap();
         let b = TenantId::parse("t-b").unwrap();
-        let entry = |t: &TenantId, target: &str| NewAuditEntry {
+        (dir, meta, a, b)
+    }
+
+    fn entry(t: &TenantId, target: &str) -> NewAuditEntry {
+        NewAuditEntry {
             tenant: t.clone(),
             actor: "x".into(),
             action: "create".into(),
             target: target.into(),
             detail: serde_json::json!({}),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn the_feed_carries_one_tenants_new_entries() {
+        let (_dir, meta, a, b) = two_tenants().await;
         meta.audit(entry(&a, "old")).await.unwrap();
         let from = start(&meta, &a, None).await.unwrap();
         assert_eq!(from.position, 1);
@@ -174,17 +183,7 @@ mod tests {
 
     #[tokio::test]
     async fn ids_are_per_tenant_and_resume_where_the_client_was() {
-        let dir = tempfile::tempdir().unwrap();
-        let meta = Meta::open(&dir.path().join("meta.db")).await.unwrap();
-        let a = TenantId::parse("t-a").unwrap();
-        let b = TenantId::parse("t-b").unwrap();
-        let entry = |t: &TenantId, target: &str| NewAuditEntry {
-            tenant: t.clone(),
-            actor: "x".into(),
-            action: "create".into(),
-            target: target.into(),
-            detail: serde_json::json!({}),
-        };
+        let (_dir, meta, a, b) = two_tenants().await;
         // Interleaved: a1 b b a2 b a3.
         for (t, target) in [
             (&a, "a1"),
