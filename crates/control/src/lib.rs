@@ -10,6 +10,7 @@
 
 pub mod attach;
 pub mod cluster;
+pub mod daemon_key;
 pub mod governance;
 pub mod image_runner;
 pub mod images;

@@ -11,14 +11,13 @@ pub mod api;
 pub mod console;
 pub mod daemon;
 pub mod daemon_id;
-pub mod daemon_key;
 pub mod http;
 pub mod ports;
 
 pub use stasis_access::{auth, scope, tokens};
 pub use stasis_control::{
-    attach, cluster, governance, image_runner, images, inflight, manager, metrics, mounts, region,
-    runs, snapshots, templates, tenancy,
+    attach, cluster, daemon_key, governance, image_runner, images, inflight, manager, metrics,
+    mounts, region, runs, snapshots, templates, tenancy,
 };
 pub use stasis_scrub as scrub;
 pub use stasis_webhooks as webhooks;

@@ -103,13 +103,20 @@ fn check_scope(id: &Identity, req: &Request) -> Result<()> {
     )
 }
 
+/// The E2B edge's paths: it authenticates its callers itself
+/// (`stasis_e2b::auth`).
+fn is_e2b_path(path: &str) -> bool {
+    path.strip_prefix(stasis_e2b::PREFIX)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+}
+
 /// Middleware: authenticate and rate-limit every non-public request.
 pub async fn authenticate(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path();
     if PUBLIC_PATHS.contains(&path) || path.starts_with(SIGNED_PREFIX) {
         return next.run(req).await;
     }
-    if crate::console::is_console_path(path) {
+    if crate::console::is_console_path(path) || is_e2b_path(path) {
         return next.run(req).await;
     }
     // A bearer token, else the console's session cookie (with its CSRF and

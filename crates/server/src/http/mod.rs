@@ -165,7 +165,19 @@ pub fn router(state: AppState) -> Router {
     let counters = state.manager.metrics().clone();
     let (routes, doc) = resources().split_for_parts();
     let doc = axum::Json(finish(doc));
+    // The E2B edge authenticates its own callers (E2B API keys, envd
+    // access tokens): `auth::authenticate` lets its prefix through.
+    let e2b = stasis_e2b::E2b::new(
+        state.manager.clone(),
+        state
+            .ports
+            .config()
+            .domain
+            .as_ref()
+            .map(|d| d.name().to_string()),
+    );
     routes
+        .nest_service(stasis_e2b::PREFIX, stasis_e2b::router(e2b))
         .route("/metrics", get(metrics::handler))
         .merge(console::pages())
         .route(

@@ -90,6 +90,11 @@ impl PortsDomain {
         })
     }
 
+    /// The domain itself (lowercase, no port).
+    pub fn name(&self) -> &str {
+        &self.domain
+    }
+
     pub fn scheme(&self) -> &str {
         &self.scheme
     }

@@ -1,0 +1,31 @@
+//! What every handler of the E2B edge shares.
+
+use std::sync::Arc;
+
+use stasis_control::daemon_key::DaemonKey;
+use stasis_control::Manager;
+
+/// Name of the envd access-token key in `daemon_keys` (one key per purpose).
+pub const ENVD_KEY: &str = "e2b-envd-token-key-v1";
+
+#[derive(Clone)]
+pub struct E2b {
+    pub manager: Arc<Manager>,
+    /// Signs envd access tokens (see [`crate::auth`]).
+    pub envd_key: Arc<DaemonKey>,
+    /// The domain sandboxes' ports are served under (`stasis serve
+    /// --ports-domain`), returned to the SDK as the sandbox's `domain` so
+    /// `get_host(port)` names `<port>-<sandbox>.<domain>`; None when the
+    /// daemon serves no ports domain.
+    pub ports_domain: Option<String>,
+}
+
+impl E2b {
+    pub fn new(manager: Arc<Manager>, ports_domain: Option<String>) -> Self {
+        E2b {
+            manager,
+            envd_key: Arc::new(DaemonKey::new(ENVD_KEY)),
+            ports_domain,
+        }
+    }
+}
