@@ -123,6 +123,13 @@ suite agents-sdk-ported-python pytest "${STASIS_SDK_PORTED_TIMEOUT:-10m}" \
 # The TypeScript client's tests (node --test, both backends).
 suite typescript-client tap "${STASIS_NPM_TEST_TIMEOUT:-15m}" \
     npm --prefix clients/typescript test
+# The E2B JavaScript SDK's own tests, ported (clients/e2b/js): the whole
+# suite on the process backend, a bounded part on the microVM one.
+suite e2b-js-process vitest "${STASIS_E2B_JS_TIMEOUT:-15m}" \
+    env NO_COLOR=1 npm --prefix clients/e2b/js test
+suite e2b-js-microvm vitest "${STASIS_E2B_JS_MICROVM_TIMEOUT:-8m}" \
+    env NO_COLOR=1 STASIS_E2B_BACKEND=microvm npm --prefix clients/e2b/js test -- \
+    tests/sandbox/commands/run.test.ts tests/sandbox/snapshot.test.ts
 rm -f "$log"
 # The source layout counts as one test: no Rust file over 850 lines, no import
 # circle between a crate's modules (scripts/layout-allow.txt names the known
