@@ -53,6 +53,7 @@ import {
   type ExecCommandArgs,
   type ExposedPortEndpoint,
   type SandboxArchiveLimits,
+  type SandboxConcurrencyLimits,
   type WorkspaceArchiveOptions,
   type ListDirectoryArgs,
   type MaterializeEntryArgs,
@@ -84,6 +85,7 @@ import {
   sanitizeEnvironmentForPersistence,
   serializeManifestRecord,
   truncateOutput,
+  validateMountCredentialBoundaries,
 } from '@openai/agents-core/sandbox/internal';
 
 import { StasisClient } from '../client.js';
@@ -92,6 +94,7 @@ import type { ConnectionOptions } from '../http.js';
 import type { Run } from '../runs.js';
 import type { Sandbox, Session } from '../sandbox.js';
 import type { CallOutcome, FileStat } from '../types.js';
+import { checkConcurrencyLimits, concurrencyLimit, readLocalDir, readLocalFile, runLimited, type LocalSourceRules } from './local.js';
 import { PortRelay } from './relay.js';
 import { archiveProblem } from './tar.js';
 
@@ -119,6 +122,12 @@ export interface StasisSandboxClientOptions extends SandboxClientOptions {
   exposedPorts?: number[];
   /** Lifetime of the signed URL behind an exposed port (default a day). */
   portUrlTtlSecs?: number;
+  /** Where `local_file` / `local_dir` sources may come from on this machine (with the manifest's extraPathGrants; default: the working directory). */
+  localSourceBaseDir?: string;
+  /** How many manifest entries and local_dir files are uploaded at once (the SDK's option; positive numbers, default 4). */
+  concurrencyLimits?: SandboxConcurrencyLimits;
+  /** Limits a workspace archive must meet before it is extracted (the SDK's option; null: none). */
+  archiveLimits?: SandboxArchiveLimits | null;
 }
 
 export interface StasisSandboxSessionState extends SandboxSessionState {
@@ -218,6 +227,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private nextProcessId = 1;
   private readonly relays = new Map<number, PortRelay>();
   private archiveLimits: SandboxArchiveLimits | null | undefined;
+  /** Where local_file / local_dir sources may come from, and upload concurrency (client-side settings, never in the state). */
+  localSources: { baseDir?: string; concurrencyLimits?: SandboxConcurrencyLimits } = {};
   /** The workspace root and grants as resolved when the session was made (see {@link pinRoots}). */
   private pinned: AuthorizedRoot[] | undefined;
 
@@ -276,6 +287,16 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     return policy.resolve(path && path !== '.' ? path : undefined, { forWrite }).path;
   }
 
+  /**
+   * A path as the SDK's tools address it (relative to the workspace root, or
+   * absolute inside the root or a grant) as the sandbox path it names;
+   * lexical, as the SDK's providers do (symlinks are checked when a file
+   * helper uses it).
+   */
+  resolveSandboxPath(path: string): string {
+    return this.abs(path);
+  }
+
   /** The workspace root and the grants, each resolved inside the sandbox. */
   private async resolveRoots(): Promise<AuthorizedRoot[]> {
     const roots: AuthorizedRoot[] = [{ root: await realpath(this.sbx, this.state.manifest.root), readOnly: false, path: this.state.manifest.root }];
@@ -312,7 +333,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       .filter((g) => isUnder(resolved, g.root))
       .sort((a, b) => b.root.length - a.root.length)[0];
     if (!grant) {
-      throw new SandboxInvalidManifestPathError(`Sandbox path "${path}" resolves outside the workspace root: ${resolved}`, {
+      throw new SandboxInvalidManifestPathError(`Sandbox path "${path}" escapes the workspace root.`, {
         path,
         resolvedPath: resolved,
       });
@@ -492,6 +513,15 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
 
   /** An image in the sandbox for the model (the filesystem capability's view_image). */
   async viewImage(args: ViewImageArgs): Promise<ToolOutputImage> {
+    const path = await this.checked(args.path);
+    let st: FileStat;
+    try {
+      st = await this.sbx.files.stat(path);
+    } catch (e) {
+      if (e instanceof NotFound) throw new UserError(`Image file not found: ${args.path}`);
+      throw providerError('stat', e);
+    }
+    if (st.kind === 'dir') throw new UserError(`Image path is not a file: ${args.path}`);
     const bytes = await this.readFile({ path: args.path, maxBytes: MAX_VIEW_IMAGE_BYTES + 1 });
     if (bytes.byteLength > MAX_VIEW_IMAGE_BYTES) {
       throw new SandboxProviderError(`image exceeds ${MAX_VIEW_IMAGE_BYTES} bytes: ${args.path}`, { provider: BACKEND_ID });
@@ -512,7 +542,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
           await this.sbx.files.write(await this.checked(op.path, true), applyDiff('', op.diff, 'create'), { exclusive: true });
         } catch (e) {
           if (e instanceof StasisError && e.code === 'already_exists') {
-            throw new UserError(`apply_patch create_file: ${op.path} already exists (use update_file)`);
+            throw new UserError(`apply_patch create_file: file already exists: ${op.path} (use update_file)`);
           }
           throw e;
         }
@@ -568,7 +598,16 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
    */
   async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
     const root = this.state.manifest.root.replace(/\/+$/, '');
-    const target = await this.checked(args.path, true);
+    refuseUnsupportedEntry(args.path, args.entry);
+    let target: string;
+    try {
+      target = await this.checked(args.path, true);
+    } catch (e) {
+      if (!(e instanceof SandboxInvalidManifestPathError)) throw e;
+      throw new SandboxInvalidManifestPathError(`Sandbox materialization path "${args.path}" escapes the workspace root through a symbolic link.`, {
+        path: args.path,
+      });
+    }
     if (target !== root && !target.startsWith(`${root}/`)) {
       throw new SandboxInvalidManifestPathError(`materialized entries must be inside the workspace root: ${args.path}`, { path: args.path });
     }
@@ -577,9 +616,19 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     this.state.manifest = mergeManifestEntryDelta(this.state.manifest, logical, args.entry);
   }
 
-  /** The file and dir entries of `manifest`, written with their permissions. */
+  /**
+   * The entries of `manifest`, written with their permissions: file and dir
+   * entries from their content, local_file and local_dir entries uploaded
+   * from this machine (by the SDK's rules: see local.ts).
+   */
   private async writeEntries(manifest: Manifest): Promise<void> {
     const dirModes: [string, number][] = [];
+    const rules: LocalSourceRules = {
+      baseDir: this.localSources.baseDir,
+      grants: manifest.extraPathGrants.map((g) => g.hostPath ?? g.path),
+    };
+    const limits = this.localSources.concurrencyLimits;
+    for (const { absolutePath, entry } of manifest.iterEntries()) refuseUnsupportedEntry(absolutePath, entry);
     for (const { absolutePath, entry } of manifest.iterEntries()) {
       const mode = permissionsForSandboxEntry(entry.permissions).toMode() & 0o1777;
       if (entry.type === 'file') {
@@ -587,9 +636,19 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       } else if (entry.type === 'dir') {
         await this.sbx.files.mkdir(absolutePath);
         dirModes.push([absolutePath, mode]);
+      } else if (entry.type === 'local_file') {
+        const file = await readLocalFile(entry.src, rules);
+        await this.sbx.files.write(absolutePath, file.bytes, { mode: entry.permissions ? mode : file.mode });
+      } else if (entry.type === 'local_dir') {
+        const tree = await readLocalDir(entry.src, rules, limits);
+        for (const d of tree.dirs) await this.sbx.files.mkdir(d ? `${absolutePath}/${d}` : absolutePath);
+        await runLimited(tree.files, concurrencyLimit(limits?.localDirFiles), async (f) => {
+          await this.sbx.files.write(`${absolutePath}/${f.rel}`, f.bytes, { mode: f.mode });
+        });
+        if (entry.permissions) dirModes.push([absolutePath, mode]);
       } else {
         throw new SandboxUnsupportedFeatureError(
-          `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file or dir entries, or stasis mounts in the stasis manifest`,
+          `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file or local_dir entries, or stasis mounts in the stasis manifest`,
           { provider: BACKEND_ID, entryType: entry.type },
         );
       }
@@ -606,7 +665,10 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
     const excludes = [...this.state.manifest.ephemeralPersistencePaths()].sort().map((p) => `--exclude=./${p}`);
     try {
-      const r = await this.sbx.exec(['tar', '-C', root, ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000 });
+      // Members in name order (as the SDK's providers write them: limits on
+      // restore then name the same member everywhere).
+      let r = await this.sbx.exec(['tar', '-C', root, '--sort=name', ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000 });
+      if (!r.ok && /sort/.test(r.stderr)) r = await this.sbx.exec(['tar', '-C', root, ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000 });
       if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
       return await this.sbx.files.read(tmp);
     } catch (e) {
@@ -638,10 +700,11 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     }
     try {
       await this.sbx.files.write(tmp, bytes);
-      const r = await this.sbx.exec(
-        ['sh', '-c', 'mkdir -p "$1" && tar -C "$1" --no-same-owner -xf "$2"; s=$?; rm -f "$2"; exit $s', 'sh', root, tmp],
-        { timeoutMs: 300_000 },
-      );
+      // The archive replaces the workspace (as the SDK's providers do: a file
+      // made after the snapshot is gone after the restore). It is extracted
+      // beside the root first, and the old content removed only once that
+      // succeeded, so a failed extraction leaves the workspace as it was.
+      const r = await this.sbx.exec(['sh', '-c', HYDRATE_SCRIPT, 'sh', root, tmp], { timeoutMs: 300_000 });
       if (!r.ok) throw new SandboxWorkspaceArchiveWriteError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
     } catch (e) {
       if (e instanceof SandboxWorkspaceArchiveWriteError) throw e;
@@ -652,9 +715,10 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   // -- ports --
 
   async resolveExposedPort(port: number): Promise<ExposedPortEndpoint> {
+    normalizeExposedPort(port);
     const allowed = this.state.configuredExposedPorts;
     if (allowed.length > 0 && !allowed.includes(port)) {
-      throw new SandboxConfigurationError(`port ${port} is not among the exposed ports (${allowed.join(', ')})`, {
+      throw new SandboxConfigurationError(`${BACKEND_ID} was not configured to expose port ${port} (exposed: ${allowed.join(', ')}).`, {
         provider: BACKEND_ID,
         port,
       });
@@ -753,6 +817,21 @@ async function applyOnDelete(sbx: Sandbox, policy: OnDelete): Promise<void> {
   }
 }
 
+/**
+ * Replace the workspace `$1` by the tar `$2`: extract into a fresh directory
+ * beside it, then swap the content; the root `/` is only extracted over.
+ */
+const HYDRATE_SCRIPT = `set -u
+root=$1 tar=$2
+trap 'rm -f "$tar"' EXIT
+mkdir -p "$root" || exit 1
+if [ "$root" = / ]; then exec tar -C / --no-same-owner -xf "$tar"; fi
+stage=$(mktemp -d "$(dirname "$root")/.stasis-hydrate.XXXXXX") || exit 1
+if ! tar -C "$stage" --no-same-owner -xf "$tar"; then rm -rf "$stage"; exit 1; fi
+find "$root" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1
+find "$stage" -mindepth 1 -maxdepth 1 -exec mv -- {} "$root"/ \\; || exit 1
+rmdir "$stage"`;
+
 /** Output of a process for up to `yieldMs` (less if it ends). */
 async function collect(p: Process, yieldMs: number): Promise<{ text: string; ended: boolean; exitCode: number | null }> {
   const deadline = Date.now() + yieldMs;
@@ -801,6 +880,8 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     const norm = normalizeSandboxClientCreateArgs(args, manifestOptions);
     const opts: StasisSandboxClientOptions = { ...this.defaults, ...(norm.options ?? {}) };
     const manifest = norm.manifest;
+    const concurrencyLimits = norm.concurrencyLimits ?? opts.concurrencyLimits;
+    checkConcurrencyLimits(concurrencyLimits);
     checkManifest(manifest, opts.manifest ?? {});
     const stasisManifest = { ...(opts.manifest ?? {}) };
     let sbx: Sandbox;
@@ -824,6 +905,9 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       environment: await manifest.resolveEnvironment(),
     };
     const session = new StasisSandboxSession(state, sbx, this.api, 'created');
+    session.localSources = { baseDir: opts.localSourceBaseDir, concurrencyLimits };
+    const archiveLimits = norm.archiveLimits !== undefined ? norm.archiveLimits : opts.archiveLimits;
+    if (archiveLimits !== undefined) session.setArchiveLimits(archiveLimits);
     try {
       await session.applyManifest(manifest);
       await session.pinRoots();
@@ -988,12 +1072,31 @@ function refuseHostPathGrants(manifest: Manifest): void {
   }
 }
 
+/** An entry stasis cannot honour: group ownership (every sandbox process runs as the sandbox user). */
+function refuseUnsupportedEntry(path: string, entry: { group?: unknown }): void {
+  if (entry.group !== undefined) {
+    throw new SandboxUnsupportedFeatureError(`${BACKEND_ID} does not support sandbox entry group ownership yet: ${path}`, {
+      provider: BACKEND_ID,
+      feature: 'entry.group',
+      path,
+    });
+  }
+}
+
 function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknown>): void {
+  // Credential-bearing mounts first, by the SDK's own rules (its wording).
+  validateMountCredentialBoundaries(manifest);
   refuseHostPathGrants(manifest);
-  if (manifest.users.length > 0 || manifest.groups.length > 0) {
+  if (manifest.users.length > 0) {
     throw new SandboxUnsupportedFeatureError(
-      'stasis sandboxes do not provision manifest users or groups (every sandbox process runs as the sandbox user)',
-      { provider: BACKEND_ID },
+      `${BACKEND_ID} does not support manifest users yet (every sandbox process runs as the sandbox user).`,
+      { provider: BACKEND_ID, feature: 'manifest.users' },
+    );
+  }
+  if (manifest.groups.length > 0) {
+    throw new SandboxUnsupportedFeatureError(
+      `${BACKEND_ID} does not support manifest groups yet (every sandbox process runs as the sandbox user).`,
+      { provider: BACKEND_ID, feature: 'manifest.groups' },
     );
   }
   if ('workdir' in stasisManifest) {
@@ -1002,9 +1105,10 @@ function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknow
     });
   }
   for (const { absolutePath, entry } of manifest.iterEntries()) {
-    if (entry.type !== 'file' && entry.type !== 'dir') {
+    refuseUnsupportedEntry(absolutePath, entry);
+    if (!['file', 'dir', 'local_file', 'local_dir'].includes(entry.type)) {
       throw new SandboxUnsupportedFeatureError(
-        `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file or dir entries, or stasis mounts in the stasis manifest`,
+        `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file or local_dir entries, or stasis mounts in the stasis manifest`,
         { provider: BACKEND_ID, entryType: entry.type },
       );
     }
