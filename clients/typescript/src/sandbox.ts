@@ -511,9 +511,13 @@ export class Session {
     await this.sandbox.http.none('session.input', { ids: this.ids(), json: { data_b64: b64encode(data) } });
   }
 
-  /** The output from `offset` (waiting up to `waitMs` for some), and the offset to read from next. */
-  async output(offset: number, waitMs = 0): Promise<SessionOutputResponse & { bytes: Uint8Array }> {
-    const r = await this.sandbox.http.json<SessionOutputResponse>('session.output', {
+  /**
+   * The output from `offset` (waiting up to `waitMs` for some), and the
+   * offset to read from next. `stderr` (from daemons that record it) names
+   * the absolute `[start, end)` ranges of the window that came from stderr.
+   */
+  async output(offset: number, waitMs = 0): Promise<SessionOutputResponse & { bytes: Uint8Array; stderr?: [number, number][] }> {
+    const r = await this.sandbox.http.json<SessionOutputResponse & { stderr?: [number, number][] }>('session.output', {
       ids: this.ids(),
       query: { offset, wait_ms: Math.min(waitMs, 60_000) },
       extraTimeoutMs: Math.min(waitMs, 60_000),
@@ -560,9 +564,14 @@ export class Session {
     }
   }
 
-  async kill(): Promise<void> {
+  /**
+   * Kill it (its process tree), or with `signal` (`INT`, `TERM`, `HUP`, ...)
+   * send that signal to its process group: a ^C for a command without a
+   * terminal. A daemon that predates signals kills it.
+   */
+  async kill(opts: { signal?: string } = {}): Promise<void> {
     try {
-      await this.sandbox.http.none('session.kill', { ids: this.ids() });
+      await this.sandbox.http.none('session.kill', { ids: this.ids(), ...(opts.signal ? { query: { signal: opts.signal } } : {}) });
     } catch (e) {
       if (!(e instanceof InvalidState || e instanceof NotFound)) throw e;
     }

@@ -376,8 +376,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     if (out.ended) {
       return {
         output: text.text,
-        stdout: out.text,
-        stderr: '',
+        stdout: out.stdout,
+        stderr: out.stderr,
         wallTimeSeconds: elapsedSeconds(start),
         exitCode: out.exitCode ?? 1,
         originalTokenCount: text.originalTokenCount,
@@ -390,8 +390,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     this.remember(sessionId, p);
     return {
       output: text.text,
-      stdout: out.text,
-      stderr: '',
+      stdout: out.stdout,
+      stderr: out.stderr,
       wallTimeSeconds: elapsedSeconds(start),
       sessionId,
       originalTokenCount: text.originalTokenCount,
@@ -438,9 +438,11 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     const start = Date.now();
     let chars = args.chars ?? '';
     if (!p.tty && chars.includes('\u0003')) {
-      // No terminal to deliver ^C: interrupting a piped command ends it,
-      // and it reports the exit of an interrupt (130), as a shell would.
-      await p.session.kill();
+      // No terminal to deliver ^C: SIGINT goes to the command's process
+      // group (a daemon without session signals kills it), and an
+      // interrupted command reports the exit of an interrupt (130), as a
+      // shell would.
+      await p.session.kill({ signal: 'INT' });
       p.interrupted = true;
       chars = chars.split('\u0003').join('');
     }
@@ -832,25 +834,70 @@ find "$root" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1
 find "$stage" -mindepth 1 -maxdepth 1 -exec mv -- {} "$root"/ \\; || exit 1
 rmdir "$stage"`;
 
-/** Output of a process for up to `yieldMs` (less if it ends). */
-async function collect(p: Process, yieldMs: number): Promise<{ text: string; ended: boolean; exitCode: number | null }> {
+/**
+ * A window of session output split by the daemon's stderr ranges (absolute
+ * `[start, end)` offsets; none from a daemon that does not record them:
+ * then all of it counts as stdout).
+ */
+export function splitStreams(bytes: Uint8Array, start: number, ranges: [number, number][] = []): { out: Uint8Array[]; err: Uint8Array[] } {
+  const out: Uint8Array[] = [];
+  const err: Uint8Array[] = [];
+  let at = 0;
+  for (const [a, b] of ranges) {
+    const lo = Math.max(0, Math.min(bytes.length, a - start));
+    const hi = Math.max(lo, Math.min(bytes.length, b - start));
+    if (lo > at) out.push(bytes.subarray(at, lo));
+    if (hi > lo) err.push(bytes.subarray(lo, hi));
+    at = Math.max(at, hi);
+  }
+  if (at < bytes.length) out.push(bytes.subarray(at));
+  return { out, err };
+}
+
+/** The unread output a poll returns at most (the SDK's local providers keep 1 MiB characters). */
+const MAX_UNREAD_OUTPUT = 1024 * 1024;
+/** An offset past any output: the daemon answers the end offset without bytes. */
+const PAST_END = Number.MAX_SAFE_INTEGER;
+
+/** Output of a process for up to `yieldMs` (less if it ends): combined, and split into stdout and stderr. */
+async function collect(
+  p: Process,
+  yieldMs: number,
+): Promise<{ text: string; stdout: string; stderr: string; ended: boolean; exitCode: number | null }> {
   const deadline = Date.now() + yieldMs;
   const chunks: Uint8Array[] = [];
+  const outs: Uint8Array[] = [];
+  const errs: Uint8Array[] = [];
   let ended = false;
   let exitCode: number | null = null;
+  // Unread output is capped as the SDK's providers cap it: only its last
+  // MAX_UNREAD_OUTPUT bytes are read, after a notice of how much was
+  // skipped (the daemon's end offset tells without reading the rest).
+  let dropped = 0;
+  const end = (await p.session.output(PAST_END, 0)).next_offset;
+  if (end - p.session.offset > MAX_UNREAD_OUTPUT) {
+    dropped = end - MAX_UNREAD_OUTPUT - p.session.offset;
+    p.session.offset = end - MAX_UNREAD_OUTPUT;
+  }
   for (;;) {
     const left = deadline - Date.now();
     if (left <= 0) break;
     const r = await p.session.output(p.session.offset, Math.min(left, 60_000));
     p.session.offset = r.next_offset;
-    if (r.bytes.length > 0) chunks.push(r.bytes);
-    else if (!r.running) {
+    if (r.bytes.length > 0) {
+      chunks.push(r.bytes);
+      const split = splitStreams(r.bytes, r.offset, r.stderr);
+      outs.push(...split.out);
+      errs.push(...split.err);
+    } else if (!r.running) {
       ended = true;
       exitCode = r.exit_code ?? null;
       break;
     }
   }
-  return { text: new TextDecoder().decode(Buffer.concat(chunks)), ended, exitCode };
+  const dec = (parts: Uint8Array[]) => new TextDecoder().decode(Buffer.concat(parts));
+  const notice = dropped > 0 ? `[...${dropped} characters truncated from process output...]\n` : '';
+  return { text: notice + dec(chunks), stdout: dec(outs), stderr: dec(errs), ended, exitCode };
 }
 
 function providerError(op: string, e: unknown): Error {
