@@ -2,7 +2,10 @@
 // provider on the suite's daemon, and a way to look at (or change) the
 // sandbox's own filesystem where the upstream test used node:fs on the
 // UnixLocal workspace directory.
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { inject } from 'vitest';
+import { tarMembers } from '../dist/agents/tar.js';
 import { StasisSandboxClient, type StasisSandboxClientOptions, type StasisSandboxSession } from '../dist/agents/index.js';
 
 declare module 'vitest' {
@@ -104,3 +107,21 @@ export const ONE_BY_ONE_PNG = Uint8Array.from(
     'base64',
   ),
 );
+
+/**
+ * Whether a local snapshot holds `member` (upstream stats
+ * `join(snapshot.path, member)`: UnixLocal copies the workspace tree; stasis
+ * keeps the workspace archive, never extracted on this machine). Rejects
+ * like `stat` when the snapshot or the member is missing.
+ */
+export async function snapshotMember(snapshotPath: string, member: string): Promise<true> {
+  const tar = new Uint8Array(await readFile(join(snapshotPath, 'workspace.tar')));
+  const names = tarMembers(tar).map((m) => m.name.replace(/^(\.\/)+/, '').replace(/\/+$/, ''));
+  if (!names.includes(member)) throw Object.assign(new Error(`snapshot has no ${member}`), { code: 'ENOENT' });
+  return true;
+}
+
+/** Upstream removes the UnixLocal workspace directory: the stasis sandbox is destroyed. */
+export async function removeWorkspace(session: StasisSandboxSession): Promise<void> {
+  await session.sandbox.destroy();
+}

@@ -54,6 +54,8 @@ import {
   type ExposedPortEndpoint,
   type SandboxArchiveLimits,
   type SandboxConcurrencyLimits,
+  type SandboxClientResumeOptions,
+  type SnapshotSpec,
   type WorkspaceArchiveOptions,
   type ListDirectoryArgs,
   type MaterializeEntryArgs,
@@ -88,6 +90,8 @@ import {
   validateMountCredentialBoundaries,
 } from '@openai/agents-core/sandbox/internal';
 
+import { createHash } from 'node:crypto';
+
 import { StasisClient } from '../client.js';
 import { NotFound, StasisError } from '../errors.js';
 import type { ConnectionOptions } from '../http.js';
@@ -96,9 +100,22 @@ import type { Sandbox, Session } from '../sandbox.js';
 import type { CallOutcome, FileStat } from '../types.js';
 import { checkConcurrencyLimits, concurrencyLimit, readLocalDir, readLocalFile, runLimited, type LocalSourceRules } from './local.js';
 import { PortRelay } from './relay.js';
+import {
+  FINGERPRINT_SCRIPT,
+  FINGERPRINT_VERSION,
+  dropSnapshot,
+  loadSnapshot,
+  rehydrateSnapshotSpec,
+  saveSnapshot,
+  serializeSnapshotSpec,
+  snapshotMode,
+} from './snapshots.js';
 import { archiveProblem } from './tar.js';
 
 export const BACKEND_ID = 'stasis';
+
+/** A manifest path naming the workspace root itself. */
+const isRootPath = (p: string) => p === '' || p === '.' || p === './';
 
 /** Sandbox states in which the sandbox still exists (a paused one resumes on use). */
 const ALIVE = new Set(['creating', 'running', 'pausing', 'paused', 'resuming']);
@@ -128,6 +145,8 @@ export interface StasisSandboxClientOptions extends SandboxClientOptions {
   concurrencyLimits?: SandboxConcurrencyLimits;
   /** Limits a workspace archive must meet before it is extracted (the SDK's option; null: none). */
   archiveLimits?: SandboxArchiveLimits | null;
+  /** The SDK's snapshot spec (`local`, `remote`, `noop`); none: native stasis snapshots (see snapshots.ts). */
+  snapshot?: SnapshotSpec | null;
 }
 
 export interface StasisSandboxSessionState extends SandboxSessionState {
@@ -148,6 +167,8 @@ export interface StasisSandboxSessionState extends SandboxSessionState {
   environment: Record<string, string>;
   /** Commands `exec` left running, by the SDK's session id: their stasis session and the output offset the model has read to. */
   processes?: Record<string, ProcessRef>;
+  /** The SDK snapshot spec in force (none: native stasis snapshots). */
+  snapshotSpec?: SnapshotSpec | null;
 }
 
 /** A command still running at its last update (kept in the state so a resumed run reaches it). */
@@ -661,11 +682,24 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     }
   }
 
+  /** A digest of the workspace tree without its ephemeral entries (see snapshots.ts). */
+  async fingerprint(): Promise<string> {
+    const excludes = [...this.state.manifest.ephemeralPersistencePaths()].sort();
+    // An ephemeral root: nothing of the workspace persists.
+    if (excludes.some(isRootPath)) return createHash('sha256').digest('hex');
+    const r = await this.sbx.exec(['sh', '-c', FINGERPRINT_SCRIPT, 'sh', this.state.manifest.root, ...excludes], { timeoutMs: 300_000 });
+    if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`fingerprint failed: ${r.stderr.slice(-2000)}`, { path: this.state.manifest.root });
+    return r.stdout.trim();
+  }
+
   /** A tar of the workspace (the manifest's root), without its ephemeral entries. */
   async persistWorkspace(): Promise<Uint8Array> {
     const root = this.state.manifest.root;
     const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
-    const excludes = [...this.state.manifest.ephemeralPersistencePaths()].sort().map((p) => `--exclude=./${p}`);
+    const ephemeral = [...this.state.manifest.ephemeralPersistencePaths()].sort();
+    // An ephemeral root: nothing of the workspace persists (an empty tar).
+    if (ephemeral.some(isRootPath)) return new Uint8Array(10240);
+    const excludes = ephemeral.map((p) => `--exclude=./${p}`);
     try {
       // Members in name order (as the SDK's providers write them: limits on
       // restore then name the same member everywhere).
@@ -929,6 +963,8 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     const manifest = norm.manifest;
     const concurrencyLimits = norm.concurrencyLimits ?? opts.concurrencyLimits;
     checkConcurrencyLimits(concurrencyLimits);
+    const snapshotSpec = norm.snapshot ?? opts.snapshot ?? null;
+    snapshotMode(snapshotSpec);
     checkManifest(manifest, opts.manifest ?? {});
     const stasisManifest = { ...(opts.manifest ?? {}) };
     let sbx: Sandbox;
@@ -950,6 +986,7 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       configuredExposedPorts: normalizeExposedPorts(opts.exposedPorts),
       portUrlTtlSecs: opts.portUrlTtlSecs ?? 24 * 3600,
       environment: await manifest.resolveEnvironment(),
+      snapshotSpec,
     };
     const session = new StasisSandboxSession(state, sbx, this.api, 'created');
     session.localSources = { baseDir: opts.localSourceBaseDir, concurrencyLimits };
@@ -967,7 +1004,10 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     return session;
   }
 
-  async resume(state: StasisSandboxSessionState): Promise<StasisSandboxSession> {
+  async resume(
+    state: StasisSandboxSessionState,
+    options: SandboxClientResumeOptions<StasisSandboxClientOptions> = {},
+  ): Promise<StasisSandboxSession> {
     let sbx: Sandbox | undefined;
     try {
       sbx = await this.api.get(state.sandboxId);
@@ -975,10 +1015,44 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     } catch (e) {
       if (!(e instanceof NotFound)) throw providerError('resume', e);
     }
+    const spec = state.snapshotSpec ?? null;
+    const mode = snapshotMode(spec);
+    const archiveLimits = options.archiveLimits !== undefined ? options.archiveLimits : this.defaults.archiveLimits;
     if (sbx) {
       const session = new StasisSandboxSession(state, sbx, this.api, 'reattached');
+      if (archiveLimits !== undefined) session.setArchiveLimits(archiveLimits);
+      if ((mode === 'local' || mode === 'remote') && state.snapshot && state.snapshotFingerprint) {
+        // The workspace drifted since the save (changed outside the run):
+        // the snapshot the state names is what the run continues from.
+        if ((await session.fingerprint()) !== state.snapshotFingerprint) {
+          await session.hydrateWorkspace(await loadSnapshot(state.snapshot, spec));
+        }
+      }
       await session.pinRoots();
       this.live.set(sbx.id, session);
+      return session;
+    }
+    if (mode !== 'stasis') {
+      if (!state.snapshot || mode === 'noop') {
+        throw new SandboxProviderError(`stasis sandbox ${state.sandboxId} is gone and no local snapshot could be restored (snapshot spec ${mode})`, {
+          provider: BACKEND_ID,
+        });
+      }
+      // Checked against the limits before a sandbox is made for it.
+      const data = await loadSnapshot(state.snapshot, spec);
+      const fresh = await this.api.create({ manifest: { ...state.stasisManifest, workdir: state.manifest.root } });
+      const session = new StasisSandboxSession(state, fresh, this.api, 'restored');
+      if (archiveLimits !== undefined) session.setArchiveLimits(archiveLimits);
+      try {
+        await session.hydrateWorkspace(data);
+      } catch (e) {
+        await fresh.destroy().catch(() => undefined);
+        throw e;
+      }
+      state.sandboxId = fresh.id;
+      state.processes = {};
+      await session.pinRoots();
+      this.live.set(fresh.id, session);
       return session;
     }
     if (!state.snapshotId) {
@@ -1024,10 +1098,26 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     } catch (e) {
       if (!(e instanceof NotFound)) throw e;
     }
+    const spec = state.snapshotSpec ?? null;
+    const mode = snapshotMode(spec);
+    if (mode === 'noop') {
+      // Nothing is snapshotted, and an earlier local snapshot goes.
+      await dropSnapshot(state.snapshot);
+      state.snapshot = null;
+      state.snapshotFingerprint = null;
+      state.snapshotFingerprintVersion = null;
+    }
     if (sbx && ALIVE.has(sbx.state)) {
-      if (state.snapshotOnSerialize) {
+      if (mode === 'stasis' && state.snapshotOnSerialize) {
         // Earlier snapshots are kept: a RunState saved before still names them.
         state.snapshotId = (await sbx.snapshot({ ttlSecs: state.snapshotTtlSecs })).id;
+      } else if (mode === 'local' || mode === 'remote') {
+        const session = this.live.get(sbx.id) ?? new StasisSandboxSession(state, sbx, this.api, 'reattached');
+        const previous = state.snapshot;
+        state.snapshot = await saveSnapshot(spec!, await session.persistWorkspace());
+        if (previous && previous.path !== state.snapshot.path) await dropSnapshot(previous);
+        state.snapshotFingerprint = await session.fingerprint();
+        state.snapshotFingerprintVersion = FINGERPRINT_VERSION;
       }
       if (options.preserveOwnedSession && state.pauseOnInterrupt && sbx.state === 'running') {
         // The run waits (e.g. for an approval): no compute meanwhile; the
@@ -1053,6 +1143,10 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       ...(state.processes && Object.keys(state.processes).length > 0 ? { processes: state.processes } : {}),
       // Runtime environment changes survive a resume (ephemeral and referenced values are not kept).
       environment: sanitizeEnvironmentForPersistence(state),
+      snapshotSpec: serializeSnapshotSpec(spec),
+      snapshot: state.snapshot ?? null,
+      snapshotFingerprint: state.snapshotFingerprint ?? null,
+      snapshotFingerprintVersion: state.snapshotFingerprintVersion ?? null,
     };
   }
 
@@ -1081,6 +1175,9 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       portUrlTtlSecs: typeof raw.portUrlTtlSecs === 'number' ? raw.portUrlTtlSecs : 24 * 3600,
       environment: await runtimeEnvironment(manifest, raw.environment),
       processes: processRefs(raw.processes),
+      snapshotSpec: rehydrateSnapshotSpec(raw.snapshotSpec, this.defaults.snapshot),
+      snapshotFingerprint: typeof raw.snapshotFingerprint === 'string' ? raw.snapshotFingerprint : null,
+      snapshotFingerprintVersion: typeof raw.snapshotFingerprintVersion === 'string' ? raw.snapshotFingerprintVersion : null,
     };
   }
 }
