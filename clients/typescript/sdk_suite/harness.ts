@@ -50,7 +50,7 @@ export async function destroyAll(): Promise<void> {
 
 /** A shell script run inside the session's sandbox (as the upstream tests ran node:fs on the host workspace). */
 export async function inBox(session: StasisSandboxSession, script: string): Promise<{ stdout: string; exitCode: number | null }> {
-  const r = await session.sandbox.exec(['sh', '-c', script]);
+  const r = await session.sandbox.exec(['sh', '-c', script], { cwd: '/' });
   return { stdout: r.stdout, exitCode: r.exitCode };
 }
 

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Manifest, NoopSnapshotSpec } from '@openai/agents/sandbox';
+import { Manifest, NoopSnapshotSpec, SandboxMountError, inContainerMountStrategy, s3Mount, skills } from '@openai/agents/sandbox';
 import {
   ONE_BY_ONE_PNG,
   box,
@@ -577,5 +577,65 @@ describe('StasisSandboxClient (UnixLocal suite)', () => {
     const output = await session.execCommand({ cmd: 'printf "%s" "$PWD"', workdir: '/tmp', shell: '/bin/sh', login: false, yieldTimeMs: 2_000 });
     expect(output).toContain('/tmp');
     await expect(session.pathExists('/../outside.txt')).rejects.toThrow(/must not escape root/);
+  });
+});
+
+describe('StasisSandboxClient (UnixLocal suite, continued)', () => {
+  let rootDir: string;
+
+  beforeEach(async () => {
+    rootDir = await mkdtemp(join(tmpdir(), 'agents-core-sandbox-test-'));
+  });
+
+  afterEach(async () => {
+    await rm(rootDir, { recursive: true, force: true });
+  });
+
+  it('translates real workspace paths in command output back to the manifest root', async () => {
+    // UnixLocal runs in a host directory and rewrites its real path to the
+    // manifest root; in a stasis sandbox the root is the real path.
+    const client = stasisSandboxClient();
+    const session = await client.create(new Manifest({ root: '/workspace' }));
+    const output = await session.execCommand({ cmd: 'pwd -P', shell: '/bin/sh', login: false, yieldTimeMs: 1_000 });
+    expect(output).toContain('/workspace');
+    expect(output).not.toContain(rootDir);
+  });
+
+  it('rejects credentialed mount mutations before resolving runAs', async () => {
+    const client = stasisSandboxClient();
+    const session = await client.create(new Manifest());
+    await expect(
+      session.materializeEntry({
+        path: 'remote',
+        entry: s3Mount({
+          bucket: 'private',
+          accessKeyId: 'access-key',
+          secretAccessKey: 'secret-key',
+          mountStrategy: inContainerMountStrategy(),
+        }),
+        runAs: 'missing-sandbox-user',
+      }),
+    ).rejects.toBeInstanceOf(SandboxMountError);
+    expect(session.state.manifest.entries).not.toHaveProperty('remote');
+  });
+
+  it('materializes lazy skills through sandbox session hooks', async () => {
+    const skillsRoot = join(rootDir, 'skills');
+    const dynamicSkillDir = join(skillsRoot, 'dynamic-skill');
+    await mkdir(dynamicSkillDir, { recursive: true });
+    await writeFile(join(dynamicSkillDir, 'SKILL.md'), '# dynamic skill\n', 'utf8');
+    const client = stasisSandboxClient();
+    const session = await client.create(new Manifest({ extraPathGrants: [{ path: skillsRoot, readOnly: true }] }));
+    const capability = skills({
+      lazyFrom: { source: { type: 'local_dir', src: skillsRoot }, index: [{ name: 'dynamic-skill', description: 'dynamic' }] },
+    });
+    capability.bind(session);
+    const [tool] = capability.tools();
+    const first = await (tool as any).invoke(undefined, JSON.stringify({ skill_name: 'dynamic-skill' }));
+    const second = await (tool as any).invoke(undefined, JSON.stringify({ skill_name: 'dynamic-skill' }));
+    const output = await session.execCommand({ cmd: 'cat .agents/dynamic-skill/SKILL.md' });
+    expect(first).toEqual({ status: 'loaded', skill_name: 'dynamic-skill', path: '.agents/dynamic-skill' });
+    expect(second).toEqual({ status: 'already_loaded', skill_name: 'dynamic-skill', path: '.agents/dynamic-skill' });
+    expect(output).toContain('# dynamic skill');
   });
 });

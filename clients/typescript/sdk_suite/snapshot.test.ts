@@ -259,3 +259,20 @@ describe('StasisSandboxClient snapshots (UnixLocal suite)', () => {
     expect(await session.running()).toBe(false);
   });
 });
+
+describe('StasisSandboxClient snapshots (UnixLocal suite, continued)', () => {
+  it('rejects restoring remote snapshots into a symlinked workspace root', async () => {
+    const store = new InMemoryRemoteSnapshotStore();
+    const client = stasisSandboxClient({ snapshot: { type: 'remote', id: 'remote-snapshot', store } });
+    const session = await client.create(new Manifest({ entries: { 'keep.txt': { type: 'file', content: 'keep\n' } } }));
+    const serialized = JSON.parse(JSON.stringify(await client.serializeSessionState(session.state))) as Record<string, unknown>;
+    const outsideDir = '/tmp/outside-root';
+    await box(session).mkdir(outsideDir);
+    await box(session).writeFile(`${outsideDir}/outside.txt`, 'outside\n');
+    await box(session).rm('/workspace');
+    await box(session).symlink(outsideDir, '/workspace');
+    await expect(client.resume(await client.deserializeSessionState(serialized))).rejects.toThrow(/snapshot path changed while copying/);
+    await expect(box(session).readFile(`${outsideDir}/outside.txt`)).resolves.toBe('outside\n');
+    await expect(box(session).readFile(`${outsideDir}/keep.txt`)).rejects.toThrow();
+  });
+});

@@ -621,6 +621,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
    */
   async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
     const root = this.state.manifest.root.replace(/\/+$/, '');
+    // Mount credentials by the SDK's rules, before anything else is resolved.
+    validateMountCredentialBoundaries(new Manifest({ root: this.state.manifest.root, entries: { [args.path]: args.entry } }));
     refuseUnsupportedEntry(args.path, args.entry);
     let target: string;
     try {
@@ -648,7 +650,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     const dirModes: [string, number][] = [];
     const rules: LocalSourceRules = {
       baseDir: this.localSources.baseDir,
-      grants: manifest.extraPathGrants.map((g) => g.hostPath ?? g.path),
+      grants: [...this.state.manifest.extraPathGrants, ...manifest.extraPathGrants].map((g) => g.hostPath ?? g.path),
     };
     const limits = this.localSources.concurrencyLimits;
     for (const { absolutePath, entry } of manifest.iterEntries()) refuseUnsupportedEntry(absolutePath, entry);
@@ -677,7 +679,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       }
     }
     for (const [path, mode] of dirModes) {
-      const r = await this.sbx.exec(['chmod', mode.toString(8), '--', path]);
+      const r = await this.sbx.exec(['chmod', mode.toString(8), '--', path], { cwd: '/' });
       if (!r.ok) throw new SandboxProviderError(`chmod ${path}: ${r.stderr.slice(-500)}`, { provider: BACKEND_ID });
     }
   }
@@ -687,7 +689,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     const excludes = [...this.state.manifest.ephemeralPersistencePaths()].sort();
     // An ephemeral root: nothing of the workspace persists.
     if (excludes.some(isRootPath)) return createHash('sha256').digest('hex');
-    const r = await this.sbx.exec(['sh', '-c', FINGERPRINT_SCRIPT, 'sh', this.state.manifest.root, ...excludes], { timeoutMs: 300_000 });
+    const r = await this.sbx.exec(['sh', '-c', FINGERPRINT_SCRIPT, 'sh', this.state.manifest.root, ...excludes], { timeoutMs: 300_000, cwd: '/' });
     if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`fingerprint failed: ${r.stderr.slice(-2000)}`, { path: this.state.manifest.root });
     return r.stdout.trim();
   }
@@ -703,15 +705,15 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     try {
       // Members in name order (as the SDK's providers write them: limits on
       // restore then name the same member everywhere).
-      let r = await this.sbx.exec(['tar', '-C', root, '--sort=name', ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000 });
-      if (!r.ok && /sort/.test(r.stderr)) r = await this.sbx.exec(['tar', '-C', root, ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000 });
+      let r = await this.sbx.exec(['tar', '-C', root, '--sort=name', ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000, cwd: '/' });
+      if (!r.ok && /sort/.test(r.stderr)) r = await this.sbx.exec(['tar', '-C', root, ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000, cwd: '/' });
       if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
       return await this.sbx.files.read(tmp);
     } catch (e) {
       if (e instanceof SandboxWorkspaceArchiveReadError) throw e;
       throw new SandboxWorkspaceArchiveReadError(`persisting ${root}: ${(e as Error).message}`, { path: root });
     } finally {
-      await this.sbx.exec(['rm', '-f', tmp]).catch(() => undefined);
+      await this.sbx.exec(['rm', '-f', tmp], { cwd: '/' }).catch(() => undefined);
     }
   }
 
@@ -740,7 +742,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       // made after the snapshot is gone after the restore). It is extracted
       // beside the root first, and the old content removed only once that
       // succeeded, so a failed extraction leaves the workspace as it was.
-      const r = await this.sbx.exec(['sh', '-c', HYDRATE_SCRIPT, 'sh', root, tmp], { timeoutMs: 300_000 });
+      const r = await this.sbx.exec(['sh', '-c', HYDRATE_SCRIPT, 'sh', root, tmp], { timeoutMs: 300_000, cwd: '/' });
       if (!r.ok) throw new SandboxWorkspaceArchiveWriteError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
     } catch (e) {
       if (e instanceof SandboxWorkspaceArchiveWriteError) throw e;
@@ -861,6 +863,7 @@ const HYDRATE_SCRIPT = `set -u
 root=$1 tar=$2
 trap 'rm -f "$tar"' EXIT
 mkdir -p "$root" || exit 1
+if [ -L "$root" ]; then echo "the workspace root $root is a symbolic link: refusing to restore into it (snapshot path changed while copying)" >&2; exit 3; fi
 if [ "$root" = / ]; then exec tar -C / --no-same-owner -xf "$tar"; fi
 stage=$(mktemp -d "$(dirname "$root")/.stasis-hydrate.XXXXXX") || exit 1
 if ! tar -C "$stage" --no-same-owner -xf "$tar"; then rm -rf "$stage"; exit 1; fi
@@ -942,7 +945,12 @@ function providerError(op: string, e: unknown): Error {
 /** Creates and resumes SDK sandbox sessions backed by stasis sandboxes. */
 export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOptions, StasisSandboxSessionState> {
   readonly backendId = BACKEND_ID;
-  readonly supportsDefaultOptions = true;
+  /**
+   * false: the runner then passes no snapshot spec of its own (it would
+   * default to `local`), so a saved run is backed by a native stasis
+   * snapshot (memory and files) unless the caller names a spec.
+   */
+  readonly supportsDefaultOptions = false;
   readonly api: StasisClient;
   private readonly defaults: StasisSandboxClientOptions;
   /** Live sessions of this process by sandbox id (serialization pauses them). */
