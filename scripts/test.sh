@@ -128,6 +128,21 @@ if ((status == 0 && tsstatus != 0)); then
     status=$tsstatus
     ((failed > 0)) || failed=1
 fi
+# The Agents SDK's own sandbox tests, ported onto the TypeScript provider
+# (clients/typescript/sdk_suite: vitest, one daemon per backend, microVM on a
+# bounded subset unless STASIS_TS_TESTS_FULL=1); run.mjs prints "# pass N" /
+# "# fail N" per backend and those counts join the total.
+set +e
+STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_SDK_SUITE_TIMEOUT:-15m}" \
+    npm --prefix clients/typescript run sdk-suite 2>&1 | tee "$log"
+suitestatus=${PIPESTATUS[0]}
+set -e
+passed=$((passed + $(tscount pass)))
+failed=$((failed + $(tscount fail)))
+if ((status == 0 && suitestatus != 0)); then
+    status=$suitestatus
+    ((failed > 0)) || failed=1
+fi
 rm -f "$log"
 # The source layout counts as one test: no Rust file over 850 lines, no import
 # circle between a crate's modules (scripts/layout-allow.txt names the known
