@@ -619,6 +619,65 @@ describe('StasisSandboxClient (UnixLocal suite, continued)', () => {
     expect(session.state.manifest.entries).not.toHaveProperty('remote');
   });
 
+  // The next three call UnixLocal's materializeLocalWorkspaceManifestMounts /
+  // materializeLocalWorkspaceManifest with the SDK's custom mount hooks
+  // (supportsMount, materializeMount); stasis takes the same hooks as client
+  // options and runs them in create.
+  it('calls custom mount materializers once per mount target', async () => {
+    const calls: Array<{ logicalPath: string; source?: string }> = [];
+    const manifest = new Manifest({ entries: { data: { type: 'mount', mountStrategy: { type: 'in_container' } } } });
+    const client = stasisSandboxClient({
+      supportsMount: () => true,
+      materializeMount: async ({ logicalPath, entry }) => {
+        calls.push({ logicalPath, source: entry.type === 'mount' ? entry.source : undefined });
+      },
+    });
+    await client.create(manifest);
+    expect(calls).toEqual([{ logicalPath: 'data', source: undefined }]);
+  });
+
+  it('materializes parent mount targets before nested targets', async () => {
+    const calls: string[] = [];
+    const manifest = new Manifest({
+      entries: {
+        parent: { type: 'mount', mountPath: 'mounted', mountStrategy: { type: 'in_container' } },
+        child: { type: 'mount', mountPath: 'mounted/cache', mountStrategy: { type: 'in_container' } },
+        other: { type: 'mount', mountStrategy: { type: 'in_container' } },
+      },
+    });
+    const client = stasisSandboxClient({
+      supportsMount: () => true,
+      materializeMount: async ({ logicalPath }) => {
+        calls.push(logicalPath);
+      },
+    });
+    await client.create(manifest);
+    expect(calls).toEqual(['parent', 'other', 'child']);
+  });
+
+  it('materializes initial manifest mounts after normal entries in parent-first order', async () => {
+    const calls: string[] = [];
+    const manifest = new Manifest({
+      entries: {
+        child: { type: 'mount', mountPath: 'mounted/cache', mountStrategy: { type: 'in_container' } },
+        notes: { type: 'file', content: 'notes' },
+        parent: { type: 'mount', mountPath: 'mounted', mountStrategy: { type: 'in_container' } },
+      },
+    });
+    let notesAtFirstMount: string | undefined;
+    const client = stasisSandboxClient({
+      supportsMount: () => true,
+      materializeMount: async ({ logicalPath, session }) => {
+        notesAtFirstMount ??= await box(session).readFile('/workspace/notes');
+        calls.push(logicalPath);
+      },
+    });
+    const session = await client.create(manifest);
+    expect(await box(session).readFile('/workspace/notes')).toBe('notes');
+    expect(notesAtFirstMount).toBe('notes');
+    expect(calls).toEqual(['parent', 'child']);
+  });
+
   it('materializes lazy skills through sandbox session hooks', async () => {
     const skillsRoot = join(rootDir, 'skills');
     const dynamicSkillDir = join(skillsRoot, 'dynamic-skill');

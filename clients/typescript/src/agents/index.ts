@@ -55,6 +55,7 @@ import {
   type SandboxArchiveLimits,
   type SandboxConcurrencyLimits,
   type SandboxClientResumeOptions,
+  type Entry,
   type SnapshotSpec,
   type WorkspaceArchiveOptions,
   type ListDirectoryArgs,
@@ -147,6 +148,37 @@ export interface StasisSandboxClientOptions extends SandboxClientOptions {
   archiveLimits?: SandboxArchiveLimits | null;
   /** The SDK's snapshot spec (`local`, `remote`, `noop`); none: native stasis snapshots (see snapshots.ts). */
   snapshot?: SnapshotSpec | null;
+  /**
+   * Mount entries this client materializes itself (the SDK's custom mount
+   * materializer hook): called once per mount target after the other
+   * entries, parents before nested targets. Without it mount entries are
+   * refused.
+   */
+  materializeMount?: (args: MountMaterializeArgs) => Promise<void>;
+  /** Which mount entries `materializeMount` handles (default: all). */
+  supportsMount?: (entry: Entry) => boolean;
+}
+
+/** What a mount materializer gets: the entry's workspace-relative path, the entry, and the session. */
+export interface MountMaterializeArgs {
+  logicalPath: string;
+  entry: Entry;
+  session: StasisSandboxSession;
+}
+
+/** How a session materializes entries: client-side settings, never in the state. */
+interface MaterializeSettings {
+  baseDir?: string;
+  concurrencyLimits?: SandboxConcurrencyLimits;
+  materializeMount?: (args: MountMaterializeArgs) => Promise<void>;
+  supportsMount?: (entry: Entry) => boolean;
+}
+
+const isMountEntry = (entry: { type: string }) => entry.type === 'mount' || entry.type.endsWith('_mount');
+
+/** A mount entry the settings materialize. */
+function mountHandled(settings: MaterializeSettings, entry: Entry): boolean {
+  return isMountEntry(entry) && settings.materializeMount !== undefined && (settings.supportsMount?.(entry) ?? true);
 }
 
 export interface StasisSandboxSessionState extends SandboxSessionState {
@@ -249,7 +281,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private readonly relays = new Map<number, PortRelay>();
   private archiveLimits: SandboxArchiveLimits | null | undefined;
   /** Where local_file / local_dir sources may come from, and upload concurrency (client-side settings, never in the state). */
-  localSources: { baseDir?: string; concurrencyLimits?: SandboxConcurrencyLimits } = {};
+  localSources: MaterializeSettings = {};
   /** The workspace root and grants as resolved when the session was made (see {@link pinRoots}). */
   private pinned: AuthorizedRoot[] | undefined;
 
@@ -653,10 +685,13 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       grants: [...this.state.manifest.extraPathGrants, ...manifest.extraPathGrants].map((g) => g.hostPath ?? g.path),
     };
     const limits = this.localSources.concurrencyLimits;
+    let mounts = false;
     for (const { absolutePath, entry } of manifest.iterEntries()) refuseUnsupportedEntry(absolutePath, entry);
     for (const { absolutePath, entry } of manifest.iterEntries()) {
       const mode = permissionsForSandboxEntry(entry.permissions).toMode() & 0o1777;
-      if (entry.type === 'file') {
+      if (mountHandled(this.localSources, entry)) {
+        mounts = true; // after the other entries, below
+      } else if (entry.type === 'file') {
         await this.sbx.files.write(absolutePath, entry.content, { mode });
       } else if (entry.type === 'dir') {
         await this.sbx.files.mkdir(absolutePath);
@@ -681,6 +716,12 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     for (const [path, mode] of dirModes) {
       const r = await this.sbx.exec(['chmod', mode.toString(8), '--', path], { cwd: '/' });
       if (!r.ok) throw new SandboxProviderError(`chmod ${path}: ${r.stderr.slice(-500)}`, { provider: BACKEND_ID });
+    }
+    // Mounts last, in the SDK's materialization order (a parent target
+    // before the targets nested in it).
+    if (!mounts) return;
+    for (const { logicalPath, entry } of manifest.mountTargetsForMaterialization()) {
+      if (mountHandled(this.localSources, entry)) await this.localSources.materializeMount!({ logicalPath, entry, session: this });
     }
   }
 
@@ -973,7 +1014,7 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     checkConcurrencyLimits(concurrencyLimits);
     const snapshotSpec = norm.snapshot ?? opts.snapshot ?? null;
     snapshotMode(snapshotSpec);
-    checkManifest(manifest, opts.manifest ?? {});
+    checkManifest(manifest, opts.manifest ?? {}, opts);
     const stasisManifest = { ...(opts.manifest ?? {}) };
     let sbx: Sandbox;
     try {
@@ -997,7 +1038,12 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       snapshotSpec,
     };
     const session = new StasisSandboxSession(state, sbx, this.api, 'created');
-    session.localSources = { baseDir: opts.localSourceBaseDir, concurrencyLimits };
+    session.localSources = {
+      baseDir: opts.localSourceBaseDir,
+      concurrencyLimits,
+      materializeMount: opts.materializeMount,
+      supportsMount: opts.supportsMount,
+    };
     const archiveLimits = norm.archiveLimits !== undefined ? norm.archiveLimits : opts.archiveLimits;
     if (archiveLimits !== undefined) session.setArchiveLimits(archiveLimits);
     try {
@@ -1235,7 +1281,7 @@ function refuseUnsupportedEntry(path: string, entry: { group?: unknown }): void 
   }
 }
 
-function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknown>): void {
+function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknown>, settings: MaterializeSettings = {}): void {
   // Credential-bearing mounts first, by the SDK's own rules (its wording).
   validateMountCredentialBoundaries(manifest);
   refuseHostPathGrants(manifest);
@@ -1258,7 +1304,7 @@ function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknow
   }
   for (const { absolutePath, entry } of manifest.iterEntries()) {
     refuseUnsupportedEntry(absolutePath, entry);
-    if (!['file', 'dir', 'local_file', 'local_dir'].includes(entry.type)) {
+    if (!['file', 'dir', 'local_file', 'local_dir'].includes(entry.type) && !mountHandled(settings, entry)) {
       throw new SandboxUnsupportedFeatureError(
         `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file or local_dir entries, or stasis mounts in the stasis manifest`,
         { provider: BACKEND_ID, entryType: entry.type },
