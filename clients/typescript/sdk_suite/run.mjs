@@ -11,8 +11,10 @@ import { HERE as TEST_DIR } from '../test/daemon.mjs';
 
 const SUITE = join(TEST_DIR, '..', 'sdk_suite');
 const PKG = join(SUITE, '..');
-const MICROVM_FILES = ['session.test.ts'];
-const MICROVM_FILTER = process.env.STASIS_SDK_SUITE_MICROVM_FILTER ?? 'materializes manifest entries|structured exec|symlink escapes in filesystem|persists and hydrates';
+const MICROVM_FILES = ['session.test.ts', 'process.test.ts', 'snapshot.test.ts'];
+const MICROVM_FILTER =
+  process.env.STASIS_SDK_SUITE_MICROVM_FILTER ??
+  'materializes manifest entries|structured exec|symlink escapes in filesystem|persists and hydrates|SIGINT-terminated|drifted live workspace';
 
 const backends = ['process'];
 const img = process.env.STASIS_IMAGE_DIR;

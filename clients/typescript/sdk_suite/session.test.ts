@@ -350,7 +350,6 @@ describe('StasisSandboxClient (UnixLocal suite)', () => {
     await box(session).mkdir(outsideDir);
     await box(session).writeFile(`${readGrantDir}/input.txt`, 'granted\n');
     await box(session).writeFile(`${outsideDir}/secret.txt`, 'blocked\n');
-    await session.pinRoots();
     expect(await session.pathExists(join(readGrantDir, 'input.txt'))).toBe(true);
     await expect(session.pathExists(join(outsideDir, 'secret.txt'))).rejects.toThrow(/escapes the workspace root/);
     const editor = session.createEditor();
@@ -369,7 +368,6 @@ describe('StasisSandboxClient (UnixLocal suite)', () => {
     const session = await client.create(new Manifest({ extraPathGrants: [{ path: grantedDir, readOnly: true }] }));
     await box(session).mkdir(grantedDir);
     await session.sandbox.files.write(grantedImagePath, ONE_BY_ONE_PNG);
-    await session.pinRoots();
     await expect(session.viewImage({ path: grantedImagePath })).resolves.toMatchObject({
       type: 'image',
       image: { data: expect.any(Uint8Array), mediaType: 'image/png' },
