@@ -952,15 +952,29 @@ async function collect(
   // MAX_UNREAD_OUTPUT bytes are read, after a notice of how much was
   // skipped (the daemon's end offset tells without reading the rest).
   let dropped = 0;
-  const end = (await p.session.output(PAST_END, 0)).next_offset;
-  if (end - p.session.offset > MAX_UNREAD_OUTPUT) {
-    dropped = end - MAX_UNREAD_OUTPUT - p.session.offset;
-    p.session.offset = end - MAX_UNREAD_OUTPUT;
+  // A daemon that forgets a session once it is killed (older microVM guest
+  // agents) answers not_found for the command ^C ended: it ended.
+  const read = async (offset: number, waitMs: number) => {
+    try {
+      return await p.session.output(offset, waitMs);
+    } catch (e) {
+      if (p.interrupted && e instanceof NotFound) return undefined;
+      throw e;
+    }
+  };
+  const probe = await read(PAST_END, 0);
+  if (probe && probe.next_offset - p.session.offset > MAX_UNREAD_OUTPUT) {
+    dropped = probe.next_offset - MAX_UNREAD_OUTPUT - p.session.offset;
+    p.session.offset = probe.next_offset - MAX_UNREAD_OUTPUT;
   }
   for (;;) {
     const left = deadline - Date.now();
     if (left <= 0) break;
-    const r = await p.session.output(p.session.offset, Math.min(left, 60_000));
+    const r = await read(p.session.offset, Math.min(left, 60_000));
+    if (!r) {
+      ended = true;
+      break;
+    }
     p.session.offset = r.next_offset;
     if (r.bytes.length > 0) {
       chunks.push(r.bytes);
