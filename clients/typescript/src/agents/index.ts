@@ -69,6 +69,8 @@ import {
   type SandboxExecResult,
   type SandboxSession,
   type SandboxSessionLifecycleOptions,
+  type SandboxPreStopHook,
+  type SandboxSessionResumeValidationInput,
   type SandboxSessionSerializationOptions,
   type SandboxSessionState,
   type WorkspaceArchiveData,
@@ -279,6 +281,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private readonly processes = new Map<number, Process>();
   private nextProcessId = 1;
   private readonly relays = new Map<number, PortRelay>();
+  private readonly preStopHooks = new Set<SandboxPreStopHook>();
+  private preStopRan = false;
   private archiveLimits: SandboxArchiveLimits | null | undefined;
   /** Where local_file / local_dir sources may come from, and upload concurrency (client-side settings, never in the state). */
   localSources: MaterializeSettings = {};
@@ -865,20 +869,66 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   }
 
   /**
+   * A hook run before the session stops (the SDK's capabilities flush
+   * state into the workspace this way), while the sandbox still runs; the
+   * returned function unregisters it.
+   */
+  registerPreStopHook(hook: SandboxPreStopHook): () => void {
+    this.preStopHooks.add(hook);
+    this.preStopRan = false;
+    return () => {
+      this.preStopHooks.delete(hook);
+    };
+  }
+
+  /**
+   * Run the registered pre-stop hooks, once per stop: every hook runs even
+   * if one fails, and the first failure is thrown after.
+   */
+  async runPreStopHooks(): Promise<void> {
+    if (this.preStopRan) return;
+    this.preStopRan = true;
+    let failure: unknown;
+    for (const hook of [...this.preStopHooks]) {
+      try {
+        await hook();
+      } catch (e) {
+        failure ??= e;
+      }
+    }
+    if (failure !== undefined) throw failure;
+  }
+
+  /**
+   * The first phase of the SDK's cleanup: stop what this client runs for
+   * the session (port relays) and, when the sandbox is to be destroyed, the
+   * commands in it. A paused (or kept) sandbox keeps its running commands:
+   * they continue when it resumes.
+   */
+  async stop(_options?: SandboxSessionLifecycleOptions): Promise<void> {
+    if (this.state.onDelete === 'destroy') await this.endProcesses();
+    await this.closePortRelays();
+  }
+
+  /** The second phase: the `onDelete` policy (pause by default, destroy, or keep). */
+  async shutdown(_options?: SandboxSessionLifecycleOptions): Promise<void> {
+    await applyOnDelete(this.sbx, this.state.onDelete);
+  }
+
+  /**
    * End the session as the SDK's examples do (`session.close()`): the
-   * `onDelete` policy (pause by default, so no sandbox is left running).
+   * pre-stop hooks, then stop and shutdown (pause by default, so no sandbox
+   * is left running).
    */
   async close(): Promise<void> {
+    await this.runPreStopHooks();
     await this.delete();
   }
 
-  /** The runner's cleanup of an owned session: the `onDelete` policy. */
-  async delete(_options?: SandboxSessionLifecycleOptions): Promise<void> {
-    // A paused (or kept) sandbox keeps its running commands: they continue
-    // when it resumes. Only a destroyed one ends them.
-    if (this.state.onDelete === 'destroy') await this.endProcesses();
-    await this.closePortRelays();
-    await applyOnDelete(this.sbx, this.state.onDelete);
+  /** The runner's cleanup of an owned session: stop, then shutdown (each safe to repeat). */
+  async delete(options?: SandboxSessionLifecycleOptions): Promise<void> {
+    await this.stop(options);
+    await this.shutdown(options);
   }
 }
 
@@ -1070,6 +1120,37 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     }
     this.live.set(sbx.id, session);
     return session;
+  }
+
+  /**
+   * The SDK's resume validation, before anything is materialized: the state
+   * must name a stasis sandbox, on the daemon this client talks to (a state
+   * saved against another daemon is refused rather than resumed, or
+   * restored, elsewhere), and a remote snapshot spec needs its store among
+   * this client's options.
+   */
+  validateSessionStateForResume(
+    input: SandboxSessionResumeValidationInput<StasisSandboxSessionState>,
+    _options?: SandboxClientResumeOptions<StasisSandboxClientOptions>,
+  ): void {
+    const raw = input.state as Record<string, unknown>;
+    const sandboxId = raw.sandboxId;
+    if (typeof sandboxId !== 'string' || !/^sb-[A-Za-z0-9_-]+$/.test(sandboxId)) {
+      throw new SandboxConfigurationError('stasis session state has no valid sandboxId', { provider: BACKEND_ID });
+    }
+    const strip = (u: string) => u.replace(/\/+$/, '');
+    if (typeof raw.baseUrl === 'string' && strip(raw.baseUrl) !== strip(this.api.baseUrl)) {
+      throw new SandboxConfigurationError(
+        `stasis session state belongs to the daemon at ${raw.baseUrl}; this client talks to ${this.api.baseUrl}`,
+        { provider: BACKEND_ID, stateBaseUrl: raw.baseUrl, clientBaseUrl: this.api.baseUrl },
+      );
+    }
+    const spec = raw.snapshotSpec as { type?: unknown; store?: unknown } | null | undefined;
+    if (spec?.type === 'remote' && spec.store === undefined && this.defaults.snapshot?.type !== 'remote') {
+      throw new SandboxConfigurationError('stasis session state uses a remote snapshot spec: give the client its store (options.snapshot)', {
+        provider: BACKEND_ID,
+      });
+    }
   }
 
   async resume(
