@@ -9,13 +9,12 @@ import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { Manifest, NoopSnapshotSpec, inContainerMountStrategy } from '@openai/agents/sandbox';
 import {
-  ACTIVE_PROCESS_MAX_POLLS,
-  ACTIVE_PROCESS_POLL_MS,
   ONE_BY_ONE_PNG,
   box,
   destroyAll,
   removeWorkspace,
   stasisSandboxClient,
+  waitForOutputContaining,
   writeUntilExit,
 } from './harness.js';
 
@@ -68,7 +67,8 @@ describe('StasisSandboxClient (Docker suite)', () => {
     expect(image).toMatchObject({ type: 'image', image: { data: expect.any(Uint8Array), mediaType: 'image/png' } });
     const started = await session.execCommand({ cmd: 'printf "ready\\n"; read value; printf "%s\\n" "$value"', tty: true, yieldTimeMs: 0 });
     const sessionId = Number(started.match(/Process running with session ID (\d+)/)?.[1]);
-    await waitForOutputContaining(session, sessionId, 'ready');
+    // Upstream's helper asserts it saw the prompt.
+    expect(await waitForOutputContaining(session, sessionId, 'ready')).toContain('ready');
     const finished = await writeUntilExit(session, sessionId, 'hello stdin\n');
     expect(started).toContain('Process running with session ID');
     expect(finished).toContain('Process exited with code 0');
@@ -100,16 +100,3 @@ describe('StasisSandboxClient (Docker suite)', () => {
     expect(await resumed.execCommand({ cmd: 'cat /tmp/container-only-state' })).toContain('retained');
   });
 });
-
-async function waitForOutputContaining(
-  session: { writeStdin(args: { sessionId: number; chars?: string; yieldTimeMs?: number }): Promise<string> },
-  sessionId: number,
-  expected: string,
-): Promise<string> {
-  let output = '';
-  for (let attempt = 0; attempt < ACTIVE_PROCESS_MAX_POLLS && !output.includes(expected); attempt += 1) {
-    output += await session.writeStdin({ sessionId, chars: '', yieldTimeMs: ACTIVE_PROCESS_POLL_MS });
-  }
-  expect(output).toContain(expected);
-  return output;
-}

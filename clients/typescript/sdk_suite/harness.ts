@@ -92,6 +92,19 @@ export async function writeUntilExit(
   return combinedOutput;
 }
 
+/** Poll a running command until its output shows `expected` (or the polls run out): the output seen. */
+export async function waitForOutputContaining(
+  session: { writeStdin(args: { sessionId: number; chars?: string; yieldTimeMs?: number }): Promise<string> },
+  sessionId: number,
+  expected: string,
+): Promise<string> {
+  let output = '';
+  for (let attempt = 0; attempt < ACTIVE_PROCESS_MAX_POLLS && !output.includes(expected); attempt += 1) {
+    output += await session.writeStdin({ sessionId, chars: '', yieldTimeMs: ACTIVE_PROCESS_POLL_MS });
+  }
+  return output;
+}
+
 export async function collectActiveCommandOutput(
   session: { writeStdin(args: { sessionId: number; chars?: string; yieldTimeMs?: number }): Promise<string> },
   initialOutput: string,

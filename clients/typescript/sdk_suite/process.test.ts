@@ -3,7 +3,7 @@
 // provider; every behavioural assertion is kept.
 import { afterAll, describe, expect, it } from 'vitest';
 import { Manifest } from '@openai/agents/sandbox';
-import { ACTIVE_PROCESS_MAX_POLLS, ACTIVE_PROCESS_POLL_MS, box, collectActiveCommandOutput, destroyAll, stasisSandboxClient, writeUntilExit } from './harness.js';
+import { box, collectActiveCommandOutput, destroyAll, stasisSandboxClient, waitForOutputContaining, writeUntilExit } from './harness.js';
 
 afterAll(destroyAll);
 
@@ -165,15 +165,3 @@ describe('StasisSandboxClient process sessions (UnixLocal suite)', () => {
     expect(finalOutput).toContain('Process exited with code 0');
   });
 });
-
-async function waitForOutputContaining(
-  session: { writeStdin(args: { sessionId: number; chars?: string; yieldTimeMs?: number; maxOutputTokens?: number }): Promise<string> },
-  sessionId: number,
-  expected: string,
-): Promise<string> {
-  let output = '';
-  for (let attempt = 0; attempt < ACTIVE_PROCESS_MAX_POLLS && !output.includes(expected); attempt += 1) {
-    output += await session.writeStdin({ sessionId, chars: '', yieldTimeMs: ACTIVE_PROCESS_POLL_MS });
-  }
-  return output;
-}
