@@ -513,16 +513,24 @@ export class Session {
 
   /**
    * The output from `offset` (waiting up to `waitMs` for some), and the
-   * offset to read from next. `stderr` (from daemons that record it) names
-   * the absolute `[start, end)` ranges of the window that came from stderr.
+   * offset to read from next: `bytes` is stdout and stderr combined;
+   * `stdoutBytes` / `stderrBytes` are the same window split, from daemons
+   * that keep the streams apart (undefined from older ones).
    */
-  async output(offset: number, waitMs = 0): Promise<SessionOutputResponse & { bytes: Uint8Array; stderr?: [number, number][] }> {
-    const r = await this.sandbox.http.json<SessionOutputResponse & { stderr?: [number, number][] }>('session.output', {
+  async output(
+    offset: number,
+    waitMs = 0,
+  ): Promise<SessionOutputResponse & { bytes: Uint8Array; stdoutBytes?: Uint8Array; stderrBytes?: Uint8Array }> {
+    const r = await this.sandbox.http.json<SessionOutputResponse & { stdout_b64?: string; stderr_b64?: string }>('session.output', {
       ids: this.ids(),
       query: { offset, wait_ms: Math.min(waitMs, 60_000) },
       extraTimeoutMs: Math.min(waitMs, 60_000),
     });
-    return { ...r, bytes: b64decode(r.data_b64) };
+    const split =
+      typeof r.stdout_b64 === 'string' && typeof r.stderr_b64 === 'string'
+        ? { stdoutBytes: b64decode(r.stdout_b64), stderrBytes: b64decode(r.stderr_b64) }
+        : {};
+    return { ...r, bytes: b64decode(r.data_b64), ...split };
   }
 
   /** Output since the last read, waiting up to `waitMs` for some. */

@@ -499,7 +499,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       // group (a daemon without session signals kills it), and an
       // interrupted command reports the exit of an interrupt (130), as a
       // shell would.
-      await p.session.kill({ signal: 'INT' });
+      await interrupt(p.session);
       p.interrupted = true;
       chars = chars.split('\u0003').join('');
     }
@@ -963,23 +963,15 @@ find "$stage" -mindepth 1 -maxdepth 1 -exec mv -- {} "$root"/ \\; || exit 1
 rmdir "$stage"`;
 
 /**
- * A window of session output split by the daemon's stderr ranges (absolute
- * `[start, end)` offsets; none from a daemon that does not record them:
- * then all of it counts as stdout).
+ * A window of session output as stdout and stderr: the daemon's split when
+ * it keeps the streams apart, else (an older daemon) all of it as stdout.
  */
-export function splitStreams(bytes: Uint8Array, start: number, ranges: [number, number][] = []): { out: Uint8Array[]; err: Uint8Array[] } {
-  const out: Uint8Array[] = [];
-  const err: Uint8Array[] = [];
-  let at = 0;
-  for (const [a, b] of ranges) {
-    const lo = Math.max(0, Math.min(bytes.length, a - start));
-    const hi = Math.max(lo, Math.min(bytes.length, b - start));
-    if (lo > at) out.push(bytes.subarray(at, lo));
-    if (hi > lo) err.push(bytes.subarray(lo, hi));
-    at = Math.max(at, hi);
-  }
-  if (at < bytes.length) out.push(bytes.subarray(at));
-  return { out, err };
+export function splitStreams(r: { bytes: Uint8Array; stdoutBytes?: Uint8Array; stderrBytes?: Uint8Array }): {
+  out: Uint8Array;
+  err: Uint8Array;
+} {
+  if (r.stdoutBytes && r.stderrBytes) return { out: r.stdoutBytes, err: r.stderrBytes };
+  return { out: r.bytes, err: new Uint8Array() };
 }
 
 /** The unread output a poll returns at most (the SDK's local providers keep 1 MiB characters). */
@@ -1028,9 +1020,9 @@ async function collect(
     p.session.offset = r.next_offset;
     if (r.bytes.length > 0) {
       chunks.push(r.bytes);
-      const split = splitStreams(r.bytes, r.offset, r.stderr);
-      outs.push(...split.out);
-      errs.push(...split.err);
+      const split = splitStreams(r);
+      outs.push(split.out);
+      errs.push(split.err);
     } else if (!r.running) {
       ended = true;
       exitCode = r.exit_code ?? null;
@@ -1040,6 +1032,20 @@ async function collect(
   const dec = (parts: Uint8Array[]) => new TextDecoder().decode(Buffer.concat(parts));
   const notice = dropped > 0 ? `[...${dropped} characters truncated from process output...]\n` : '';
   return { text: notice + dec(chunks), stdout: dec(outs), stderr: dec(errs), ended, exitCode };
+}
+
+/**
+ * ^C for a command without a terminal: SIGINT to its process group. A daemon
+ * (or microVM guest agent) that cannot send session signals refuses it
+ * (invalid_argument): then the command is killed.
+ */
+async function interrupt(session: Session): Promise<void> {
+  try {
+    await session.kill({ signal: 'INT' });
+  } catch (e) {
+    if (!(e instanceof StasisError && (e.code === 'invalid_argument' || e.code === 'unsupported'))) throw e;
+    await session.kill();
+  }
 }
 
 function providerError(op: string, e: unknown): Error {
