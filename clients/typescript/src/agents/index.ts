@@ -657,8 +657,12 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
    */
   async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
     const root = this.state.manifest.root.replace(/\/+$/, '');
-    // Mount credentials by the SDK's rules, before anything else is resolved.
-    validateMountCredentialBoundaries(new Manifest({ root: this.state.manifest.root, entries: { [args.path]: args.entry } }));
+    // The path as the SDK draws the workspace (lexically), then mount
+    // credentials by the SDK's rules, before anything is resolved in the sandbox.
+    this.abs(args.path, true);
+    if (isMountEntry(args.entry)) {
+      validateMountCredentialBoundaries(new Manifest({ root: this.state.manifest.root, entries: { [args.path]: args.entry } }));
+    }
     refuseUnsupportedEntry(args.path, args.entry);
     let target: string;
     try {
