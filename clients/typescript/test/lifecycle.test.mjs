@@ -2,9 +2,12 @@
 // hooks, stop, shutdown) and its resume validation, against a live daemon
 // (process backend: the behaviour is the client's).
 import assert from 'node:assert/strict';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 
-import { Manifest, SandboxConfigurationError } from '@openai/agents/sandbox';
+import { Manifest, SandboxConfigurationError, SandboxUnsupportedFeatureError } from '@openai/agents/sandbox';
 
 import { StasisClient } from '../dist/index.js';
 import { StasisSandboxClient } from '../dist/agents/index.js';
@@ -13,8 +16,10 @@ import { Daemon } from './daemon.mjs';
 describe('agents provider lifecycle (process)', { timeout: 600_000 }, () => {
   let d;
   let api;
+  let shared;
   before(async () => {
-    d = await new Daemon('process').start();
+    shared = mkdtempSync(join(tmpdir(), 'stasis-ts-bind-'));
+    d = await new Daemon('process', ['--allow-mount', shared]).start();
     api = new StasisClient(d.conn());
   });
   after(async () => {
@@ -22,6 +27,29 @@ describe('agents provider lifecycle (process)', { timeout: 600_000 }, () => {
       if (!['destroyed', 'failed'].includes(s.state)) await s.destroy().catch(() => undefined);
     }
     await d.stop();
+    rmSync(shared, { recursive: true, force: true });
+  });
+
+  it('binds a local_bind mount read-only and keeps it out of workspace archives; refuses a read-write one', async () => {
+    writeFileSync(join(shared, 'input.txt'), 'mounted\n');
+    const provider = new StasisSandboxClient(d.conn());
+    const bind = (readOnly) => ({ type: 'mount', source: shared, readOnly, mountPath: 'mounted/external', mountStrategy: { type: 'local_bind' } });
+    await assert.rejects(
+      provider.create(new Manifest({ entries: { external: bind(false) } })),
+      (e) => e instanceof SandboxUnsupportedFeatureError && /read-write local_bind/.test(e.message),
+    );
+    const session = await provider.create(new Manifest({ entries: { external: bind(true), 'keep.txt': { type: 'file', content: 'keep' } } }), {
+      onDelete: 'destroy',
+    });
+    // (The files API does not cross into mounts: commands read them.)
+    assert.equal((await session.exec({ cmd: 'cat mounted/external/input.txt' })).output, 'mounted\n');
+    const w = await session.exec({ cmd: 'echo x > mounted/external/new.txt' });
+    assert.notEqual(w.exitCode, 0);
+    const tar = Buffer.from(await session.persistWorkspace()).toString('latin1');
+    assert.ok(tar.includes('keep.txt'));
+    assert.ok(!tar.includes('input.txt'));
+    assert.equal(readFileSync(join(shared, 'input.txt'), 'utf8'), 'mounted\n');
+    await session.delete();
   });
 
   it('runs pre-stop hooks once, while the sandbox runs, then stops and pauses it', async () => {

@@ -178,6 +178,36 @@ interface MaterializeSettings {
 
 const isMountEntry = (entry: { type: string }) => entry.type === 'mount' || entry.type.endsWith('_mount');
 
+/** A `local_bind` mount entry: a directory of the daemon's host bound into the sandbox. */
+const isLocalBind = (entry: Entry) =>
+  entry.type === 'mount' && (entry as { mountStrategy?: { type?: unknown } }).mountStrategy?.type === 'local_bind';
+
+/**
+ * The manifest's `local_bind` mounts as stasis mounts (read-only host binds,
+ * fixed when the sandbox is made; the source must lie under a root the
+ * operator allowed with `stasis serve --allow-mount`, on the daemon's host).
+ * A read-write bind is refused: stasis mounts are read-only.
+ */
+function localBindMounts(manifest: Manifest): { source: string; target: string }[] {
+  const out: { source: string; target: string }[] = [];
+  for (const t of manifest.mountTargets()) {
+    if (!isLocalBind(t.entry)) continue;
+    const e = t.entry as { source?: unknown; readOnly?: unknown };
+    if (e.readOnly === false) {
+      throw new SandboxUnsupportedFeatureError(`${BACKEND_ID} binds host directories read-only: ${t.logicalPath} asks for a read-write local_bind mount`, {
+        provider: BACKEND_ID,
+        feature: 'mount.local_bind.readWrite',
+        path: t.logicalPath,
+      });
+    }
+    if (typeof e.source !== 'string' || !e.source.startsWith('/')) {
+      throw new SandboxConfigurationError(`local_bind mount ${t.logicalPath} needs an absolute source path on the daemon's host`, { provider: BACKEND_ID });
+    }
+    out.push({ source: e.source, target: t.mountPath });
+  }
+  return out;
+}
+
 /** A mount entry the settings materialize. */
 function mountHandled(settings: MaterializeSettings, entry: Entry): boolean {
   return isMountEntry(entry) && settings.materializeMount !== undefined && (settings.supportsMount?.(entry) ?? true);
@@ -286,6 +316,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private archiveLimits: SandboxArchiveLimits | null | undefined;
   /** Where local_file / local_dir sources may come from, and upload concurrency (client-side settings, never in the state). */
   localSources: MaterializeSettings = {};
+  /** Entry paths of the local_bind mounts the sandbox was made with. */
+  bindsAtCreate = new Set<string>();
   /** The workspace root and grants as resolved when the session was made (see {@link pinRoots}). */
   private pinned: AuthorizedRoot[] | undefined;
 
@@ -699,6 +731,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       const mode = permissionsForSandboxEntry(entry.permissions).toMode() & 0o1777;
       if (mountHandled(this.localSources, entry)) {
         mounts = true; // after the other entries, below
+      } else if (isLocalBind(entry) && this.bindsAtCreate.has(absolutePath)) {
+        // Bound when the sandbox was made.
       } else if (entry.type === 'file') {
         await this.sbx.files.write(absolutePath, entry.content, { mode });
       } else if (entry.type === 'dir') {
@@ -1089,7 +1123,9 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     const snapshotSpec = norm.snapshot ?? opts.snapshot ?? null;
     snapshotMode(snapshotSpec);
     checkManifest(manifest, opts.manifest ?? {}, opts);
-    const stasisManifest = { ...(opts.manifest ?? {}) };
+    const stasisManifest: Record<string, unknown> = { ...(opts.manifest ?? {}) };
+    const binds = localBindMounts(manifest);
+    if (binds.length > 0) stasisManifest.mounts = [...((stasisManifest.mounts as unknown[]) ?? []), ...binds];
     let sbx: Sandbox;
     try {
       sbx = await this.api.create({ manifest: { ...stasisManifest, workdir: manifest.root } });
@@ -1112,6 +1148,7 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       snapshotSpec,
     };
     const session = new StasisSandboxSession(state, sbx, this.api, 'created');
+    session.bindsAtCreate = new Set(manifest.mountTargets().filter((t) => isLocalBind(t.entry)).map((t) => t.absolutePath));
     session.localSources = {
       baseDir: opts.localSourceBaseDir,
       concurrencyLimits,
@@ -1409,7 +1446,7 @@ function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknow
   }
   for (const { absolutePath, entry } of manifest.iterEntries()) {
     refuseUnsupportedEntry(absolutePath, entry);
-    if (!['file', 'dir', 'local_file', 'local_dir'].includes(entry.type) && !mountHandled(settings, entry)) {
+    if (!['file', 'dir', 'local_file', 'local_dir'].includes(entry.type) && !mountHandled(settings, entry) && !isLocalBind(entry)) {
       throw new SandboxUnsupportedFeatureError(
         `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file or local_dir entries, or stasis mounts in the stasis manifest`,
         { provider: BACKEND_ID, entryType: entry.type },
