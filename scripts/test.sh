@@ -130,6 +130,12 @@ suite e2b-js-process vitest "${STASIS_E2B_JS_TIMEOUT:-15m}" \
 suite e2b-js-microvm vitest "${STASIS_E2B_JS_MICROVM_TIMEOUT:-8m}" \
     env NO_COLOR=1 STASIS_E2B_BACKEND=microvm npm --prefix clients/e2b/js test -- \
     tests/sandbox/commands/run.test.ts tests/sandbox/snapshot.test.ts
+# The Agents SDK's own sandbox tests, ported onto the TypeScript provider
+# (clients/typescript/sdk_suite: vitest, one daemon per backend, microVM on a
+# bounded subset unless STASIS_TS_TESTS_FULL=1); run.mjs prints "# pass N" /
+# "# fail N" per backend.
+suite agents-sdk-ported-typescript tap "${STASIS_TS_SDK_SUITE_TIMEOUT:-15m}" \
+    npm --prefix clients/typescript run sdk-suite
 rm -f "$log"
 # The source layout counts as one test: no Rust file over 850 lines, no import
 # circle between a crate's modules (scripts/layout-allow.txt names the known
