@@ -553,6 +553,7 @@ impl Manager {
                         },
                     )
                     .await?;
+                let rec = self.renew_lifetime(ctx, rec).await;
                 let timing = OpTiming {
                     backend_ms,
                     store_ms,
