@@ -48,9 +48,11 @@ async fn a_pausing_lifetime_pauses_and_its_resume_is_renewed() {
         Some(PauseKind::Filesystem)
     );
 
-    // A resume grants renew_secs more (0: the limit is lifted), so the next
+    // A resume (here E2B's connect) grants renew_secs more (0: the limit is lifted), so the next
     // pass leaves both running.
-    let (r, _) = m.resume(&ctx(), &mem.id).await.unwrap();
+    let (r, resumed) = m.ensure_running(&ctx(), &mem.id).await.unwrap();
+    assert!(resumed);
+    assert_eq!(r.state, SandboxState::Running);
     assert!(
         (61..=63).contains(&r.manifest.lifecycle.max_lifetime_secs),
         "{}",
@@ -60,6 +62,8 @@ async fn a_pausing_lifetime_pauses_and_its_resume_is_renewed() {
     assert_eq!(r.manifest.lifecycle.max_lifetime_secs, 0);
     assert!(m.reap_once().await.unwrap().is_empty());
     assert_eq!(state(&m, &mem.id).await, SandboxState::Running);
+    let (_, resumed) = m.ensure_running(&ctx(), &mem.id).await.unwrap();
+    assert!(!resumed, "already running");
 }
 
 #[tokio::test]
