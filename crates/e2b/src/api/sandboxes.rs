@@ -86,6 +86,10 @@ pub(super) async fn create(
 async fn start(m: &stasis_control::Manager, ctx: &Ctx, b: &NewSandbox) -> E2bResult<SandboxRecord> {
     match translate::source_of(&b.template_id)? {
         Source::Image(image) => {
+            let image = match image {
+                Some(i) => Some(i),
+                None => base_image(m, ctx).await,
+            };
             let base = Manifest {
                 image,
                 ..Default::default()
@@ -133,6 +137,20 @@ async fn start(m: &stasis_control::Manager, ctx: &Ctx, b: &NewSandbox) -> E2bRes
             }
         }
     }
+}
+
+/// E2B's `base`: on the process backend the stasis base image
+/// (`stasis-base:bookworm`, Debian with Python) when this daemon has it,
+/// else the backend's default root (a microVM's default guest image is
+/// that same root filesystem).
+async fn base_image(m: &stasis_control::Manager, ctx: &Ctx) -> Option<String> {
+    if m.config().default_backend != stasis_core::BackendKind::Process {
+        return None;
+    }
+    let images = m.images().ok()?;
+    let base = stasis_control::images::BASE_IMAGE;
+    images.inspect(&ctx.tenant, base).await.ok()?;
+    Some(base.to_string())
 }
 
 /// An unknown snapshot or image is E2B's "template not found".
