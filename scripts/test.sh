@@ -114,6 +114,26 @@ if ((status == 0 && portedstatus != 0)); then
     status=$portedstatus
     ((failed > 0)) || failed=1
 fi
+# The E2B SDK's own control-plane tests, ported (clients/e2b/python), on
+# the process backend, then a bounded subset on the microVM backend (when
+# a guest image is built); counts join.
+for e2b_backend in process microvm; do
+    set +e
+    STASIS_BIN="$REPO/target/debug/stasis" STASIS_E2B_BACKEND=$e2b_backend \
+        timeout --kill-after=30 "${STASIS_E2B_PYTEST_TIMEOUT:-15m}" \
+        "$REPO/.venv/bin/python" -m pytest -c clients/e2b/python/pytest.ini \
+        clients/e2b/python/tests -q 2>&1 | tee "$log"
+    e2bstatus=${PIPESTATUS[0]}
+    set -e
+    eline=$({ grep -E '[0-9]+ (passed|failed|error|skipped)' "$log" || true; } | tail -1)
+    ecount() { { grep -oE "[0-9]+ $1" <<<"$eline" || true; } | awk '{s+=$1} END {print s+0}'; }
+    passed=$((passed + $(ecount passed)))
+    failed=$((failed + $(ecount failed) + $(ecount error)))
+    if ((status == 0 && e2bstatus != 0 && e2bstatus != 5)); then
+        status=$e2bstatus
+        ((failed > 0)) || failed=1
+    fi
+done
 # The TypeScript client's tests (node --test, both backends) against the
 # same daemon binary; their counts join the total.
 set +e
