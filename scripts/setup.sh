@@ -216,19 +216,22 @@ if ((TESTS)); then
     else
         log "selenium present"
     fi
-    # The TypeScript client's dependencies (the pinned Agents SDK, tsc,
-    # openapi-typescript) from its package-lock.json; the lock's hash is
-    # the stamp. Node 20+ and npm come with the machine.
-    TS="$REPO/clients/typescript"
-    command -v npm >/dev/null || { echo "setup: npm (Node 20+) is needed for clients/typescript" >&2; exit 1; }
-    stamp=$(sha256sum "$TS/package-lock.json" | cut -d' ' -f1)
-    if [[ "$(cat "$TS/node_modules/.stasis-stamp" 2>/dev/null)" != "$stamp" ]]; then
-        log "installing the TypeScript client's dependencies (npm ci)"
-        (cd "$TS" && npm ci --no-audit --no-fund --loglevel=error)
-        echo "$stamp" >"$TS/node_modules/.stasis-stamp"
-    else
-        log "TypeScript client dependencies present"
-    fi
+    # Node packages from their package-lock.json files: the TypeScript
+    # client's (the pinned Agents SDK, tsc, openapi-typescript) and the
+    # ported E2B SDK suite's (the pinned e2b SDKs, vitest). Each lock's hash
+    # is its stamp. Node 20+ and npm come with the machine.
+    command -v npm >/dev/null || { echo "setup: npm (Node 20+) is needed for the JavaScript clients and suites" >&2; exit 1; }
+    for pkg in clients/typescript clients/e2b/js; do
+        dir="$REPO/$pkg"
+        stamp=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+        if [[ "$(cat "$dir/node_modules/.stasis-stamp" 2>/dev/null)" != "$stamp" ]]; then
+            log "installing $pkg's dependencies (npm ci)"
+            (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+            echo "$stamp" >"$dir/node_modules/.stasis-stamp"
+        else
+            log "$pkg dependencies present"
+        fi
+    done
 fi
 
 if ((TESTS)); then
