@@ -671,6 +671,7 @@ mod tests {
                 max_lifetime_secs: secs,
                 checkpoint_secs: secs,
                 standby_secs: Some(secs),
+                ..Default::default()
             };
             for elapsed in [0, 1, 2000, ten_years_ms] {
                 assert!(!p.lifetime_over(elapsed), "{secs} {elapsed}");
@@ -686,6 +687,7 @@ mod tests {
             max_lifetime_secs: 30,
             checkpoint_secs: 10,
             standby_secs: None,
+            ..Default::default()
         };
         assert!(!p.lifetime_over(29_999) && p.lifetime_over(30_000));
         assert!(!p.idle_over(4_999) && p.idle_over(5_000));

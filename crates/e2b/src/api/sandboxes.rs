@@ -41,7 +41,7 @@ pub(crate) async fn created(
         template_id: view::detail(rec, labels, None).template_id,
         client_id: CLIENT_ID.into(),
         envd_version: ENVD_VERSION.into(),
-        envd_access_token: crate::auth::envd_token(&key, &who, &ctx.tenant, rec.id.as_str()),
+        envd_access_token: crate::auth::envd_token(key, &who, &ctx.tenant, rec.id.as_str()),
         domain: st.ports_domain.clone(),
         alias: None,
     })

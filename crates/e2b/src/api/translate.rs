@@ -215,6 +215,12 @@ pub fn labels(b: &NewSandbox) -> E2bResult<Labels> {
     Ok(out)
 }
 
+/// Whether the data plane may resume this paused sandbox on traffic (E2B's
+/// auto-resume; on unless the create turned it off). `connect` always may.
+pub fn auto_resume_of(labels: &Labels) -> bool {
+    labels.get(LABEL_AUTO_RESUME).map(String::as_str) != Some("false")
+}
+
 /// The user's metadata among a sandbox's labels.
 pub fn metadata_of(labels: &Labels) -> BTreeMap<String, String> {
     labels

@@ -14,7 +14,7 @@ use stasis_meta::{Labels, SandboxRecord};
 use super::error::E2bResult;
 use super::model::{Detail, Lifecycle, Metric};
 use super::translate::{
-    internet_of, metadata_of, CLIENT_ID, ENVD_VERSION, LABEL_AUTO_RESUME, LABEL_TEMPLATE,
+    auto_resume_of, internet_of, metadata_of, CLIENT_ID, ENVD_VERSION, LABEL_TEMPLATE,
 };
 
 /// E2B's two states: a sandbox pausing or paused is `paused`; creating,
@@ -85,7 +85,7 @@ pub fn detail(r: &SandboxRecord, labels: &Labels, domain: Option<&str>) -> Detai
             } else {
                 "kill"
             },
-            auto_resume: labels.get(LABEL_AUTO_RESUME).map(String::as_str) != Some("false"),
+            auto_resume: auto_resume_of(labels),
         }),
     }
 }
