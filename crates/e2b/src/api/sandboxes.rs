@@ -56,6 +56,22 @@ async fn live(st: &E2b, ctx: &Ctx, id: &SandboxId) -> E2bResult<SandboxRecord> {
     Ok(rec)
 }
 
+/// The caller's live sandbox `id`, for a route that does what the `/v1`
+/// route `method /v1/sandboxes/{id}<rest>` does (its scope is checked).
+pub(crate) async fn sandbox_call(
+    st: &E2b,
+    headers: &HeaderMap,
+    id: &str,
+    method: Method,
+    rest: &str,
+) -> E2bResult<(SandboxId, Ctx, SandboxRecord)> {
+    let sid = sandbox_id(id)?;
+    let template = format!("/v1/sandboxes/{{id}}{rest}");
+    let ctx = caller(st, headers, method, &template, &v1(&sid, rest)).await?;
+    let rec = live(st, &ctx, &sid).await?;
+    Ok((sid, ctx, rec))
+}
+
 pub(super) async fn create(
     State(st): State<E2b>,
     headers: HeaderMap,
@@ -170,16 +186,7 @@ pub(super) async fn info(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> E2bResult<Json<super::model::Detail>> {
-    let sid = sandbox_id(&id)?;
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::GET,
-        "/v1/sandboxes/{id}",
-        &v1(&sid, ""),
-    )
-    .await?;
-    let rec = live(&st, &ctx, &sid).await?;
+    let (sid, _, rec) = sandbox_call(&st, &headers, &id, Method::GET, "").await?;
     let labels = st.manager.labels(&sid).await?;
     Ok(Json(view::detail(
         &rec,
@@ -193,16 +200,7 @@ pub(super) async fn kill(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> E2bResult<StatusCode> {
-    let sid = sandbox_id(&id)?;
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::DELETE,
-        "/v1/sandboxes/{id}",
-        &v1(&sid, ""),
-    )
-    .await?;
-    live(&st, &ctx, &sid).await?;
+    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::DELETE, "").await?;
     st.manager.destroy(&ctx, &sid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -249,22 +247,13 @@ pub(super) async fn connect(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> E2bResult<(StatusCode, Json<Created>)> {
-    let sid = sandbox_id(&id)?;
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::POST,
-        "/v1/sandboxes/{id}/resume",
-        &v1(&sid, "/resume"),
-    )
-    .await?;
+    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::POST, "/resume").await?;
     let b: Connect = body(&bytes)?;
     if b.memory == Some(false) {
         return Err(unsupported(
             "resuming by cold boot (on_resume=\"reboot\"); a filesystem-only pause always resumes so",
         ));
     }
-    live(&st, &ctx, &sid).await?;
     let (mut rec, resumed) = st.manager.ensure_running(&ctx, &sid).await?;
     if let Some(t) = b.timeout {
         rec = st.manager.set_timeout(&ctx, &sid, t, true).await?;
@@ -296,17 +285,8 @@ pub(super) async fn timeout(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> E2bResult<StatusCode> {
-    let sid = sandbox_id(&id)?;
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::PATCH,
-        "/v1/sandboxes/{id}/lifecycle",
-        &v1(&sid, "/lifecycle"),
-    )
-    .await?;
+    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::PATCH, "/lifecycle").await?;
     let b: Timeout = serde_json::from_slice(&bytes).map_err(super::error::bad_body)?;
-    live(&st, &ctx, &sid).await?;
     st.manager.set_timeout(&ctx, &sid, b.timeout, false).await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -317,17 +297,8 @@ pub(super) async fn pause(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> E2bResult<StatusCode> {
-    let sid = sandbox_id(&id)?;
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::POST,
-        "/v1/sandboxes/{id}/pause",
-        &v1(&sid, "/pause"),
-    )
-    .await?;
+    let (sid, ctx, rec) = sandbox_call(&st, &headers, &id, Method::POST, "/pause").await?;
     let b: Pause = body(&bytes)?;
-    let rec = live(&st, &ctx, &sid).await?;
     if rec.state != SandboxState::Running {
         return Err(Error::state(format!("sandbox {sid} is already {}", rec.state)).into());
     }
@@ -344,17 +315,8 @@ pub(super) async fn network(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> E2bResult<StatusCode> {
-    let sid = sandbox_id(&id)?;
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::PATCH,
-        "/v1/sandboxes/{id}/network",
-        &v1(&sid, "/network"),
-    )
-    .await?;
+    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::PATCH, "/network").await?;
     let n: NetworkConfig = body(&bytes)?;
-    live(&st, &ctx, &sid).await?;
     // E2B's update replaces the whole configuration: nothing given is no network.
     let policy = translate::egress(None, Some(&n))?.unwrap_or_default();
     st.manager.set_network(&ctx, &sid, policy).await?;
@@ -387,15 +349,7 @@ pub(super) async fn metrics(
     Path(id): Path<String>,
     q: Result<Query<Range>, axum::extract::rejection::QueryRejection>,
 ) -> E2bResult<Json<Vec<Metric>>> {
-    let sid = sandbox_id(&id)?;
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::GET,
-        "/v1/sandboxes/{id}/usage",
-        &v1(&sid, "/usage"),
-    )
-    .await?;
+    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::GET, "/usage").await?;
     let Query(r) = q.map_err(|e| Error::invalid(e.body_text()))?;
     Ok(Json(sample(&st, &ctx, &sid, &r).await?))
 }

@@ -17,8 +17,8 @@ use stasis_core::{Error, ErrorCode, SnapshotId};
 
 use super::error::E2bResult;
 use super::model::{ForkRequest, ForkResult, SnapshotInfo, SnapshotRequest};
-use super::sandboxes::created;
-use super::{body, caller, sandbox_id};
+use super::sandboxes::{created, sandbox_call};
+use super::{body, caller};
 use crate::E2b;
 
 pub(super) async fn create(
@@ -27,18 +27,8 @@ pub(super) async fn create(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> E2bResult<(StatusCode, Json<SnapshotInfo>)> {
-    let sid = sandbox_id(&id)?;
-    let path = format!("/v1/sandboxes/{sid}/snapshots");
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::POST,
-        "/v1/sandboxes/{id}/snapshots",
-        &path,
-    )
-    .await?;
+    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::POST, "/snapshots").await?;
     let b: SnapshotRequest = body(&bytes)?;
-    st.manager.get(&ctx, &sid).await?;
     let info = match b.name.as_deref().filter(|n| !n.is_empty()) {
         Some(name) => {
             caller(
@@ -197,21 +187,8 @@ pub(super) async fn fork(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> E2bResult<(StatusCode, Json<Vec<ForkResult>>)> {
-    let sid = sandbox_id(&id)?;
-    let path = format!("/v1/sandboxes/{sid}/fork");
-    let ctx = caller(
-        &st,
-        &headers,
-        Method::POST,
-        "/v1/sandboxes/{id}/fork",
-        &path,
-    )
-    .await?;
+    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::POST, "/fork").await?;
     let b: ForkRequest = body(&bytes)?;
-    let parent = st.manager.get(&ctx, &sid).await?;
-    if super::view::state_of(parent.state).is_none() {
-        return Err(Error::not_found(format!("sandbox {sid} not found")).into());
-    }
     let labels = st.manager.labels(&sid).await?;
     let (_, children) = st.manager.fork(&ctx, &sid, b.count.unwrap_or(1)).await?;
     let mut out = Vec::with_capacity(children.len());
