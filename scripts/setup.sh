@@ -179,6 +179,20 @@ if ((TESTS)); then
     else
         log "Python client and test dependencies present"
     fi
+    # The pinned E2B SDKs (clients/e2b/python/requirements.txt) whose own
+    # tests, ported, run against the daemon (clients/e2b/python).
+    if ! "$VENV/bin/python" - "$REPO/clients/e2b/python/requirements.txt" <<'PY' 2>/dev/null; then
+import importlib.metadata as m, sys
+for line in open(sys.argv[1]):
+    name, _, version = line.strip().partition("==")
+    if name and m.version(name) != version:
+        sys.exit(1)
+PY
+        log "installing the pinned E2B SDKs into $VENV"
+        "$VENV/bin/python" -m pip install -q -r "$REPO/clients/e2b/python/requirements.txt"
+    else
+        log "E2B SDKs present"
+    fi
     # The Agents SDK's own tests (its sdist, cached in .cache/sdk_suite) for
     # clients/python/sdk_suite/run.py.
     "$VENV/bin/python" "$REPO/clients/python/sdk_suite/run.py" --fetch-only

@@ -136,6 +136,15 @@ suite e2b-js-microvm vitest "${STASIS_E2B_JS_MICROVM_TIMEOUT:-8m}" \
 # "# fail N" per backend.
 suite agents-sdk-ported-typescript tap "${STASIS_TS_SDK_SUITE_TIMEOUT:-15m}" \
     npm --prefix clients/typescript run sdk-suite
+# The E2B Python SDK's own control-plane tests, ported (clients/e2b/python):
+# everything on the process backend, the tests marked `microvm` on the
+# microVM one (all skipped without a guest image).
+suite e2b-python-process pytest "${STASIS_E2B_PY_TIMEOUT:-15m}" \
+    env STASIS_E2B_BACKEND=process "$REPO/.venv/bin/python" -m pytest \
+    -c clients/e2b/python/pytest.ini clients/e2b/python/tests -q
+suite e2b-python-microvm pytest "${STASIS_E2B_PY_MICROVM_TIMEOUT:-8m}" \
+    env STASIS_E2B_BACKEND=microvm "$REPO/.venv/bin/python" -m pytest \
+    -c clients/e2b/python/pytest.ini clients/e2b/python/tests -q
 rm -f "$log"
 # The source layout counts as one test: no Rust file over 850 lines, no import
 # circle between a crate's modules (scripts/layout-allow.txt names the known
