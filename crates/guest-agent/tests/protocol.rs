@@ -232,12 +232,18 @@ fn sessions_survive_reconnect() {
     c.session_read_until(&id, off, "42", Duration::from_secs(10));
     match c.reply(Request::SessionKill {
         session: id.clone(),
+        signal: None,
     }) {
         Reply::Session { info } => assert!(!info.running),
         r => panic!("{r:?}"),
     }
+    // A killed session stays listed, ended, with its exit status.
     match c.reply(Request::SessionList) {
-        Reply::Sessions { sessions } => assert!(sessions.iter().all(|s| s.id != id)),
+        Reply::Sessions { sessions } => {
+            let s = sessions.iter().find(|s| s.id == id).expect("still listed");
+            assert!(!s.running);
+            assert_eq!(s.exit_code, Some(128 + 9));
+        }
         r => panic!("{r:?}"),
     }
 }

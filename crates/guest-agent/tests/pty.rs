@@ -159,6 +159,9 @@ fn resizes_refused_with_codes() {
     });
     assert_eq!(error_code(r), "invalid_argument");
     for id in [piped.id, tty.id] {
-        c.reply(Request::SessionKill { session: id });
+        c.reply(Request::SessionKill {
+            session: id,
+            signal: None,
+        });
     }
 }
