@@ -442,6 +442,10 @@ async fn read_to_end(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_streams_apart_and_signals_reach_the_command() {
     use stasis_core::SessionSignal;
+    // As when the daemon runs as a background job of a script: SIGINT
+    // ignored, which the supervisor and the sessions would inherit.
+    // SAFETY: setting a disposition; the test runs no handler.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
     let e = env("sup-signal");
     let spec = e.create().await;
     let id = &spec.id;

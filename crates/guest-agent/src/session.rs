@@ -118,6 +118,7 @@ impl Sessions {
                 (vec![(Stream::Stdout, dup(&master)?)], Some((master, size)))
             }
             None => {
+                reset_interrupts(&mut cmd);
                 let (out_rd, out_wr) = pipe()?;
                 let (err_rd, err_wr) = pipe()?;
                 cmd.stdin(Stdio::piped())
@@ -301,6 +302,21 @@ fn pump(s: Arc<Session>, stream: Stream, mut rd: File) {
     }
     lock(&s.out).open -= 1;
     s.cv.notify_all();
+}
+
+/// Let SIGINT and SIGQUIT act on a session without a terminal (the agent
+/// may have been started with them ignored, which a child inherits), so an
+/// interrupt sent through the API reaches the command.
+fn reset_interrupts(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only signal(2), async-signal-safe, runs in the forked child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
 }
 
 /// A close-on-exec pipe: (read end, write end).

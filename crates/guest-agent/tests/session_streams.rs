@@ -26,7 +26,9 @@ fn connect(agent: &Arc<Agent>) -> Client<UnixStream> {
 /// Everything the session printed, once it ended.
 fn read_to_end(c: &mut Client<UnixStream>, id: &str) -> (Vec<u8>, Vec<u8>, Vec<u8>, Option<i32>) {
     let (mut all, mut out, mut err, mut offset) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    let t = std::time::Instant::now();
     loop {
+        assert!(t.elapsed() < Duration::from_secs(60), "session {id} never ended");
         let o: SessionOutput = match c.reply(Request::SessionRead {
             session: id.into(),
             offset,
@@ -71,6 +73,10 @@ fn stdout_and_stderr_come_apart_and_together() {
 
 #[test]
 fn an_interrupt_reaches_the_program_and_a_killed_session_stays_readable() {
+    // As when the agent runs as a background job of a script: SIGINT
+    // ignored, which its children would inherit.
+    // SAFETY: setting a disposition; the test runs no handler.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
     let agent = Arc::new(Agent::new());
     let mut c = connect(&agent);
     // Not trapped: ended by SIGINT, reported like a shell does (130).
