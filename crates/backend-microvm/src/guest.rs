@@ -350,5 +350,4 @@ mod tests {
         assert!(expect_killed(Reply::Ok).is_ok());
         assert!(expect_killed(Reply::Sessions { sessions: vec![] }).is_err());
     }
-
 }

@@ -46,7 +46,9 @@ use tokio::sync::Notify;
 
 use stasis_agent_proto::{asynch, Body, Frame, Reply, Request, PROTOCOL_VERSION};
 use stasis_core::session_output::OutputBuffer;
-use stasis_core::{Error, PtySize, Result, SessionInfo, SessionOutput, SessionSignal, SessionSpec, Stream};
+use stasis_core::{
+    Error, PtySize, Result, SessionInfo, SessionOutput, SessionSignal, SessionSpec, Stream,
+};
 
 use crate::cgroup::{Cgroups, SandboxCgroup};
 use crate::shim_proto::{ExecConfig, ExecStatus, InitConfig};
@@ -351,7 +353,12 @@ fn signal_session(pids: &[i32], shim_pid: i32, sig: i32) {
 /// spaces and parentheses, so fields are counted after the last `)`).
 fn parent_of(pid: i32) -> Option<i32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 fn error_reply(e: &Error) -> Reply {

@@ -397,7 +397,9 @@ async fn processes_leave_the_daemons_service_cgroup() {
             }
         }
     }
-    e.be.session_kill(&spec.id, &s.id, Default::default()).await.unwrap();
+    e.be.session_kill(&spec.id, &s.id, Default::default())
+        .await
+        .unwrap();
     e.be.destroy(&spec.id, &spec.dir).await.unwrap();
     for svc in &cgs.service {
         let d = svc.join(&e.parent).join(spec.id.as_str());
@@ -421,7 +423,10 @@ async fn read_to_end(
     let (mut out, mut err, mut all, mut off) = (Vec::new(), Vec::new(), Vec::new(), 0);
     let t = Instant::now();
     loop {
-        assert!(t.elapsed() < Duration::from_secs(30), "session {sid} never ended");
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "session {sid} never ended"
+        );
         let o = be.session_read(&spec.id, sid, off, wait()).await.unwrap();
         let (so, se) = o.split();
         out.extend(so);
@@ -450,11 +455,17 @@ async fn session_streams_apart_and_signals_reach_the_command() {
     let spec = e.create().await;
     let id = &spec.id;
     let s =
-        e.be.session_start(id, session(&["sh", "-c", "echo out1; echo err1 >&2; echo out2"]))
-            .await
-            .unwrap();
+        e.be.session_start(
+            id,
+            session(&["sh", "-c", "echo out1; echo err1 >&2; echo out2"]),
+        )
+        .await
+        .unwrap();
     let (out, err, all, code) = read_to_end(&e.be, &spec, &s.id).await;
-    assert_eq!((out.as_str(), err.as_str(), code), ("out1\nout2\n", "err1\n", Some(0)));
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("out1\nout2\n", "err1\n", Some(0))
+    );
     assert_eq!(all.len(), out.len() + err.len());
 
     let s =
@@ -462,14 +473,21 @@ async fn session_streams_apart_and_signals_reach_the_command() {
             .await
             .unwrap();
     read_until(&e.be, &spec, &s.id, 0, "ready").await;
-    e.be.session_kill(id, &s.id, SessionSignal::Int).await.unwrap();
+    e.be.session_kill(id, &s.id, SessionSignal::Int)
+        .await
+        .unwrap();
     let (_, _, all, code) = read_to_end(&e.be, &spec, &s.id).await;
     assert_eq!(code, Some(130), "{all}");
 
     let trap = "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 0.05; done";
-    let s = e.be.session_start(id, session(&["sh", "-c", trap])).await.unwrap();
+    let s =
+        e.be.session_start(id, session(&["sh", "-c", trap]))
+            .await
+            .unwrap();
     read_until(&e.be, &spec, &s.id, 0, "ready").await;
-    e.be.session_kill(id, &s.id, SessionSignal::Int).await.unwrap();
+    e.be.session_kill(id, &s.id, SessionSignal::Int)
+        .await
+        .unwrap();
     let (out, _, all, code) = read_to_end(&e.be, &spec, &s.id).await;
     assert_eq!(code, Some(7), "{all}");
     assert!(out.contains("caught"), "{out}");
@@ -479,7 +497,9 @@ async fn session_streams_apart_and_signals_reach_the_command() {
             .await
             .unwrap();
     read_until(&e.be, &spec, &s.id, 0, "before").await;
-    e.be.session_kill(id, &s.id, SessionSignal::Kill).await.unwrap();
+    e.be.session_kill(id, &s.id, SessionSignal::Kill)
+        .await
+        .unwrap();
     let (_, _, all, code) = read_to_end(&e.be, &spec, &s.id).await;
     assert_eq!((all.as_str(), code), ("before\n", Some(137)));
     e.be.destroy(id, &spec.dir).await.unwrap();

@@ -101,7 +101,8 @@ impl SessionOutput {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let mut at = self.offset;
         let end = self.offset + self.data.len() as u64;
-        let slice = |a: u64, b: u64| &self.data[(a - self.offset) as usize..(b - self.offset) as usize];
+        let slice =
+            |a: u64, b: u64| &self.data[(a - self.offset) as usize..(b - self.offset) as usize];
         for r in &self.stderr {
             let (a, b) = (r[0].clamp(at, end), r[1].clamp(at, end));
             out.extend_from_slice(slice(at, a));
@@ -132,7 +133,11 @@ mod tests {
     fn windows_split_into_the_streams_they_came_from() {
         let mut chunks = Vec::new();
         for i in 0..200u32 {
-            let s = if (i * 7) % 3 == 0 { Stream::Stderr } else { Stream::Stdout };
+            let s = if (i * 7) % 3 == 0 {
+                Stream::Stderr
+            } else {
+                Stream::Stdout
+            };
             let len = (i % 13) as usize;
             chunks.push((s, (0..len).map(|j| (i as usize * 31 + j) as u8).collect()));
         }
@@ -187,7 +192,10 @@ mod signal_tests {
     #[test]
     fn signal_names_parse_with_or_without_sig_and_round_trip_numbers() {
         assert_eq!(SessionSignal::parse("INT").unwrap().number(), 2);
-        assert_eq!(SessionSignal::parse("sigterm").unwrap(), SessionSignal::Term);
+        assert_eq!(
+            SessionSignal::parse("sigterm").unwrap(),
+            SessionSignal::Term
+        );
         assert_eq!(SessionSignal::parse("Hup").unwrap().number(), 1);
         assert!(SessionSignal::parse("STOP").is_err());
         assert!(SessionSignal::parse("9").is_err());

@@ -242,9 +242,12 @@ impl Sessions {
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
         }
-        Ok(g
-            .buf
-            .read(offset, READ_LIMIT, g.exit.is_none(), g.exit.and_then(exit_code)))
+        Ok(g.buf.read(
+            offset,
+            READ_LIMIT,
+            g.exit.is_none(),
+            g.exit.and_then(exit_code),
+        ))
     }
 
     pub fn list(&self) -> Vec<SessionInfo> {

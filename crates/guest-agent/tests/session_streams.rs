@@ -6,8 +6,8 @@ mod common;
 
 use common::Client;
 use stasis_agent_proto::{Reply, Request, FEATURE_SESSION_SIGNAL};
-use stasis_guest_agent::{port, Agent};
 use stasis_core::SessionOutput;
+use stasis_guest_agent::{port, Agent};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +28,10 @@ fn read_to_end(c: &mut Client<UnixStream>, id: &str) -> (Vec<u8>, Vec<u8>, Vec<u
     let (mut all, mut out, mut err, mut offset) = (Vec::new(), Vec::new(), Vec::new(), 0);
     let t = std::time::Instant::now();
     loop {
-        assert!(t.elapsed() < Duration::from_secs(60), "session {id} never ended");
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "session {id} never ended"
+        );
         let o: SessionOutput = match c.reply(Request::SessionRead {
             session: id.into(),
             offset,
