@@ -468,39 +468,32 @@ async fn session_streams_apart_and_signals_reach_the_command() {
     );
     assert_eq!(all.len(), out.len() + err.len());
 
-    let s =
-        e.be.session_start(id, session(&["sh", "-c", "echo ready; exec sleep 1000"]))
-            .await
-            .unwrap();
-    read_until(&e.be, &spec, &s.id, 0, "ready").await;
-    e.be.session_kill(id, &s.id, SessionSignal::Int)
-        .await
-        .unwrap();
-    let (_, _, all, code) = read_to_end(&e.be, &spec, &s.id).await;
+    // Start `script`, wait for its `marker`, send `sig`, read it to its end.
+    let signalled = |script: &'static str, marker: &'static str, sig: SessionSignal| {
+        let (e, spec) = (&e, &spec);
+        async move {
+            let s =
+                e.be.session_start(&spec.id, session(&["sh", "-c", script]))
+                    .await
+                    .unwrap();
+            read_until(&e.be, spec, &s.id, 0, marker).await;
+            e.be.session_kill(&spec.id, &s.id, sig).await.unwrap();
+            read_to_end(&e.be, spec, &s.id).await
+        }
+    };
+    let (_, _, all, code) =
+        signalled("echo ready; exec sleep 1000", "ready", SessionSignal::Int).await;
     assert_eq!(code, Some(130), "{all}");
-
     let trap = "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 0.05; done";
-    let s =
-        e.be.session_start(id, session(&["sh", "-c", trap]))
-            .await
-            .unwrap();
-    read_until(&e.be, &spec, &s.id, 0, "ready").await;
-    e.be.session_kill(id, &s.id, SessionSignal::Int)
-        .await
-        .unwrap();
-    let (out, _, all, code) = read_to_end(&e.be, &spec, &s.id).await;
+    let (out, _, all, code) = signalled(trap, "ready", SessionSignal::Int).await;
     assert_eq!(code, Some(7), "{all}");
     assert!(out.contains("caught"), "{out}");
-
-    let s =
-        e.be.session_start(id, session(&["sh", "-c", "echo before; exec sleep 1000"]))
-            .await
-            .unwrap();
-    read_until(&e.be, &spec, &s.id, 0, "before").await;
-    e.be.session_kill(id, &s.id, SessionSignal::Kill)
-        .await
-        .unwrap();
-    let (_, _, all, code) = read_to_end(&e.be, &spec, &s.id).await;
+    let (_, _, all, code) = signalled(
+        "echo before; exec sleep 1000",
+        "before",
+        SessionSignal::Kill,
+    )
+    .await;
     assert_eq!((all.as_str(), code), ("before\n", Some(137)));
     e.be.destroy(id, &spec.dir).await.unwrap();
     e.cleanup_parent();

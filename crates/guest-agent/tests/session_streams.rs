@@ -4,24 +4,13 @@
 
 mod common;
 
-use common::Client;
+use common::{connect, Client};
 use stasis_agent_proto::{Reply, Request, FEATURE_SESSION_SIGNAL};
 use stasis_core::SessionOutput;
-use stasis_guest_agent::{port, Agent};
+use stasis_guest_agent::Agent;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::Duration;
-
-fn connect(agent: &Arc<Agent>) -> Client<UnixStream> {
-    let (a, b) = UnixStream::pair().unwrap();
-    let agent = agent.clone();
-    std::thread::spawn(move || {
-        let f = std::fs::File::from(std::os::fd::OwnedFd::from(b));
-        port::serve(agent, f, port::OnEof::Return).unwrap();
-    });
-    a.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    Client::new(a)
-}
 
 /// Everything the session printed, once it ended.
 fn read_to_end(c: &mut Client<UnixStream>, id: &str) -> (Vec<u8>, Vec<u8>, Vec<u8>, Option<i32>) {
