@@ -16,7 +16,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import httpx
 import pytest
@@ -49,7 +49,8 @@ def backend_params() -> list:
 
 
 class Daemon:
-    def __init__(self) -> None:
+    def __init__(self, extra_args: Sequence[str] = ()) -> None:
+        self.extra_args = list(extra_args)
         self.dir = Path(tempfile.mkdtemp(prefix="stasis-py-"))
         self.cgroup_parent = f"stasis-py-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.proc: Optional[subprocess.Popen[bytes]] = None
@@ -78,6 +79,7 @@ class Daemon:
         if microvm_image() is not None:
             # STASIS_IMAGE_DIR names one image ("default"); the daemon wants its parent.
             cmd += ["--images", str(Path(microvm_image()).parent)]
+        cmd += self.extra_args
         self.proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env={**os.environ, "RUST_LOG": "info"}
         )
@@ -177,10 +179,10 @@ def cleanup_cgroups(parent: str) -> None:
                 pass
 
 
-def running_daemon() -> Iterator[Daemon]:
+def running_daemon(extra_args: Sequence[str] = ()) -> Iterator[Daemon]:
     """A started daemon; on exit, what the tests left is destroyed (so no
     sandbox process outlives the daemon) and the daemon stopped."""
-    d = Daemon()
+    d = Daemon(extra_args)
     d.start()
     try:
         yield d

@@ -45,6 +45,9 @@ pub const BINARY_FLAG: u32 = 0x8000_0000;
 /// writes at an offset (`WriteFile::offset`), so chunks can be in flight
 /// together.
 pub const FEATURE_BINARY: &str = "binary_frames";
+/// The agent sends `SessionKill::signal` instead of always killing, keeps a
+/// killed session readable, and reports stderr ranges in session output.
+pub const FEATURE_SESSION_SIGNAL: &str = "session_signal";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -141,8 +144,14 @@ pub enum Request {
         session: String,
         size: PtySize,
     },
+    /// Kill the session's process tree (no `signal`, or 9), or send
+    /// `signal` to the session's process group (agents advertising
+    /// [`FEATURE_SESSION_SIGNAL`]; older ones ignore it and kill). The
+    /// session stays readable (output, exit status) after it ended.
     SessionKill {
         session: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signal: Option<i32>,
     },
     /// Flush filesystem buffers (before a snapshot).
     Sync,

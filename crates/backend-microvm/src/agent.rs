@@ -10,7 +10,8 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::sync::{mpsc, oneshot};
 
 use stasis_agent_proto::{
-    asynch, encode_as, Body, Event, Frame, Reply, Request, FEATURE_BINARY, PROTOCOL_VERSION,
+    asynch, encode_as, Body, Event, Frame, Reply, Request, FEATURE_BINARY, FEATURE_SESSION_SIGNAL,
+    PROTOCOL_VERSION,
 };
 use stasis_backend::ExecChunk;
 use stasis_core::{Error, ErrorCode, Result};
@@ -34,6 +35,9 @@ pub struct AgentConn {
     /// The agent's hello advertised binary frames: file data goes raw (an
     /// older agent, e.g. one resumed from an older snapshot, gets JSON).
     binary: AtomicBool,
+    /// The agent's hello advertised `session_signal` (signals other than
+    /// KILL, killed sessions kept readable).
+    session_signal: AtomicBool,
 }
 
 /// Map an agent `Reply::Error` to a stasis error with the same code.
@@ -98,11 +102,17 @@ impl AgentConn {
             closed,
             reader,
             binary: AtomicBool::new(false),
+            session_signal: AtomicBool::new(false),
         }))
     }
 
     pub fn is_closed(&self) -> bool {
         self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Whether the agent delivers session signals (see `hello`).
+    pub fn session_signal(&self) -> bool {
+        self.session_signal.load(Ordering::SeqCst)
     }
 
     /// Whether file data travels in binary frames (see `hello`).
@@ -222,6 +232,8 @@ impl AgentConn {
                 }
                 let binary = features.iter().any(|f| f == FEATURE_BINARY);
                 self.binary.store(binary, Ordering::SeqCst);
+                let signal = features.iter().any(|f| f == FEATURE_SESSION_SIGNAL);
+                self.session_signal.store(signal, Ordering::SeqCst);
                 Ok(boot_id)
             }
             other => Err(Error::backend(format!(

@@ -10,7 +10,9 @@ use tokio::sync::mpsc;
 
 use stasis_agent_proto::{Reply, Request};
 use stasis_backend::ExecChunk;
-use stasis_core::{Error, ErrorCode, ExecRequest, PtySize, Result, SessionInfo, SessionSpec};
+use stasis_core::{
+    Error, ErrorCode, ExecRequest, PtySize, Result, SessionInfo, SessionSignal, SessionSpec,
+};
 
 use crate::agent::AgentConn;
 use crate::boundary;
@@ -273,11 +275,42 @@ pub(crate) async fn session_start(
     if want_pty && info.pty.is_none() {
         let kill = Request::SessionKill {
             session: info.id.clone(),
+            signal: None,
         };
         let _ = call(b, vm, kill, None, Duration::ZERO).await;
         return Err(too_old(vm));
     }
     Ok(info)
+}
+
+/// Send `signal` to a session. An agent from before signals (it would kill
+/// whatever was asked) gets only KILL; anything else is refused.
+pub(crate) async fn session_kill(
+    b: &MicrovmBackend,
+    vm: &Vm,
+    session: &str,
+    signal: SessionSignal,
+) -> Result<()> {
+    if signal != SessionSignal::Kill && !agent_of(b, vm).await?.session_signal() {
+        return Err(Error::unsupported(format!(
+            "the guest image {:?} has an agent too old to send {signal:?} to a session; rebuild it (scripts/build-guest-image.sh)",
+            vm.image.name
+        )));
+    }
+    let req = Request::SessionKill {
+        session: session.to_string(),
+        signal: Some(signal.number()),
+    };
+    expect_killed(call(b, vm, req, None, Duration::ZERO).await?)
+}
+
+/// The agent answers a kill with the session as it left it (older agents
+/// with a bare `Ok`); either is a success.
+fn expect_killed(r: Reply) -> Result<()> {
+    match r {
+        Reply::Ok | Reply::Session { .. } => Ok(()),
+        other => expect_ok(other),
+    }
 }
 
 pub(crate) async fn session_resize(
@@ -295,5 +328,26 @@ pub(crate) async fn session_resize(
         Ok(r) => expect_ok(r),
         Err(e) if e.message.contains("unknown variant `session_resize`") => Err(too_old(vm)),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kill_answered_with_the_session_is_a_success() {
+        let info = stasis_core::SessionInfo {
+            id: "s1".into(),
+            argv: vec!["sh".into()],
+            running: false,
+            exit_code: Some(137),
+            started_at_ms: 0,
+            output_end: 0,
+            pty: None,
+        };
+        assert!(expect_killed(Reply::Session { info }).is_ok());
+        assert!(expect_killed(Reply::Ok).is_ok());
+        assert!(expect_killed(Reply::Sessions { sessions: vec![] }).is_err());
     }
 }

@@ -425,19 +425,14 @@ impl Backend for MicrovmBackend {
         }
     }
 
-    async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()> {
+    async fn session_kill(
+        &self,
+        id: &SandboxId,
+        session: &str,
+        signal: stasis_core::SessionSignal,
+    ) -> Result<()> {
         let vm = state::vm(self, id)?;
-        let r = guest::call(
-            self,
-            &vm,
-            Request::SessionKill {
-                session: session.to_string(),
-            },
-            None,
-            Duration::ZERO,
-        )
-        .await?;
-        expect_killed(r)
+        guest::session_kill(self, &vm, session, signal).await
     }
 
     async fn connect_port(&self, id: &SandboxId, port: u16) -> Result<tokio::net::TcpStream> {
@@ -669,34 +664,9 @@ impl Backend for MicrovmBackend {
     }
 }
 
-/// The agent answers a kill with the session as it left it (older agents
-/// with a bare `Ok`); either means the session is gone.
-fn expect_killed(r: Reply) -> Result<()> {
-    match r {
-        Reply::Ok | Reply::Session { .. } => Ok(()),
-        other => expect_ok(other),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_kill_answered_with_the_session_is_a_success() {
-        let info = stasis_core::SessionInfo {
-            id: "s1".into(),
-            argv: vec!["sh".into()],
-            running: false,
-            exit_code: Some(137),
-            started_at_ms: 0,
-            output_end: 0,
-            pty: None,
-        };
-        assert!(expect_killed(Reply::Session { info }).is_ok());
-        assert!(expect_killed(Reply::Ok).is_ok());
-        assert!(expect_killed(Reply::Sessions { sessions: vec![] }).is_err());
-    }
 
     #[tokio::test]
     async fn unknown_sandbox_calls_are_refused_and_destroy_is_idempotent() {

@@ -202,9 +202,14 @@ impl Backend for ProcessBackend {
         session::list(&sb).await
     }
 
-    async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()> {
+    async fn session_kill(
+        &self,
+        id: &SandboxId,
+        session: &str,
+        signal: stasis_core::SessionSignal,
+    ) -> Result<()> {
         let sb = self.get(id)?;
-        session::kill(&sb, session).await
+        session::kill(&sb, session, signal).await
     }
 
     async fn connect_port(&self, id: &SandboxId, port: u16) -> Result<tokio::net::TcpStream> {

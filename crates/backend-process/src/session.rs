@@ -129,10 +129,15 @@ pub(crate) async fn resize(sb: &Sandbox, session: &str, size: PtySize) -> Result
     }
 }
 
-pub(crate) async fn kill(sb: &Sandbox, session: &str) -> Result<()> {
+pub(crate) async fn kill(
+    sb: &Sandbox,
+    session: &str,
+    signal: stasis_core::SessionSignal,
+) -> Result<()> {
     sb.pid().await?;
     let req = Request::SessionKill {
         session: session.to_string(),
+        signal: Some(signal.number()),
     };
     match sb.supervisor_call(req, Duration::ZERO).await? {
         Reply::Ok => Ok(()),

@@ -20,7 +20,8 @@
 //! sessions in a microVM. A session started with a PTY gets a terminal
 //! ([`crate::pty`]): the supervisor keeps its master, the session's
 //! shim gets the slave as its controlling terminal. Each session runs through the `exec` shim in its own cgroup
-//! leaf; its output (stderr merged into stdout) is buffered here, the last
+//! leaf; its output (stdout and stderr on two pipes, kept as one combined
+//! window with the stderr ranges marked: [`OutputBuffer`]) is buffered here, the last
 //! `session_buffer` bytes kept (older output dropped, offsets keep growing),
 //! so output produced while no daemon is attached is read later. A session's
 //! environment (possibly secrets) travels over the socket and to its shim in
@@ -31,7 +32,7 @@
 //! sandbox's cgroup and then the supervisor's.
 
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -44,7 +45,10 @@ use tokio::process::{ChildStdin, Command};
 use tokio::sync::Notify;
 
 use stasis_agent_proto::{asynch, Body, Frame, Reply, Request, PROTOCOL_VERSION};
-use stasis_core::{Error, PtySize, Result, SessionInfo, SessionOutput, SessionSpec};
+use stasis_core::session_output::OutputBuffer;
+use stasis_core::{
+    Error, PtySize, Result, SessionInfo, SessionOutput, SessionSignal, SessionSpec, Stream,
+};
 
 use crate::cgroup::{Cgroups, SandboxCgroup};
 use crate::shim_proto::{ExecConfig, ExecStatus, InitConfig};
@@ -253,8 +257,7 @@ struct Sup {
 }
 
 struct SessBuf {
-    data: VecDeque<u8>,
-    start: u64,
+    out: OutputBuffer,
     running: bool,
     exit_code: Option<i32>,
 }
@@ -264,6 +267,11 @@ struct Session {
     argv: Vec<String>,
     started_at_ms: i64,
     leaf: String,
+    /// Host pid of the session's `exec` shim (its child is the command).
+    shim_pid: Option<i32>,
+    /// Ended by a kill of its whole leaf (the shim too, so it recorded
+    /// nothing): reported as a SIGKILL (137), as the guest agent does.
+    killed: std::sync::atomic::AtomicBool,
     stdin: tokio::sync::Mutex<Option<Input>>,
     /// The terminal's current size (sessions with a PTY only).
     pty: Mutex<Option<PtySize>>,
@@ -298,7 +306,7 @@ impl Session {
             running: b.running,
             exit_code: b.exit_code,
             started_at_ms: self.started_at_ms,
-            output_end: b.start + b.data.len() as u64,
+            output_end: b.out.end(),
             pty: *self.pty.lock().unwrap(),
         }
     }
@@ -314,34 +322,43 @@ impl Session {
     }
 
     /// Append output, keeping at most `cap` bytes (oldest dropped).
-    fn push(&self, data: &[u8], cap: usize) {
-        let mut b = self.buf.lock().unwrap();
-        push_bounded(&mut b, data, cap);
-        drop(b);
+    fn push(&self, stream: Stream, data: &[u8], cap: usize) {
+        self.buf.lock().unwrap().out.push(stream, data, cap);
         self.notify.notify_waiters();
     }
 }
 
-fn push_bounded(b: &mut SessBuf, data: &[u8], cap: usize) {
-    b.data.extend(data);
-    let excess = b.data.len().saturating_sub(cap);
-    if excess > 0 {
-        b.data.drain(..excess);
-        b.start += excess as u64;
+fn read_from(b: &SessBuf, offset: u64) -> SessionOutput {
+    b.out.read(offset, usize::MAX, b.running, b.exit_code)
+}
+
+/// Send `sig` to a session's command (the `exec` shim's child in the
+/// session's leaf) and its process group: what a ^C on a terminal does to
+/// the foreground job. The shim itself is left alone, so it still records
+/// how the command ended.
+fn signal_session(pids: &[i32], shim_pid: i32, sig: i32) {
+    for &pid in pids {
+        if parent_of(pid) == Some(shim_pid) {
+            // SAFETY: kill(2) on a process (and its group: it called setsid)
+            // of this sandbox's session leaf.
+            unsafe {
+                libc::kill(-pid, sig);
+                libc::kill(pid, sig);
+            }
+        }
     }
 }
 
-fn read_from(b: &SessBuf, offset: u64) -> SessionOutput {
-    let end = b.start + b.data.len() as u64;
-    let from = offset.clamp(b.start, end);
-    let skip = (from - b.start) as usize;
-    SessionOutput {
-        offset: from,
-        data: b.data.iter().skip(skip).copied().collect(),
-        next_offset: end,
-        running: b.running,
-        exit_code: b.exit_code,
-    }
+/// The parent pid of `pid` (from `/proc/<pid>/stat`; the name in it may hold
+/// spaces and parentheses, so fields are counted after the last `)`).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
 }
 
 fn error_reply(e: &Error) -> Reply {
@@ -424,7 +441,7 @@ impl Sup {
                     notified.as_mut().enable();
                     {
                         let b = s.buf.lock().unwrap();
-                        let end = b.start + b.data.len() as u64;
+                        let end = b.out.end();
                         if end > offset || !b.running || tokio::time::Instant::now() >= deadline {
                             break read_from(&b, offset);
                         }
@@ -459,8 +476,16 @@ impl Sup {
                 *s.pty.lock().unwrap() = Some(size);
                 Reply::Ok
             }
-            Request::SessionKill { session } => {
+            Request::SessionKill { session, signal } => {
                 let s = self.session(&session)?;
+                let sig = SessionSignal::from_number(signal.unwrap_or(9))?;
+                if sig != SessionSignal::Kill {
+                    if let Some(shim) = s.shim_pid {
+                        signal_session(&self.cg.procs(&s.leaf), shim, sig.number());
+                    }
+                    return Ok(Reply::Ok);
+                }
+                s.killed.store(true, std::sync::atomic::Ordering::SeqCst);
                 let (cg, leaf) = (self.cg.clone(), s.leaf.clone());
                 tokio::task::spawn_blocking(move || cg.kill(&leaf))
                     .await
@@ -505,7 +530,7 @@ impl Sup {
             env: spec.env.into_iter().collect(),
             cwd: spec.cwd.unwrap_or_else(|| "/".into()),
             status_path: status_path.clone(),
-            merge_stderr: true,
+            merge_stderr: false,
             pty: term.is_some(),
             init_cgroup: crate::launch::init_cgroup_marker(&self.cg),
             user: spec.user.clone(),
@@ -529,7 +554,7 @@ impl Sup {
             None => {
                 cmd.stdin(Stdio::piped())
                     .stdout(Stdio::piped())
-                    .stderr(Stdio::null());
+                    .stderr(Stdio::piped());
             }
         }
         let spawned = cmd.spawn();
@@ -567,11 +592,12 @@ impl Sup {
             argv: spec.argv,
             started_at_ms: now,
             leaf,
+            shim_pid: child.id().map(|p| p as i32),
+            killed: Default::default(),
             stdin: tokio::sync::Mutex::new(input),
             pty: Mutex::new(spec.pty),
             buf: Mutex::new(SessBuf {
-                data: VecDeque::new(),
-                start: 0,
+                out: OutputBuffer::new(),
                 running: true,
                 exit_code: None,
             }),
@@ -579,34 +605,30 @@ impl Sup {
         });
         let cap = self.cfg.session_buffer;
         let s2 = session.clone();
-        let reader = match master {
-            Some(m) => tokio::spawn(async move {
+        let readers = match master {
+            Some(m) => vec![tokio::spawn(async move {
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
                     match m.read(&mut buf).await {
                         Ok(0) | Err(_) => break,
-                        Ok(n) => s2.push(&buf[..n], cap),
+                        Ok(n) => s2.push(Stream::Stdout, &buf[..n], cap),
                     }
                 }
-            }),
+            })],
             None => {
-                let mut stdout = child.stdout.take().expect("piped stdout");
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    loop {
-                        match stdout.read(&mut buf).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(n) => s2.push(&buf[..n], cap),
-                        }
-                    }
-                })
+                let out = child.stdout.take().expect("piped stdout");
+                let err = child.stderr.take().expect("piped stderr");
+                vec![
+                    pump(s2.clone(), Stream::Stdout, out, cap),
+                    pump(s2, Stream::Stderr, err, cap),
+                ]
             }
         };
         let s3 = session.clone();
         let cg = self.cg.clone();
         tokio::spawn(async move {
             let _ = child.wait().await;
-            crate::launch::drain(&cg, &s3.leaf, vec![reader]).await;
+            crate::launch::drain(&cg, &s3.leaf, readers).await;
             let status: Option<ExecStatus> = tokio::fs::read(&status_path)
                 .await
                 .ok()
@@ -615,9 +637,10 @@ impl Sup {
                 Some(ExecStatus::Exited(c)) => Some(c),
                 Some(ExecStatus::Signaled(s)) => Some(128 + s),
                 Some(ExecStatus::Exec(c, msg)) => {
-                    s3.push(format!("stasis: {msg}\n").as_bytes(), cap);
+                    s3.push(Stream::Stderr, format!("stasis: {msg}\n").as_bytes(), cap);
                     Some(c)
                 }
+                _ if s3.killed.load(std::sync::atomic::Ordering::SeqCst) => Some(128 + 9),
                 _ => None,
             };
             s3.finish(code);
@@ -633,41 +656,34 @@ impl Sup {
     }
 }
 
+/// Copy one output pipe of a session into its buffer until EOF.
+fn pump(
+    s: Arc<Session>,
+    stream: Stream,
+    mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    cap: usize,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match rd.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => s.push(stream, &buf[..n], cap),
+            }
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn buf() -> SessBuf {
-        SessBuf {
-            data: VecDeque::new(),
-            start: 0,
-            running: true,
-            exit_code: None,
-        }
-    }
-
-    /// Whatever the chunking, the buffer keeps exactly the last `cap` bytes
-    /// and offsets count every byte ever produced.
     #[test]
-    fn buffer_keeps_the_newest_bytes_at_absolute_offsets() {
-        let all: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        for cap in [1usize, 7, 100, 4096, 20_000] {
-            for chunk in [1usize, 3, 64, 999, 10_000] {
-                let mut b = buf();
-                for c in all.chunks(chunk) {
-                    push_bounded(&mut b, c, cap);
-                }
-                let kept = all.len().min(cap);
-                assert_eq!(b.data.len(), kept, "cap {cap} chunk {chunk}");
-                assert_eq!(b.start as usize, all.len() - kept);
-                let out = read_from(&b, 0);
-                assert_eq!(out.offset, b.start, "a read before the window starts at it");
-                assert_eq!(out.data, all[all.len() - kept..]);
-                assert_eq!(out.next_offset as usize, all.len());
-                let mid = (all.len() - kept / 2) as u64;
-                assert_eq!(read_from(&b, mid).data, all[mid as usize..]);
-                assert!(read_from(&b, u64::MAX).data.is_empty());
-            }
-        }
+    fn parent_of_reads_the_ppid_after_the_command_name() {
+        assert_eq!(
+            parent_of(std::process::id() as i32),
+            Some(std::os::unix::process::parent_id() as i32)
+        );
+        assert_eq!(parent_of(i32::MAX), None);
     }
 }

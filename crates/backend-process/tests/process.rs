@@ -350,7 +350,9 @@ async fn python_session_keeps_state() {
         .unwrap();
     let o = e.be.session_read(id, &s2.id, 0, wait()).await.unwrap();
     assert_eq!(o.data, b"42\n");
-    e.be.session_kill(id, &s2.id).await.unwrap();
+    e.be.session_kill(id, &s2.id, Default::default())
+        .await
+        .unwrap();
     let o =
         e.be.session_read(id, &s2.id, o.next_offset, wait())
             .await

@@ -397,7 +397,9 @@ async fn processes_leave_the_daemons_service_cgroup() {
             }
         }
     }
-    e.be.session_kill(&spec.id, &s.id).await.unwrap();
+    e.be.session_kill(&spec.id, &s.id, Default::default())
+        .await
+        .unwrap();
     e.be.destroy(&spec.id, &spec.dir).await.unwrap();
     for svc in &cgs.service {
         let d = svc.join(&e.parent).join(spec.id.as_str());
@@ -409,5 +411,90 @@ async fn processes_leave_the_daemons_service_cgroup() {
         assert!(!d.exists(), "{} left behind", d.display());
     }
     assert!(e.cgroup_dirs().is_empty(), "{:?}", e.cgroup_dirs());
+    e.cleanup_parent();
+}
+
+/// Everything a session printed once it ended: (stdout, stderr, combined, exit).
+async fn read_to_end(
+    be: &ProcessBackend,
+    spec: &SandboxSpec,
+    sid: &str,
+) -> (String, String, String, Option<i32>) {
+    let (mut out, mut err, mut all, mut off) = (Vec::new(), Vec::new(), Vec::new(), 0);
+    let t = Instant::now();
+    loop {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "session {sid} never ended"
+        );
+        let o = be.session_read(&spec.id, sid, off, wait()).await.unwrap();
+        let (so, se) = o.split();
+        out.extend(so);
+        err.extend(se);
+        all.extend(&o.data);
+        off = o.next_offset;
+        if !o.running && o.data.is_empty() {
+            let s = |b: Vec<u8>| String::from_utf8_lossy(&b).into_owned();
+            return (s(out), s(err), s(all), o.exit_code);
+        }
+    }
+}
+
+/// A session without a terminal reports stdout and stderr apart (and
+/// still together), and a signal reaches its command: an untrapped ^C ends
+/// it with 130, a trapped one runs the program's handler; a killed session
+/// keeps its output and status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_streams_apart_and_signals_reach_the_command() {
+    use stasis_core::SessionSignal;
+    // As when the daemon runs as a background job of a script: SIGINT
+    // ignored, which the supervisor and the sessions would inherit.
+    // SAFETY: setting a disposition; the test runs no handler.
+    unsafe { libc::signal(libc::SIGINT, libc::SIG_IGN) };
+    let e = env("sup-signal");
+    let spec = e.create().await;
+    let id = &spec.id;
+    let s =
+        e.be.session_start(
+            id,
+            session(&["sh", "-c", "echo out1; echo err1 >&2; echo out2"]),
+        )
+        .await
+        .unwrap();
+    let (out, err, all, code) = read_to_end(&e.be, &spec, &s.id).await;
+    assert_eq!(
+        (out.as_str(), err.as_str(), code),
+        ("out1\nout2\n", "err1\n", Some(0))
+    );
+    assert_eq!(all.len(), out.len() + err.len());
+
+    // Start `script`, wait for its `marker`, send `sig`, read it to its end.
+    let signalled = |script: &'static str, marker: &'static str, sig: SessionSignal| {
+        let (e, spec) = (&e, &spec);
+        async move {
+            let s =
+                e.be.session_start(&spec.id, session(&["sh", "-c", script]))
+                    .await
+                    .unwrap();
+            read_until(&e.be, spec, &s.id, 0, marker).await;
+            e.be.session_kill(&spec.id, &s.id, sig).await.unwrap();
+            read_to_end(&e.be, spec, &s.id).await
+        }
+    };
+    let (_, _, all, code) =
+        signalled("echo ready; exec sleep 1000", "ready", SessionSignal::Int).await;
+    assert_eq!(code, Some(130), "{all}");
+    let trap = "trap 'echo caught; exit 7' INT; echo ready; while :; do sleep 0.05; done";
+    let (out, _, all, code) = signalled(trap, "ready", SessionSignal::Int).await;
+    assert_eq!(code, Some(7), "{all}");
+    assert!(out.contains("caught"), "{out}");
+    let (_, _, all, code) = signalled(
+        "echo before; exec sleep 1000",
+        "before",
+        SessionSignal::Kill,
+    )
+    .await;
+    assert_eq!((all.as_str(), code), ("before\n", Some(137)));
+    e.be.destroy(id, &spec.dir).await.unwrap();
     e.cleanup_parent();
 }

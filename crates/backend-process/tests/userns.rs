@@ -247,7 +247,9 @@ async fn root_inside_is_an_unprivileged_host_uid_without_host_powers() {
     let r = run(&e, &spec, sh("cat /etc/shadow 2>&1")).await;
     assert!(out(&r).contains("No such file"), "{}", out(&r));
 
-    e.be.session_kill(id, &s.id).await.unwrap();
+    e.be.session_kill(id, &s.id, Default::default())
+        .await
+        .unwrap();
     e.be.destroy(&spec.id, &spec.dir).await.unwrap();
     e.be.destroy(&other.id, &other.dir).await.unwrap();
     e.cleanup_parent();
@@ -384,7 +386,9 @@ async fn sandbox_works_normally_in_its_user_namespace() {
         .await
         .unwrap();
     read_until(&e.be, &spec, &s.id, "val 42").await;
-    e.be.session_kill(id, &s.id).await.unwrap();
+    e.be.session_kill(id, &s.id, Default::default())
+        .await
+        .unwrap();
 
     // A filesystem-only pause and resume (rebuild) keeps the mapping.
     let paused2 = e.tmp.path().join("paused2");

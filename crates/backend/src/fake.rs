@@ -450,6 +450,7 @@ impl Backend for FakeBackend {
                     next_offset: s.output.len() as u64,
                     running: s.running,
                     exit_code: s.exit_code,
+                    stderr: Vec::new(),
                 })
             })?;
             if !out.data.is_empty() || !out.running || Instant::now() >= deadline {
@@ -470,13 +471,22 @@ impl Backend for FakeBackend {
         })
     }
 
-    async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()> {
+    async fn session_kill(
+        &self,
+        id: &SandboxId,
+        session: &str,
+        signal: stasis_core::SessionSignal,
+    ) -> Result<()> {
         self.step("session_kill").await?;
         self.with_running(id, |sb| {
             let s = sb
                 .sessions
                 .get_mut(session)
                 .ok_or_else(|| Error::not_found(format!("session {session}")))?;
+            // Fake sessions do not trap signals: any ends them as a shell reports.
+            if s.running {
+                s.exit_code = Some(128 + signal.number());
+            }
             s.running = false;
             Ok(())
         })

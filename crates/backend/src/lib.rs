@@ -327,7 +327,14 @@ pub trait Backend: Send + Sync + 'static {
 
     async fn session_list(&self, id: &SandboxId) -> Result<Vec<SessionInfo>>;
 
-    async fn session_kill(&self, id: &SandboxId, session: &str) -> Result<()>;
+    /// Send `signal` to the session (KILL: its whole process tree). An ended
+    /// session stays readable: its output and exit status.
+    async fn session_kill(
+        &self,
+        id: &SandboxId,
+        session: &str,
+        signal: stasis_core::SessionSignal,
+    ) -> Result<()>;
 
     /// Change the terminal size of a session started with a PTY.
     async fn session_resize(&self, _id: &SandboxId, _session: &str, _size: PtySize) -> Result<()> {

@@ -412,7 +412,9 @@ async fn sessions_files_and_usage_go_through_to_the_backend() {
         .unwrap();
     assert_eq!(out.data, b"hello");
     assert_eq!(m.session_list(&ctx(), &rec.id).await.unwrap().len(), 1);
-    m.session_kill(&ctx(), &rec.id, &s.id).await.unwrap();
+    m.session_kill(&ctx(), &rec.id, &s.id, Default::default())
+        .await
+        .unwrap();
     let u = m.usage(&ctx(), &rec.id).await.unwrap();
     assert!(u.host_processes == 1 && u.rss_bytes > 0);
     // Over the manager's file limit: refused before the backend is asked.

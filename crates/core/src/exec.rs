@@ -167,6 +167,58 @@ pub struct PtySize {
     pub rows: u16,
 }
 
+/// A signal a client may send to a session (`DELETE .../sessions/{s}?signal=INT`):
+/// `INT` is a ^C for a command without a terminal, `KILL` (the default)
+/// ends the session's whole process tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum SessionSignal {
+    Hup,
+    Int,
+    Quit,
+    #[default]
+    Kill,
+    Usr1,
+    Usr2,
+    Term,
+}
+
+impl SessionSignal {
+    /// Its number on Linux (the same on every architecture stasis runs on).
+    pub fn number(self) -> i32 {
+        match self {
+            SessionSignal::Hup => 1,
+            SessionSignal::Int => 2,
+            SessionSignal::Quit => 3,
+            SessionSignal::Kill => 9,
+            SessionSignal::Usr1 => 10,
+            SessionSignal::Usr2 => 12,
+            SessionSignal::Term => 15,
+        }
+    }
+
+    /// From a number received over the agent protocol.
+    pub fn from_number(n: i32) -> crate::Result<Self> {
+        use SessionSignal::*;
+        [Hup, Int, Quit, Kill, Usr1, Usr2, Term]
+            .into_iter()
+            .find(|s| s.number() == n)
+            .ok_or_else(|| crate::Error::invalid(format!("signal {n} cannot be sent to a session")))
+    }
+
+    /// From its name, with or without `SIG`, any case (`INT`, `sigterm`).
+    pub fn parse(name: &str) -> crate::Result<Self> {
+        let up = name.to_ascii_uppercase();
+        let bare = up.strip_prefix("SIG").unwrap_or(&up);
+        serde_json::from_value(serde_json::Value::String(bare.to_string())).map_err(|_| {
+            crate::Error::invalid(format!(
+                "unknown signal {name:?}: use one of HUP, INT, QUIT, KILL, USR1, USR2, TERM"
+            ))
+            .with_field("signal")
+        })
+    }
+}
+
 /// The largest terminal side accepted (columns or rows).
 pub const MAX_PTY_SIDE: u16 = 1000;
 
@@ -201,7 +253,9 @@ pub struct SessionInfo {
 }
 
 /// A window of a session's combined stdout+stderr, addressed by byte offsets
-/// that only grow: a client reads from `next_offset` next time.
+/// that only grow: a client reads from `next_offset` next time. `stderr`
+/// names the parts of the window that came from stderr
+/// ([`SessionOutput::split`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionOutput {
     /// Offset of `data[0]`. Greater than the requested offset when older output
@@ -213,6 +267,11 @@ pub struct SessionOutput {
     pub running: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// Absolute `[start, end)` offsets of the window's stderr bytes, in
+    /// order (empty for a terminal, and from an agent that predates them:
+    /// everything is then stdout).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stderr: Vec<[u64; 2]>,
 }
 
 /// The longest timeout an exec or tool call may ask for: one day.

@@ -8,13 +8,14 @@ pub mod id;
 pub mod lifecycle;
 pub mod manifest;
 pub mod mounts;
+pub mod session_output;
 pub mod strict;
 pub mod user;
 
 pub use error::{Error, ErrorCode, Result};
 pub use exec::{
     ExecRequest, ExecResult, FileEntry, FileEvent, FileEventKind, FileKind, FileOp, FileStat,
-    PtySize, SessionInfo, SessionOutput, SessionSpec, Stream, WriteMode,
+    PtySize, SessionInfo, SessionOutput, SessionSignal, SessionSpec, Stream, WriteMode,
 };
 pub use id::{SandboxId, SnapshotId, TenantId};
 pub use lifecycle::SandboxState;

@@ -17,7 +17,9 @@ pub mod session;
 pub mod system;
 pub mod watch;
 
-use stasis_agent_proto::{Event, Reply, Request, FEATURE_BINARY, PROTOCOL_VERSION};
+use stasis_agent_proto::{
+    Event, Reply, Request, FEATURE_BINARY, FEATURE_SESSION_SIGNAL, PROTOCOL_VERSION,
+};
 use std::path::Path;
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -116,7 +118,10 @@ impl Agent {
     pub fn features(&self) -> Vec<String> {
         match self.legacy {
             true => Vec::new(),
-            false => vec![FEATURE_BINARY.to_string()],
+            false => vec![
+                FEATURE_BINARY.to_string(),
+                FEATURE_SESSION_SIGNAL.to_string(),
+            ],
         }
     }
 
@@ -234,8 +239,8 @@ impl Agent {
                 self.sessions.resize(&session, size)?;
                 Reply::Ok
             }
-            Request::SessionKill { session } => Reply::Session {
-                info: self.sessions.kill(&session)?,
+            Request::SessionKill { session, signal } => Reply::Session {
+                info: self.sessions.kill(&session, signal)?,
             },
             Request::Sync => {
                 system::sync();

@@ -1,6 +1,8 @@
 //! Persistent processes (`python3 -i -u`, `sh`, servers): the agent keeps
 //! their stdin pipe and a capped buffer of their combined stdout+stderr,
-//! addressed by byte offsets that only grow. All of it lives in guest memory,
+//! addressed by byte offsets that only grow, with the ranges that came from
+//! stderr ([`OutputBuffer`]: stdout and stderr are two pipes, so their
+//! relative order is the order the agent read them in). All of it lives in guest memory,
 //! so it survives a pause/resume of the VM unchanged. A session started with
 //! a PTY runs on a pseudo-terminal ([`crate::pty`]) as its controlling
 //! terminal: input goes to the master, output is the master's.
@@ -8,8 +10,9 @@
 use crate::exec::{command, scrub_env};
 use crate::reaper::{self, lock, Exit, ExitSlot};
 use crate::AgentError;
-use stasis_core::{PtySize, SessionInfo, SessionOutput, SessionSpec};
-use std::collections::{BTreeMap, VecDeque};
+use stasis_core::session_output::OutputBuffer;
+use stasis_core::{PtySize, SessionInfo, SessionOutput, SessionSpec, Stream};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
@@ -26,16 +29,15 @@ pub const READ_LIMIT: usize = 4 * 1024 * 1024;
 pub const MAX_WAIT: Duration = Duration::from_secs(300);
 
 struct Output {
-    data: VecDeque<u8>,
-    /// Offset of data[0].
-    start: u64,
-    eof: bool,
+    buf: OutputBuffer,
+    /// Output pipes (or the terminal) not at EOF yet.
+    open: u8,
     exit: Option<Exit>,
 }
 
 impl Output {
     fn end(&self) -> u64 {
-        self.start + self.data.len() as u64
+        self.buf.end()
     }
 }
 
@@ -105,7 +107,7 @@ impl Sessions {
             fd.try_clone()
                 .map_err(|e| AgentError::internal(format!("dup: {e}")))
         };
-        let (rd, master) = match pty {
+        let (readers, master) = match pty {
             Some(size) => {
                 let (master, slave) = crate::pty::open(size)
                     .map_err(|e| AgentError::internal(format!("open a terminal: {e}")))?;
@@ -113,26 +115,19 @@ impl Sessions {
                     .stdout(Stdio::from(dup(&slave)?))
                     .stderr(Stdio::from(slave));
                 crate::pty::make_controlling(&mut cmd);
-                (dup(&master)?, Some((master, size)))
+                (vec![(Stream::Stdout, dup(&master)?)], Some((master, size)))
             }
             None => {
-                // One pipe for stdout and stderr keeps their relative order.
-                let mut fds = [0i32; 2];
-                // SAFETY: valid 2-int array.
-                if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-                    return Err(AgentError::internal(format!(
-                        "pipe: {}",
-                        std::io::Error::last_os_error()
-                    )));
-                }
-                // SAFETY: fresh descriptors owned here.
-                let (rd, wr) =
-                    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-                let wr2 = dup(&wr)?;
+                reset_interrupts(&mut cmd);
+                let (out_rd, out_wr) = pipe()?;
+                let (err_rd, err_wr) = pipe()?;
                 cmd.stdin(Stdio::piped())
-                    .stdout(Stdio::from(wr))
-                    .stderr(Stdio::from(wr2));
-                (rd, None)
+                    .stdout(Stdio::from(out_wr))
+                    .stderr(Stdio::from(err_wr));
+                (
+                    vec![(Stream::Stdout, out_rd), (Stream::Stderr, err_rd)],
+                    None,
+                )
             }
         };
         let (mut child, slot) = reaper::spawn(&mut cmd)
@@ -157,19 +152,20 @@ impl Sessions {
             stdin: Mutex::new(stdin),
             pty: Mutex::new(master),
             out: Mutex::new(Output {
-                data: VecDeque::new(),
-                start: 0,
-                eof: false,
+                buf: OutputBuffer::new(),
+                open: readers.len() as u8,
                 exit: None,
             }),
             cv: Condvar::new(),
             slot,
         });
-        let s = sess.clone();
-        std::thread::Builder::new()
-            .name(format!("{id}-out"))
-            .spawn(move || pump(s, File::from(rd)))
-            .map_err(|e| AgentError::internal(format!("thread: {e}")))?;
+        for (stream, rd) in readers {
+            let s = sess.clone();
+            std::thread::Builder::new()
+                .name(format!("{id}-{stream:?}"))
+                .spawn(move || pump(s, stream, File::from(rd)))
+                .map_err(|e| AgentError::internal(format!("thread: {e}")))?;
+        }
         let s = sess.clone();
         std::thread::Builder::new()
             .name(format!("{id}-wait"))
@@ -233,7 +229,7 @@ impl Sessions {
         let deadline = Instant::now() + Duration::from_millis(wait_ms).min(MAX_WAIT);
         let mut g = lock(&s.out);
         loop {
-            let finished = g.eof && g.exit.is_some();
+            let finished = g.open == 0 && g.exit.is_some();
             if g.end() > offset || finished {
                 break;
             }
@@ -246,17 +242,12 @@ impl Sessions {
                     .unwrap_or_else(|e| e.into_inner())
                     .0;
         }
-        let from = offset.clamp(g.start, g.end());
-        let skip = (from - g.start) as usize;
-        let take = (g.data.len() - skip).min(READ_LIMIT);
-        let data: Vec<u8> = g.data.range(skip..skip + take).copied().collect();
-        Ok(SessionOutput {
-            offset: from,
-            next_offset: from + take as u64,
-            data,
-            running: g.exit.is_none(),
-            exit_code: g.exit.and_then(exit_code),
-        })
+        Ok(g.buf.read(
+            offset,
+            READ_LIMIT,
+            g.exit.is_none(),
+            g.exit.and_then(exit_code),
+        ))
     }
 
     pub fn list(&self) -> Vec<SessionInfo> {
@@ -266,9 +257,25 @@ impl Sessions {
         v
     }
 
-    /// Kill the session's process tree and forget the session; returns its final info.
-    pub fn kill(&self, id: &str) -> Result<SessionInfo, AgentError> {
+    /// Kill the session's process tree (`signal` None or 9), or send
+    /// `signal` to its process group (the session leader's: a ^C to a
+    /// command without a terminal). The session stays listed and readable
+    /// (output, exit status) after it ended, as on the process backend.
+    pub fn kill(&self, id: &str, signal: Option<i32>) -> Result<SessionInfo, AgentError> {
         let s = self.get(id)?;
+        let sig = signal.unwrap_or(libc::SIGKILL);
+        stasis_core::SessionSignal::from_number(sig).map_err(|e| AgentError::invalid(e.message))?;
+        if sig != libc::SIGKILL {
+            if s.slot.get().is_none() {
+                // SAFETY: kill(2) on the group of a session leader we spawned
+                // (setsid in `command`), and on the leader itself.
+                unsafe {
+                    libc::kill(-s.pid, sig);
+                    libc::kill(s.pid, sig);
+                }
+            }
+            return Ok(s.info());
+        }
         *lock(&s.stdin) = None;
         if s.slot.get().is_none() {
             reaper::kill_tree(s.pid);
@@ -279,31 +286,52 @@ impl Sessions {
         while lock(&s.out).exit.is_none() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
-        lock(&self.map).remove(id);
         Ok(s.info())
     }
 }
 
-fn pump(s: Arc<Session>, mut rd: File) {
+fn pump(s: Arc<Session>, stream: Stream, mut rd: File) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match rd.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
-                let mut g = lock(&s.out);
-                g.data.extend(&buf[..n]);
-                let over = g.data.len().saturating_sub(SESSION_BUFFER);
-                if over > 0 {
-                    g.data.drain(..over);
-                    g.start += over as u64;
-                }
-                drop(g);
+                lock(&s.out).buf.push(stream, &buf[..n], SESSION_BUFFER);
                 s.cv.notify_all();
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(_) => break,
         }
     }
-    lock(&s.out).eof = true;
+    lock(&s.out).open -= 1;
     s.cv.notify_all();
+}
+
+/// Let SIGINT and SIGQUIT act on a session without a terminal (the agent
+/// may have been started with them ignored, which a child inherits), so an
+/// interrupt sent through the API reaches the command.
+fn reset_interrupts(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only signal(2), async-signal-safe, runs in the forked child.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::signal(libc::SIGQUIT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+}
+
+/// A close-on-exec pipe: (read end, write end).
+fn pipe() -> Result<(OwnedFd, OwnedFd), AgentError> {
+    let mut fds = [0i32; 2];
+    // SAFETY: valid 2-int array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(AgentError::internal(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: fresh descriptors owned here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }

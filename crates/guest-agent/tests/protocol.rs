@@ -3,24 +3,13 @@
 
 mod common;
 
-use common::Client;
+use common::{connect, Client};
 use stasis_agent_proto::{Event, Reply, Request};
 use stasis_core::{ExecRequest, FileKind, Stream};
-use stasis_guest_agent::{port, Agent};
+use stasis_guest_agent::Agent;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn connect(agent: &Arc<Agent>) -> Client<UnixStream> {
-    let (a, b) = UnixStream::pair().unwrap();
-    let agent = agent.clone();
-    std::thread::spawn(move || {
-        let f = std::fs::File::from(std::os::fd::OwnedFd::from(b));
-        port::serve(agent, f, port::OnEof::Return).unwrap();
-    });
-    a.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    Client::new(a)
-}
 
 fn tmpdir(name: &str) -> String {
     let d = std::env::temp_dir().join(format!("stasis-agent-test-{}-{name}", std::process::id()));
@@ -232,12 +221,18 @@ fn sessions_survive_reconnect() {
     c.session_read_until(&id, off, "42", Duration::from_secs(10));
     match c.reply(Request::SessionKill {
         session: id.clone(),
+        signal: None,
     }) {
         Reply::Session { info } => assert!(!info.running),
         r => panic!("{r:?}"),
     }
+    // A killed session stays listed, ended, with its exit status.
     match c.reply(Request::SessionList) {
-        Reply::Sessions { sessions } => assert!(sessions.iter().all(|s| s.id != id)),
+        Reply::Sessions { sessions } => {
+            let s = sessions.iter().find(|s| s.id == id).expect("still listed");
+            assert!(!s.running);
+            assert_eq!(s.exit_code, Some(128 + 9));
+        }
         r => panic!("{r:?}"),
     }
 }

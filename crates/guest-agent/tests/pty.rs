@@ -4,26 +4,15 @@
 
 mod common;
 
-use common::Client;
+use common::{connect, Client};
 use stasis_agent_proto::{Reply, Request};
 use stasis_core::{PtySize, SessionInfo, SessionSpec};
-use stasis_guest_agent::{port, Agent};
+use stasis_guest_agent::Agent;
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(15);
-
-fn connect(agent: &Arc<Agent>) -> Client<UnixStream> {
-    let (a, b) = UnixStream::pair().unwrap();
-    let agent = agent.clone();
-    std::thread::spawn(move || {
-        let f = std::fs::File::from(std::os::fd::OwnedFd::from(b));
-        port::serve(agent, f, port::OnEof::Return).unwrap();
-    });
-    a.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    Client::new(a)
-}
 
 fn start(c: &mut Client<UnixStream>, argv: &[&str], pty: Option<PtySize>) -> SessionInfo {
     match c.reply(Request::SessionStart {
@@ -159,6 +148,9 @@ fn resizes_refused_with_codes() {
     });
     assert_eq!(error_code(r), "invalid_argument");
     for id in [piped.id, tty.id] {
-        c.reply(Request::SessionKill { session: id });
+        c.reply(Request::SessionKill {
+            session: id,
+            signal: None,
+        });
     }
 }

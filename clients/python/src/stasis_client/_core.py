@@ -574,8 +574,15 @@ def pty_argv(cmd: Union[str, Sequence[str], None]) -> Optional[list[str]]:
     return argv
 
 
-def op_session_kill(sandbox_id: str, session: str) -> Op[None]:
-    yield req("session.kill", ids={"id": sandbox_id, "session": session})
+#: Signals a session accepts (``signal=`` of a session's ``kill``).
+SESSION_SIGNALS = ("HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM")
+
+
+def op_session_kill(sandbox_id: str, session: str, signal: Optional[str] = None) -> Op[None]:
+    """Send ``signal`` to a session (default ``KILL``: its whole process
+    tree; ``INT`` is a ^C to a command without a terminal)."""
+    params = {} if signal is None else {"signal": str(signal)}
+    yield req("session.kill", ids={"id": sandbox_id, "session": session}, params=params)
     return None
 
 

@@ -508,8 +508,11 @@ class AsyncSession:
         self._offset = out.next_offset
         return out
 
-    async def kill(self) -> None:
-        await self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+    async def kill(self, signal: Optional[str] = None) -> None:
+        """Send ``signal`` (``INT``, ``TERM``, ``HUP``, ...; default ``KILL``:
+        the whole process tree). The session's output and exit status stay
+        readable after it ended."""
+        await self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id, signal))
 
 
 class AsyncTokens:
@@ -639,6 +642,12 @@ class AsyncPty:
             if not out.running:
                 self.exit_code = out.exit_code
                 return out.exit_code
+
+    async def signal(self, name: str) -> None:
+        """Send a signal (``INT``, ``TERM``, ``HUP``, ...) to the command and
+        its process group; it may handle it. ``INT`` is how a ^C reaches a
+        command that has no terminal."""
+        await self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id, name))
 
     async def close(self) -> None:
         from .errors import InvalidState

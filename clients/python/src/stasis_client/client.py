@@ -657,8 +657,11 @@ class Session:
         self._offset = out.next_offset
         return out
 
-    def kill(self) -> None:
-        self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id))
+    def kill(self, signal: Optional[str] = None) -> None:
+        """Send ``signal`` (``INT``, ``TERM``, ``HUP``, ...; default ``KILL``:
+        the whole process tree). The session's output and exit status stay
+        readable after it ended."""
+        self.sandbox.client._run(_core.op_session_kill(self.sandbox.id, self.id, signal))
 
 
 class Pty:

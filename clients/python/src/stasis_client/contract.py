@@ -162,10 +162,20 @@ ROUTES: dict[str, Route] = {
         query=("offset", "wait_ms"),
         response=Body(
             "SessionOutputResponse",
-            ("offset", "data_b64", "next_offset", "running", "exit_code"),
+            (
+                "offset",
+                "data_b64",
+                "stdout_b64",
+                "stderr_b64",
+                "next_offset",
+                "running",
+                "exit_code",
+            ),
         ),
     ),
-    "session.kill": Route("delete", "/v1/sandboxes/{id}/sessions/{session}", ok=(204,)),
+    "session.kill": Route(
+        "delete", "/v1/sandboxes/{id}/sessions/{session}", query=("signal",), ok=(204,)
+    ),
     "session.resize": Route(
         "post", "/v1/sandboxes/{id}/sessions/{session}/resize", ok=(204,)
     ),

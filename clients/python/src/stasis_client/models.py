@@ -200,20 +200,30 @@ class SessionInfo:
 
 @dataclass
 class SessionOutput:
+    """A window of a session's output: ``data`` is stdout and stderr
+    combined (in the order the sandbox read them), ``stdout`` / ``stderr``
+    the same window's bytes split by stream (a terminal's output is all
+    stdout; a daemon from before the split reports everything as stdout)."""
+
     offset: int
     data: bytes
     next_offset: int
     running: bool
     exit_code: Optional[int] = None
+    stdout: bytes = b""
+    stderr: bytes = b""
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "SessionOutput":
+        data = _b64(d.get("data_b64"))
         return cls(
             offset=int(d["offset"]),
-            data=_b64(d.get("data_b64")),
+            data=data,
             next_offset=int(d["next_offset"]),
             running=bool(d.get("running")),
             exit_code=d.get("exit_code"),
+            stdout=_b64(d["stdout_b64"]) if "stdout_b64" in d else data,
+            stderr=_b64(d.get("stderr_b64")),
         )
 
 

@@ -1711,6 +1711,10 @@ export interface components {
             data_b64?: string | null;
         };
         SessionOutputResponse: {
+            /**
+             * @description The window's combined stdout and stderr, as text (invalid UTF-8
+             *     replaced; `data_b64` has the bytes).
+             */
             data: string;
             data_b64: string;
             /** Format: int32 */
@@ -1720,6 +1724,15 @@ export interface components {
             /** Format: int64 */
             offset: number;
             running: boolean;
+            /** @description The same window's bytes that came from stderr. */
+            stderr: string;
+            stderr_b64: string;
+            /**
+             * @description The same window's bytes that came from stdout (a terminal's output is
+             *     all stdout), as text and base64.
+             */
+            stdout: string;
+            stdout_b64: string;
         };
         /** @description The new policy; both lists are replaced (a missing one becomes empty). */
         SetNetwork: {
@@ -4616,7 +4629,16 @@ export interface operations {
     };
     kill_session: {
         parameters: {
-            query?: never;
+            query?: {
+                /**
+                 * @description The signal: `HUP`, `INT` (a ^C), `QUIT`, `KILL` (default: the
+                 *     session's whole process tree), `USR1`, `USR2`, `TERM`; `SIG` prefix
+                 *     and case are free. Any other signal goes to the session's command and
+                 *     its process group, which may handle it. The session stays readable
+                 *     (output, exit status) after it ended.
+                 */
+                signal?: string;
+            };
             header?: never;
             path: {
                 id: string;
@@ -4626,7 +4648,15 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
+            /** @description signal sent */
             204: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description unknown signal */
+            400: {
                 headers: {
                     [name: string]: unknown;
                 };

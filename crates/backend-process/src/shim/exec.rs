@@ -152,19 +152,18 @@ fn exec_inner(cfg: &ExecConfig) -> Result<ExecStatus, String> {
                     format!("make the terminal the controlling one: {e}"),
                 );
             }
-            if pty {
-                // The terminal's signals must act even when the daemon was
-                // started with them ignored (a background job of a script).
-                for sig in [
-                    libc::SIGINT,
-                    libc::SIGQUIT,
-                    libc::SIGTSTP,
-                    libc::SIGTTIN,
-                    libc::SIGTTOU,
-                ] {
-                    // SAFETY: resetting a disposition in the forked child.
-                    unsafe { libc::signal(sig, libc::SIG_DFL) };
-                }
+            // The interrupt signals must act even when the daemon was started
+            // with them ignored (a background job of a script): a ^C typed on
+            // a terminal, or sent through the API to a command without one.
+            // The job-control ones only with a terminal.
+            let job_control: &[i32] = if pty {
+                &[libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU]
+            } else {
+                &[]
+            };
+            for &sig in [libc::SIGINT, libc::SIGQUIT].iter().chain(job_control) {
+                // SAFETY: resetting a disposition in the forked child.
+                unsafe { libc::signal(sig, libc::SIG_DFL) };
             }
             // Rust ignores SIGPIPE at startup; commands expect the default.
             unsafe {

@@ -115,7 +115,9 @@ async fn sessions_echo_and_end() {
         .await
         .unwrap();
     assert_eq!((out.data.as_slice(), out.next_offset), (&b"bc"[..], 3));
-    b.session_kill(&s.id, &info.id).await.unwrap();
+    b.session_kill(&s.id, &info.id, Default::default())
+        .await
+        .unwrap();
     let echo = SessionSpec {
         argv: vec!["echo".into(), "done".into()],
         ..cat

@@ -446,12 +446,17 @@ impl Manager {
             .await
     }
 
-    pub async fn session_kill(&self, ctx: &Ctx, id: &SandboxId, session: &str) -> Result<()> {
-        self.with_running(
-            ctx,
-            id,
-            |b| async move { b.session_kill(id, session).await },
-        )
+    /// Send `signal` to a session (KILL ends its process tree).
+    pub async fn session_kill(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        session: &str,
+        signal: stasis_core::SessionSignal,
+    ) -> Result<()> {
+        self.with_running(ctx, id, |b| async move {
+            b.session_kill(id, session, signal).await
+        })
         .await
     }
 

@@ -127,3 +127,18 @@ impl<S: Read + Write> Client<S> {
         panic!("{needle:?} not seen in session {id} output: {text:?}");
     }
 }
+
+/// A client of an agent served on one end of a socket pair (no VM).
+pub fn connect(
+    agent: &std::sync::Arc<stasis_guest_agent::Agent>,
+) -> Client<std::os::unix::net::UnixStream> {
+    use stasis_guest_agent::port;
+    let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let agent = agent.clone();
+    std::thread::spawn(move || {
+        let f = std::fs::File::from(std::os::fd::OwnedFd::from(b));
+        port::serve(agent, f, port::OnEof::Return).unwrap();
+    });
+    a.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    Client::new(a)
+}

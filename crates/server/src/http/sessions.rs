@@ -41,8 +41,17 @@ pub struct OutputQuery {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SessionOutputResponse {
     pub offset: u64,
+    /// The window's combined stdout and stderr, as text (invalid UTF-8
+    /// replaced; `data_b64` has the bytes).
     pub data: String,
     pub data_b64: String,
+    /// The same window's bytes that came from stdout (a terminal's output is
+    /// all stdout), as text and base64.
+    pub stdout: String,
+    pub stdout_b64: String,
+    /// The same window's bytes that came from stderr.
+    pub stderr: String,
+    pub stderr_b64: String,
     pub next_offset: u64,
     pub running: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -119,10 +128,15 @@ async fn session_output(
             Duration::from_millis(q.wait_ms),
         )
         .await?;
+    let (stdout, stderr) = out.split();
     Ok(axum::Json(SessionOutputResponse {
         offset: out.offset,
         data: String::from_utf8_lossy(&out.data).into_owned(),
         data_b64: b64::encode(&out.data),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stdout_b64: b64::encode(&stdout),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        stderr_b64: b64::encode(&stderr),
         next_offset: out.next_offset,
         running: out.running,
         exit_code: out.exit_code,
@@ -156,15 +170,33 @@ async fn resize_session(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[utoipa::path(delete, path = "/v1/sandboxes/{id}/sessions/{session}", responses((status = 204)))]
+#[derive(Deserialize, ToSchema, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct KillQuery {
+    /// The signal: `HUP`, `INT` (a ^C), `QUIT`, `KILL` (default: the
+    /// session's whole process tree), `USR1`, `USR2`, `TERM`; `SIG` prefix
+    /// and case are free. Any other signal goes to the session's command and
+    /// its process group, which may handle it. The session stays readable
+    /// (output, exit status) after it ended.
+    #[serde(default)]
+    pub signal: Option<String>,
+}
+
+#[utoipa::path(delete, path = "/v1/sandboxes/{id}/sessions/{session}", params(KillQuery),
+    responses((status = 204, description = "signal sent"), (status = 400, description = "unknown signal")))]
 async fn kill_session(
     State(st): State<AppState>,
     auth: Authed,
     Path((id, session)): Path<(String, String)>,
+    ApiQuery(q): ApiQuery<KillQuery>,
 ) -> ApiResult<StatusCode> {
     let ctx = auth.ctx();
+    let signal = match q.signal.as_deref() {
+        Some(name) => stasis_core::SessionSignal::parse(name)?,
+        None => stasis_core::SessionSignal::Kill,
+    };
     st.manager
-        .session_kill(&ctx, &sandbox_id(&id)?, session_name(&session)?)
+        .session_kill(&ctx, &sandbox_id(&id)?, session_name(&session)?, signal)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
