@@ -23,9 +23,14 @@ pub use state::E2b;
 /// Where the edge is mounted in the daemon's router.
 pub const PREFIX: &str = "/e2b";
 
-/// The edge's routes, to be nested at [`PREFIX`]: the control plane's and
-/// envd's paths never overlap (envd's are `/process.Process/...`,
-/// `/filesystem.Filesystem/...`, `/files`, `/health`, ...).
+/// The edge's routes, to be nested at [`PREFIX`]: a request naming a
+/// sandbox (`E2b-Sandbox-Id` / `E2b-Sandbox-Port`) is the data plane's
+/// (envd, or a port the sandbox serves: [`envd::route`]), any other the
+/// control plane's.
 pub fn router(state: E2b) -> axum::Router {
-    api::router(state.clone()).merge(envd::router(state))
+    let envd = envd::router(state.clone());
+    api::router(state.clone()).layer(axum::middleware::from_fn_with_state(
+        (state, envd),
+        envd::route::dispatch,
+    ))
 }

@@ -1,0 +1,255 @@
+//! envd's HTTP routes: `GET /files` (download), `POST /files` (upload, as
+//! `multipart/form-data` with one part per file, or one file as
+//! `application/octet-stream`), `GET /health`, `GET /envs`. Errors are
+//! envd's `{"code": <HTTP status>, "message": ...}`.
+//!
+//! Files go through the control plane's file API, streamed both ways and
+//! bounded by the daemon's file limit (`stasis serve --max-file-mb`):
+//! uploads are spooled a chunk at a time, downloads read a range at a time.
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Multipart, Query, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+
+use stasis_access::scope::Scope;
+use stasis_core::{Error, ErrorCode, FileKind, FileOp, WriteMode};
+
+use super::{caller, fs_msg, Caller};
+use crate::E2b;
+
+/// One read of a download.
+const CHUNK: u64 = 1024 * 1024;
+
+/// An envd error answer.
+pub struct EnvdError(pub Error);
+
+impl From<Error> for EnvdError {
+    fn from(e: Error) -> Self {
+        EnvdError(e)
+    }
+}
+
+impl IntoResponse for EnvdError {
+    fn into_response(self) -> Response {
+        let status = status_of(self.0.code);
+        let body = serde_json::json!({"code": status.as_u16(), "message": self.0.message});
+        (status, Json(body)).into_response()
+    }
+}
+
+/// The status envd answers for a stasis error (a sandbox gone is the 502
+/// E2B's proxy answers, which the SDKs read as "not running").
+pub fn status_of(code: ErrorCode) -> StatusCode {
+    StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+}
+
+type EnvdResult<T> = std::result::Result<T, EnvdError>;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct FileQuery {
+    #[serde(default)]
+    pub path: Option<String>,
+    /// The user to act as; files are read and written by the daemon on the
+    /// sandbox's behalf, so it only decides nothing here (documented).
+    #[serde(default)]
+    pub username: Option<String>,
+}
+
+/// `GET /health`: 204 while the sandbox can serve.
+pub async fn health(State(st): State<E2b>, headers: HeaderMap) -> Response {
+    match caller(&st, &headers, Scope::Read).await {
+        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Err(e) => EnvdError(e).into_response(),
+    }
+}
+
+/// `GET /envs`: the sandbox's environment (its manifest's).
+pub async fn envs(State(st): State<E2b>, headers: HeaderMap) -> EnvdResult<Response> {
+    let c = caller(&st, &headers, Scope::Read).await?;
+    let rec = st.manager.get(&c.ctx, &c.id).await?;
+    Ok(Json(rec.manifest.env).into_response())
+}
+
+fn need_path(q: &FileQuery) -> Result<&str, Error> {
+    match q.path.as_deref() {
+        Some(p) if !p.is_empty() => Ok(p),
+        _ => Err(Error::invalid("path: required").with_field("path")),
+    }
+}
+
+/// `GET /files?path=`: the file's bytes, streamed.
+pub async fn download(
+    State(st): State<E2b>,
+    headers: HeaderMap,
+    Query(q): Query<FileQuery>,
+) -> EnvdResult<Response> {
+    let c = caller(&st, &headers, Scope::Read).await?;
+    let path = need_path(&q)?.to_string();
+    let s = st.manager.stat(&c.ctx, &c.id, &path).await?;
+    if s.kind == FileKind::Dir {
+        return Err(Error::invalid(format!("path {path} is a directory")).into());
+    }
+    let max = st.manager.config().max_file_bytes;
+    if s.size > max {
+        return Err(
+            stasis_control::manager::file_limit_error(&format!("{path} exceeds"), max).into(),
+        );
+    }
+    let size = s.size;
+    let name = fs_msg::base_name(&s.path);
+    let body = futures::stream::unfold(
+        (st, c, s.path, 0u64, false),
+        move |(st, c, p, off, done)| async move {
+            if done {
+                return None;
+            }
+            match st.manager.read_range(&c.ctx, &c.id, &p, off, CHUNK).await {
+                Ok((data, _)) if data.is_empty() => None,
+                Ok((data, total)) => {
+                    let next = off + data.len() as u64;
+                    let end = next >= total || data.len() < CHUNK as usize;
+                    Some((Ok(Bytes::from(data)), (st, c, p, next, end)))
+                }
+                Err(e) => Some((Err(std::io::Error::other(e.message)), (st, c, p, off, true))),
+            }
+        },
+    );
+    let disposition = format!("attachment; filename={:?}", name);
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+            (header::CONTENT_LENGTH, size.to_string()),
+            (header::CONTENT_DISPOSITION, disposition),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response())
+}
+
+/// What an upload answers for each file.
+#[derive(Debug, Serialize, PartialEq)]
+pub struct WriteInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub path: String,
+}
+
+/// `POST /files`: one file as the body (`application/octet-stream`, path
+/// in the query) or several as multipart parts (each part's filename its
+/// path, or the query's path for a single part).
+pub async fn upload(
+    State(st): State<E2b>,
+    Query(q): Query<FileQuery>,
+    req: Request,
+) -> EnvdResult<Response> {
+    let headers = req.headers().clone();
+    let c = caller(&st, &headers, Scope::Exec).await?;
+    if headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| !v.eq_ignore_ascii_case("identity"))
+    {
+        return Err(Error::unsupported(
+            "Content-Encoding of uploads is not supported: send the file uncompressed",
+        )
+        .into());
+    }
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let mut written = Vec::new();
+    if ct.starts_with("multipart/form-data") {
+        let mut mp = Multipart::from_request(req, &())
+            .await
+            .map_err(|e| Error::invalid(format!("multipart body: {e}")))?;
+        let mut parts = 0;
+        while let Some(field) = mp
+            .next_field()
+            .await
+            .map_err(|e| Error::invalid(format!("multipart body: {e}")))?
+        {
+            parts += 1;
+            let path = match (field.file_name(), q.path.as_deref()) {
+                (_, Some(p)) if parts == 1 && !p.is_empty() => p.to_string(),
+                (Some(f), _) if !f.is_empty() => f.to_string(),
+                _ => return Err(Error::invalid("each part needs a filename (its path)").into()),
+            };
+            let spooled = st.manager.spool_upload(field).await?;
+            written.push(put(&st, &c, &path, &spooled).await?);
+        }
+    } else {
+        let path = need_path(&q)?.to_string();
+        let spooled = st
+            .manager
+            .spool_upload(req.into_body().into_data_stream())
+            .await?;
+        written.push(put(&st, &c, &path, &spooled).await?);
+    }
+    if written.is_empty() {
+        return Err(Error::invalid("no file in the request").into());
+    }
+    Ok(Json(written).into_response())
+}
+
+/// Write one spooled upload, making its parent directories first.
+async fn put(
+    st: &E2b,
+    c: &Caller,
+    path: &str,
+    spooled: &stasis_control::manager::Spooled,
+) -> Result<WriteInfo, Error> {
+    let m = &st.manager;
+    if let Some((parent, _)) = path.trim_end_matches('/').rsplit_once('/') {
+        if !parent.is_empty() {
+            let op = FileOp::Mkdir {
+                path: parent.to_string(),
+                parents: true,
+            };
+            m.file_op(&c.ctx, &c.id, op).await?;
+        }
+    }
+    m.write_spooled(&c.ctx, &c.id, path, spooled, None, WriteMode::Overwrite)
+        .await?;
+    let s = m.stat(&c.ctx, &c.id, path).await?;
+    Ok(WriteInfo {
+        name: fs_msg::base_name(&s.path),
+        kind: "file",
+        path: s.path,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn errors_are_envd_shaped() {
+        let r = EnvdError(Error::not_found("path /x")).into_response();
+        assert_eq!(r.status(), 404);
+        let b = http_body_util::BodyExt::collect(r.into_body())
+            .await
+            .unwrap()
+            .to_bytes();
+        let v: serde_json::Value = serde_json::from_slice(&b).unwrap();
+        assert_eq!(v["code"], 404);
+        assert_eq!(v["message"], "path /x not found");
+        assert_eq!(status_of(ErrorCode::PortUnreachable), 502);
+        assert_eq!(status_of(ErrorCode::PayloadTooLarge), 413);
+    }
+
+    #[test]
+    fn a_path_is_required() {
+        assert!(need_path(&FileQuery::default()).is_err());
+        let q = FileQuery {
+            path: Some("/a".into()),
+            username: None,
+        };
+        assert_eq!(need_path(&q).unwrap(), "/a");
+    }
+}
