@@ -125,6 +125,27 @@ pub fn strip(h: &mut HeaderMap) {
     }
 }
 
+/// A request that arrived on envd's own host (`49983-<sandbox>.<ports
+/// domain>`) as the edge serves it: under [`crate::PREFIX`], naming the
+/// host's sandbox and envd's port (whatever the client put in those
+/// headers).
+pub fn to_envd(mut req: Request, id: &SandboxId) -> Request {
+    let pq = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "/".into());
+    if let Ok(uri) = format!("{}{pq}", crate::PREFIX).parse() {
+        *req.uri_mut() = uri;
+    }
+    let h = req.headers_mut();
+    if let Ok(v) = id.as_str().parse() {
+        h.insert(SANDBOX_ID_HEADER, v);
+    }
+    h.insert(SANDBOX_PORT_HEADER, ENVD_PORT.into());
+    req
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,6 +183,19 @@ mod tests {
         );
         assert!(dest(&h(&[(SANDBOX_PORT_HEADER, "0")])).is_err());
         assert!(dest(&h(&[(SANDBOX_PORT_HEADER, "http")])).is_err());
+    }
+
+    #[test]
+    fn envd_hosts_become_edge_requests_for_their_sandbox() {
+        let req = Request::builder()
+            .uri("/files?path=/a")
+            .header(SANDBOX_ID_HEADER, "sb-other")
+            .body(axum::body::Body::empty())
+            .unwrap();
+        let r = to_envd(req, &SandboxId::parse("sb-a").unwrap());
+        assert_eq!(r.uri().to_string(), "/e2b/files?path=/a");
+        assert_eq!(r.headers()[SANDBOX_ID_HEADER], "sb-a");
+        assert_eq!(dest(r.headers()).unwrap(), Dest::Envd);
     }
 
     #[test]
