@@ -149,15 +149,28 @@ pub async fn upload(
     let headers = req.headers().clone();
     let c = caller(&st, &headers, Scope::Exec).await?;
     if headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| !v.eq_ignore_ascii_case("identity"))
+        .keys()
+        .any(|k| k.as_str().starts_with("x-metadata-"))
     {
         return Err(Error::unsupported(
-            "Content-Encoding of uploads is not supported: send the file uncompressed",
+            "file metadata (X-Metadata-* headers) is not supported on stasis: write the file without it",
         )
         .into());
     }
+    let encoding = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| v.trim().to_ascii_lowercase());
+    let gzip = match encoding.as_deref() {
+        None | Some("identity") => false,
+        Some("gzip") => true,
+        Some(other) => {
+            return Err(Error::unsupported(format!(
+                "Content-Encoding {other} is not supported: send gzip or identity"
+            ))
+            .into())
+        }
+    };
     let ct = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -185,16 +198,75 @@ pub async fn upload(
         }
     } else {
         let path = need_path(&q)?.to_string();
-        let spooled = st
-            .manager
-            .spool_upload(req.into_body().into_data_stream())
-            .await?;
+        let body = req.into_body().into_data_stream();
+        let spooled = if gzip {
+            st.manager.spool_upload(Box::pin(gunzip(body))).await?
+        } else {
+            st.manager.spool_upload(body).await?
+        };
         written.push(put(&st, &c, &path, &spooled).await?);
     }
     if written.is_empty() {
         return Err(Error::invalid("no file in the request").into());
     }
     Ok(Json(written).into_response())
+}
+
+/// Input fed to the decompressor at a time: a gzip member expands at most
+/// about a thousandfold, so no step holds more than about a MiB.
+const GUNZIP_STEP: usize = 1024;
+
+/// A gzip body (`Content-Encoding: gzip`), decompressed as it streams;
+/// a corrupt or truncated one is an error.
+pub fn gunzip<S, E>(body: S) -> impl futures::Stream<Item = std::io::Result<Bytes>>
+where
+    S: futures::Stream<Item = std::result::Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    use futures::StreamExt;
+    use std::io::Write;
+    struct St<S> {
+        body: S,
+        dec: Option<flate2::write::GzDecoder<Vec<u8>>>,
+        pending: Bytes,
+    }
+    let start = St {
+        body,
+        dec: Some(flate2::write::GzDecoder::new(Vec::new())),
+        pending: Bytes::new(),
+    };
+    futures::stream::unfold(start, |mut s| async move {
+        loop {
+            let dec = s.dec.as_mut()?;
+            if !s.pending.is_empty() {
+                let n = s.pending.len().min(GUNZIP_STEP);
+                let piece = s.pending.split_to(n);
+                if let Err(e) = dec.write_all(&piece) {
+                    s.dec = None;
+                    return Some((Err(e), s));
+                }
+                let out = std::mem::take(dec.get_mut());
+                if !out.is_empty() {
+                    return Some((Ok(Bytes::from(out)), s));
+                }
+                continue;
+            }
+            match s.body.next().await {
+                Some(Ok(chunk)) => s.pending = chunk,
+                Some(Err(e)) => {
+                    s.dec = None;
+                    return Some((Err(std::io::Error::other(e.to_string())), s));
+                }
+                None => {
+                    let mut dec = s.dec.take()?;
+                    let r = dec
+                        .try_finish()
+                        .map(|_| Bytes::from(std::mem::take(dec.get_mut())));
+                    return Some((r, s));
+                }
+            }
+        }
+    })
 }
 
 /// Write one spooled upload, making its parent directories first.
@@ -241,6 +313,31 @@ mod tests {
         assert_eq!(v["message"], "path /x not found");
         assert_eq!(status_of(ErrorCode::PortUnreachable), 502);
         assert_eq!(status_of(ErrorCode::PayloadTooLarge), 413);
+    }
+
+    #[tokio::test]
+    async fn gzip_uploads_are_decompressed_as_they_stream() {
+        use futures::StreamExt;
+        use std::io::Write;
+        let text = "streamed gzip upload ".repeat(5000);
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        enc.write_all(text.as_bytes()).unwrap();
+        let gz = enc.finish().unwrap();
+        let chunks: Vec<std::result::Result<Bytes, std::io::Error>> = gz
+            .chunks(100)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let out: Vec<_> = gunzip(futures::stream::iter(chunks)).collect().await;
+        let mut all = Vec::new();
+        for o in out {
+            all.extend_from_slice(&o.unwrap());
+        }
+        assert_eq!(all, text.as_bytes());
+        // Cut short: an error, not a silently short file.
+        let cut: Vec<std::result::Result<Bytes, std::io::Error>> =
+            vec![Ok(Bytes::copy_from_slice(&gz[..gz.len() / 2]))];
+        let out: Vec<_> = gunzip(futures::stream::iter(cut)).collect().await;
+        assert!(out.iter().any(|o| o.is_err()));
     }
 
     #[test]

@@ -126,7 +126,11 @@ async fn unary(st: &E2b, h: &HeaderMap, method: &str, body: &[u8]) -> RpcResult<
                 path: r.path,
                 recursive: true,
             };
-            m.file_op(&c.ctx, &c.id, op).await.map_err(path_err)?;
+            match m.file_op(&c.ctx, &c.id, op).await {
+                // As envd: removing what is not there is done.
+                Err(e) if e.code == ErrorCode::NotFound && !e.message.starts_with("sandbox ") => {}
+                r => r.map_err(path_err)?,
+            }
             Ok(connect::unary(&Empty {}))
         }
         "CreateWatcher" => {

@@ -38,12 +38,6 @@ pub use route::{PortForward, ENVD_PORT};
 
 use crate::E2b;
 
-/// The envd version this edge answers as (the SDKs switch features on
-/// it): 0.5.7 has the default user decided by envd, `stdin` on start,
-/// CloseStdin and octet-stream uploads; file metadata (0.6.2) and
-/// entries in watch events (0.6.3) are not claimed.
-pub const ENVD_VERSION: &str = "0.5.7";
-
 pub fn router(state: E2b) -> axum::Router {
     axum::Router::new()
         .route("/health", get(files::health))
@@ -112,7 +106,7 @@ pub async fn caller(st: &E2b, headers: &HeaderMap, scope: Scope) -> Result<Calle
 }
 
 /// Whether a sandbox in `state` can still serve (a paused one resumes).
-fn live(state: SandboxState) -> bool {
+pub(crate) fn live(state: SandboxState) -> bool {
     !matches!(
         state,
         SandboxState::Destroying | SandboxState::Destroyed | SandboxState::Failed

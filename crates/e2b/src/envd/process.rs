@@ -235,7 +235,7 @@ async fn follow(
         {
             Ok(o) => o,
             Err(e) => {
-                let _ = tx.send(Err(e.into())).await;
+                let _ = tx.send(Err(ended(&st, &c, e).await)).await;
                 return;
             }
         };
@@ -254,6 +254,23 @@ async fn follow(
         if !out.running {
             return;
         }
+    }
+}
+
+/// The error that ends a process stream: when the sandbox itself went
+/// away (killed, expired) it is the connection ending, which the SDKs
+/// check against `/health` (answering "not found") and report as the
+/// sandbox no longer running.
+async fn ended(st: &E2b, c: &Caller, e: stasis_core::Error) -> RpcError {
+    match st.manager.get(&c.ctx, &c.id).await {
+        Ok(rec) if super::live(rec.state) => e.into(),
+        _ => RpcError::new(
+            Code::Unavailable,
+            format!(
+                "the connection to sandbox {} ended before the process did",
+                c.id
+            ),
+        ),
     }
 }
 
