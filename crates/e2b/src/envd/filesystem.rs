@@ -67,13 +67,27 @@ fn path_err(e: Error) -> RpcError {
     RpcError::from(e)
 }
 
+/// A path's entry as envd reports it: a symlink has its target's type and
+/// its target as an absolute path (a dangling one stays a symlink).
 async fn stat(st: &E2b, c: &Caller, path: &str) -> RpcResult<EntryInfo> {
     let s = st
         .manager
         .stat(&c.ctx, &c.id, path)
         .await
         .map_err(path_err)?;
-    Ok(entry_of_stat(&s))
+    let mut e = entry_of_stat(&s);
+    if let Some(target) = s
+        .symlink_target
+        .as_deref()
+        .filter(|_| s.kind == FileKind::Symlink)
+    {
+        let abs = resolve_link(&s.path, target);
+        if let Ok(t) = st.manager.stat(&c.ctx, &c.id, &abs).await {
+            e.kind = file_type(t.kind);
+        }
+        e.symlink_target = Some(abs);
+    }
+    Ok(e)
 }
 
 async fn unary(st: &E2b, h: &HeaderMap, method: &str, body: &[u8]) -> RpcResult<Response> {
@@ -206,6 +220,8 @@ async fn list_dir(st: &E2b, c: &Caller, path: &str, depth: u32) -> RpcResult<Vec
         }
         level = next;
     }
+    // envd walks the tree depth first in name order.
+    out.sort_by(|a, b| a.path.split('/').cmp(b.path.split('/')));
     Ok(out)
 }
 

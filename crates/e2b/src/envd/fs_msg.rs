@@ -185,6 +185,31 @@ pub fn entry_of_listing(dir: &str, f: &FileEntry) -> EntryInfo {
     entry(join(dir, &f.name), f.kind, f.size, f.mode, f.mtime)
 }
 
+/// The absolute path a symlink at `link` pointing to `target` names
+/// (`.` and `..` folded, never above `/`).
+pub fn resolve_link(link: &str, target: &str) -> String {
+    let dir = link
+        .trim_end_matches('/')
+        .rsplit_once('/')
+        .map_or("", |(d, _)| d);
+    let joined = if target.starts_with('/') {
+        target.to_string()
+    } else {
+        format!("{dir}/{target}")
+    };
+    let mut parts: Vec<&str> = Vec::new();
+    for p in joined.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
 /// `filesystem.EventType` by name.
 pub fn event_type(kind: FileEventKind) -> &'static str {
     match kind {
@@ -255,6 +280,14 @@ mod tests {
         assert_eq!(permissions(FileKind::Symlink, 0o777), "Lrwxrwxrwx");
         assert_eq!(base_name("/"), "/");
         assert_eq!(base_name("/a/b/"), "b");
+    }
+
+    #[test]
+    fn symlink_targets_resolve_to_absolute_paths() {
+        assert_eq!(resolve_link("/w/d/link", "test.txt"), "/w/d/test.txt");
+        assert_eq!(resolve_link("/w/d/link", "../x"), "/w/x");
+        assert_eq!(resolve_link("/w/d/link", "/etc/hosts"), "/etc/hosts");
+        assert_eq!(resolve_link("/link", "../../x"), "/x");
     }
 
     #[test]
