@@ -356,6 +356,45 @@ where
         .into_response()
 }
 
+/// The call's deadline (`Connect-Timeout-Ms`, at most ten digits as the
+/// protocol says), if the client set one.
+pub fn timeout_of(headers: &HeaderMap) -> Option<std::time::Duration> {
+    let v = headers.get("connect-timeout-ms")?.to_str().ok()?.trim();
+    if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse().ok().map(std::time::Duration::from_millis)
+}
+
+/// `messages` until `deadline` passes: then a `deadline_exceeded` error
+/// (which ends the stream, see [`streaming`]).
+pub fn until<T, S>(
+    messages: S,
+    deadline: Option<std::time::Duration>,
+) -> impl Stream<Item = RpcResult<T>> + Send
+where
+    T: Send,
+    S: Stream<Item = RpcResult<T>> + Send + Unpin,
+{
+    let at = deadline.map(|d| tokio::time::Instant::now() + d);
+    futures::stream::unfold((messages, at, false), |(mut s, at, over)| async move {
+        if over {
+            return None;
+        }
+        let next = match at {
+            None => s.next().await,
+            Some(at) => match tokio::time::timeout_at(at, s.next()).await {
+                Ok(n) => n,
+                Err(_) => {
+                    let e = RpcError::new(Code::DeadlineExceeded, "the call's deadline passed");
+                    return Some((Err(e), (s, Some(at), true)));
+                }
+            },
+        };
+        next.map(|m| (m, (s, at, false)))
+    })
+}
+
 /// The answer of a streaming call refused before it started: a whole
 /// stream holding only the error (the protocol answers streams with 200).
 pub fn stream_error(e: RpcError) -> Response {
@@ -483,6 +522,30 @@ mod tests {
         assert!(String::from_utf8_lossy(&end.payload).contains("boom"));
         // Nothing after the error.
         assert!(d.next_frame().unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stream_past_its_deadline_ends_with_deadline_exceeded() {
+        let mut h = HeaderMap::new();
+        assert_eq!(timeout_of(&h), None);
+        h.insert("connect-timeout-ms", "2000".parse().unwrap());
+        let d = timeout_of(&h);
+        assert_eq!(d, Some(std::time::Duration::from_millis(2000)));
+        h.insert("connect-timeout-ms", "12345678901".parse().unwrap());
+        assert_eq!(timeout_of(&h), None);
+        // One message, then nothing more ever: the deadline ends it.
+        h.insert("connect-timeout-ms", "20".parse().unwrap());
+        let d = timeout_of(&h);
+        let never = futures::stream::iter(vec![Ok(1)]).chain(futures::stream::pending());
+        let got: Vec<RpcResult<i32>> = until(Box::pin(never), d).collect().await;
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0], Ok(1));
+        assert_eq!(got[1].as_ref().unwrap_err().code, Code::DeadlineExceeded);
+        // No deadline: the stream as it is.
+        let all: Vec<RpcResult<i32>> = until(futures::stream::iter(vec![Ok(1), Ok(2)]), None)
+            .collect()
+            .await;
+        assert_eq!(all.len(), 2);
     }
 
     #[tokio::test]

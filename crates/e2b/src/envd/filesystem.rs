@@ -310,7 +310,10 @@ async fn watch_stream(st: &E2b, h: &HeaderMap, r: WatchRequest) -> RpcResult<Res
         out,
         |mut rx| async move { rx.recv().await.map(|m| (m, rx)) },
     );
-    Ok(connect::streaming(events))
+    Ok(connect::streaming(connect::until(
+        Box::pin(events),
+        connect::timeout_of(h),
+    )))
 }
 
 async fn create_watcher(st: &E2b, c: &Caller, r: WatchRequest) -> RpcResult<String> {
