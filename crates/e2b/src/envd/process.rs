@@ -199,7 +199,10 @@ async fn open(st: &E2b, h: &HeaderMap, method: &str, body: Body) -> RpcResult<Re
     tokio::spawn(follow(st.clone(), c, session, offset, pty, wait, tx));
     let events =
         futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|m| (m, rx)) });
-    Ok(connect::streaming(events))
+    Ok(connect::streaming(connect::until(
+        Box::pin(events),
+        connect::timeout_of(h),
+    )))
 }
 
 /// The client's keepalive interval (`Keepalive-Ping-Interval`, seconds),
