@@ -300,7 +300,11 @@ async fn watch_stream(st: &E2b, h: &HeaderMap, r: WatchRequest) -> RpcResult<Res
                 return;
             };
             for e in translate(&st, &c, &root, &r, &ev).await {
-                if tx.send(Ok(WatchEvent::Filesystem(e))).await.is_err() {
+                if tx
+                    .send(Ok(WatchEvent::Filesystem(Box::new(e))))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }

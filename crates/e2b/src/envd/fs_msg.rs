@@ -96,7 +96,7 @@ pub struct FsEvent {
 #[serde(rename_all = "camelCase")]
 pub enum WatchEvent {
     Start {},
-    Filesystem(FsEvent),
+    Filesystem(Box<FsEvent>),
     Keepalive {},
 }
 
@@ -312,7 +312,7 @@ mod tests {
             names,
             [("a", "EVENT_TYPE_RENAME"), ("b", "EVENT_TYPE_CREATE")]
         );
-        let w = serde_json::to_value(WatchEvent::Filesystem(top[0].clone())).unwrap();
+        let w = serde_json::to_value(WatchEvent::Filesystem(Box::new(top[0].clone()))).unwrap();
         assert_eq!(
             w,
             serde_json::json!({"filesystem": {"name": "a.txt", "type": "EVENT_TYPE_CREATE"}})

@@ -341,7 +341,7 @@ mod tests {
         let a = pid_of("sess-1-2-3");
         assert_eq!(a, pid_of("sess-1-2-3"));
         assert_ne!(a, pid_of("sess-1-2-4"));
-        assert!(a >= 1 && a < 0x4000_0000);
+        assert!((1..0x4000_0000).contains(&a));
     }
 
     #[test]
