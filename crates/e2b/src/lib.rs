@@ -23,13 +23,17 @@ pub use state::E2b;
 /// Where the edge is mounted in the daemon's router.
 pub const PREFIX: &str = "/e2b";
 
-/// The edge's routes, to be nested at [`PREFIX`]: the control plane's and
-/// envd's paths never overlap (envd's are `/process.Process/...`,
-/// `/filesystem.Filesystem/...`, `/files`, `/health`, ...).
-/// Paths neither serves get E2B's error shape ([`api::error::fallback`]):
-/// neither router sets a fallback of its own (a merge refuses two).
+/// The edge's routes, to be nested at [`PREFIX`]: a request naming a
+/// sandbox (`E2b-Sandbox-Id` / `E2b-Sandbox-Port`) is the data plane's
+/// (envd, or a port the sandbox serves: [`envd::route`]), any other the
+/// control plane's. Paths neither serves get E2B's error shape
+/// ([`api::error::fallback`]).
 pub fn router(state: E2b) -> axum::Router {
+    let envd = envd::router(state.clone());
     api::router(state.clone())
-        .merge(envd::router(state))
         .fallback(api::error::fallback)
+        .layer(axum::middleware::from_fn_with_state(
+            (state, envd),
+            envd::route::dispatch,
+        ))
 }

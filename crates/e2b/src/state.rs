@@ -18,6 +18,11 @@ pub struct E2b {
     /// `get_host(port)` names `<port>-<sandbox>.<domain>`; None when the
     /// daemon serves no ports domain.
     pub ports_domain: Option<String>,
+    /// What envd keeps between calls (process tags, polled watchers).
+    pub envd: Arc<crate::envd::Registry>,
+    /// The daemon's port proxy, for data-plane requests to ports other
+    /// than envd's (None: such requests are refused).
+    pub forward: Option<Arc<dyn crate::envd::PortForward>>,
 }
 
 impl E2b {
@@ -26,6 +31,14 @@ impl E2b {
             manager,
             envd_key: Arc::new(DaemonKey::new(ENVD_KEY)),
             ports_domain,
+            envd: Arc::default(),
+            forward: None,
         }
+    }
+
+    /// Relay data-plane requests for other ports through `forward`.
+    pub fn with_forward(mut self, forward: Arc<dyn crate::envd::PortForward>) -> Self {
+        self.forward = Some(forward);
+        self
     }
 }

@@ -65,6 +65,7 @@ mod snapshot_ops;
 mod stage;
 mod templates;
 
+pub use files::{file_limit_error, Spooled};
 pub use guest::MAX_SESSION_WAIT;
 pub use network::{EgressCounters, NetworkStatus};
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};

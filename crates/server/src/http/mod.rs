@@ -14,6 +14,7 @@ pub mod attach;
 pub mod audit;
 pub mod auth;
 pub mod console;
+pub mod e2b_ports;
 pub mod error;
 pub mod exec;
 pub mod files;
@@ -175,7 +176,8 @@ pub fn router(state: AppState) -> Router {
             .domain
             .as_ref()
             .map(|d| d.name().to_string()),
-    );
+    )
+    .with_forward(std::sync::Arc::new(e2b_ports::Forward(state.clone())));
     routes
         .nest_service(stasis_e2b::PREFIX, stasis_e2b::router(e2b))
         .route("/metrics", get(metrics::handler))

@@ -72,6 +72,11 @@ pub async fn host_layer(State(st): State<AppState>, req: Request, next: Next) ->
     let Ok(id) = SandboxId::parse(route.label) else {
         return ApiError(Error::not_found(format!("sandbox {}", route.label))).into_response();
     };
+    if port == stasis_e2b::envd::ENVD_PORT {
+        // E2B's envd on its own host: served by the E2B edge (which
+        // authenticates it), as in the SDKs' sandbox-URL mode.
+        return next.run(stasis_e2b::envd::route::to_envd(req, &id)).await;
+    }
     match serve(&st, &domain, &host, id, port, req).await {
         Ok(r) => r,
         Err(e) => ApiError(e).into_response(),
