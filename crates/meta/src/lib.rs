@@ -454,6 +454,26 @@ impl Meta {
         rows.iter().map(decode).collect()
     }
 
+    /// How many sandboxes not yet destroyed are in each (state, backend):
+    /// counted by the database, not by reading every record.
+    pub async fn count_live(&self) -> Result<Vec<(SandboxState, BackendKind, i64)>> {
+        let rows = sqlx::query(
+            "SELECT state, backend, COUNT(*) AS n FROM sandboxes
+             WHERE state != 'destroyed' GROUP BY state, backend",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_err)?;
+        rows.iter()
+            .map(|r| {
+                let s: String = r.try_get("state").map_err(db_err)?;
+                let b: String = r.try_get("backend").map_err(db_err)?;
+                let n: i64 = r.try_get("n").map_err(db_err)?;
+                Ok((SandboxState::parse(&s)?, BackendKind::parse(&b)?, n))
+            })
+            .collect()
+    }
+
     /// Move `id` from `from` to `to` (legal transitions only), applying `patch`
     /// in the same statement. Fails with `invalid_state` when the row is not
     /// in `from` any more (somebody else moved it).
