@@ -118,9 +118,11 @@ pub struct ServeArgs {
     /// At SIGTERM/SIGINT, drain before stopping for at most this many
     /// seconds: start no sandbox, `/readyz` not ready, pause every running
     /// sandbox to the store (another node resumes it on its next request).
-    /// 0 = stop without draining (sandboxes keep running across the restart).
-    #[arg(long, default_value_t = stasis_server::daemon::DEFAULT_DRAIN_ON_STOP_SECS, overrides_with = "drain_on_stop_secs", value_parser = clap::value_parser!(u64).range(0..=3600))]
-    drain_on_stop_secs: u64,
+    /// 0 = stop without draining (sandboxes keep running across the
+    /// restart). Default: 25 with `--meta postgres://...` (a cluster), 0 on
+    /// a single node.
+    #[arg(long, overrides_with = "drain_on_stop_secs", value_parser = clap::value_parser!(u64).range(0..=3600))]
+    drain_on_stop_secs: Option<u64>,
     /// Benches only: the in-memory fake backend stands in for the process
     /// backend (nothing runs; `stasis bench scale --backend fake`).
     #[arg(long, hide = true)]
@@ -273,7 +275,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     cfg.standby_max_bytes = a.standby_max_mb.saturating_mul(1 << 20);
     cfg.tcg_tb_mb_restore = (a.tcg_tb_mb_restore > 0).then_some(a.tcg_tb_mb_restore);
     cfg.scrub_rate = a.scrub_rate;
-    cfg.drain_on_stop = Duration::from_secs(a.drain_on_stop_secs);
+    cfg.drain_on_stop = a.drain_on_stop_secs.map(Duration::from_secs);
     cfg.fake_backend = a.bench_fake_backend;
     cfg.inflight = stasis_server::inflight::InflightLimits {
         max_inflight: a.max_inflight as usize,

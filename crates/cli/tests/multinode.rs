@@ -357,7 +357,9 @@ async fn drain_and_rolling_restart() {
     assert!(v.get("node").is_none(), "the lease is given up: {v}");
     assert!(cli_ok(&c.nodes[0], &["node", "status"]).contains("draining"));
     // The drained node starts nothing: no create, no resume.
-    let r = h0.call("POST", "/v1/sandboxes", Some(manifest.clone())).await;
+    let r = h0
+        .call("POST", "/v1/sandboxes", Some(json!({ "manifest": manifest })))
+        .await;
     assert_eq!((r.status, r.body["error"]["code"].clone()), (503, json!("unavailable")));
     let r = h0
         .call("POST", &format!("/v1/sandboxes/{sb}/exec"), Some(json!({"argv": ["true"]})))

@@ -31,9 +31,8 @@ pub enum KeySource {
     InsecureDev,
 }
 
-/// How long a stop drains by default (`--drain-on-stop-secs`): a handful of
-/// pauses, well within Kubernetes' default 30 s grace period plus its
-/// preStop hook.
+/// How long a cluster node's stop drains by default (`--drain-on-stop-secs`):
+/// a handful of pauses, within Kubernetes' default 30 s grace period.
 pub const DEFAULT_DRAIN_ON_STOP_SECS: u64 = 25;
 
 #[derive(Debug, Clone)]
@@ -103,8 +102,11 @@ pub struct DaemonConfig {
     pub ports: crate::ports::PortsConfig,
     /// At a stop (SIGTERM), drain first for at most this long: start no
     /// sandbox, `/readyz` not ready, pause every running sandbox to the
-    /// store (`--drain-on-stop-secs`; zero: stop without draining).
-    pub drain_on_stop: Duration,
+    /// store (`--drain-on-stop-secs`; zero: stop without draining). Unset:
+    /// [`DEFAULT_DRAIN_ON_STOP_SECS`] in a cluster, where another node
+    /// takes the sandboxes over; none on a single node, whose sandboxes
+    /// keep running across its restart.
+    pub drain_on_stop: Option<Duration>,
     /// Benches only (`--bench-fake-backend`): the in-memory fake backend
     /// stands in for the process backend; nothing runs on the host, so the
     /// control plane can be measured at sizes no real backend reaches here.
@@ -143,7 +145,7 @@ impl DaemonConfig {
             region: Default::default(),
             scrub_rate: crate::scrub::DEFAULT_RATE,
             ports: Default::default(),
-            drain_on_stop: Duration::from_secs(DEFAULT_DRAIN_ON_STOP_SECS),
+            drain_on_stop: None,
             fake_backend: false,
         }
     }
@@ -420,7 +422,16 @@ pub async fn run(
     // Long-lived responses (the console's event feed) end when the daemon
     // stops, so the graceful shutdown does not wait for them.
     let stopping = tokio_util::sync::CancellationToken::new();
-    let drain = (!cfg.drain_on_stop.is_zero()).then_some(cfg.drain_on_stop);
+    let in_cluster = daemon.manager.cluster().is_some();
+    let drain = cfg
+        .drain_on_stop
+        .unwrap_or(Duration::from_secs(if in_cluster {
+            DEFAULT_DRAIN_ON_STOP_SECS
+        } else {
+            0
+        }))
+        .min(Duration::from_secs(3600));
+    let drain = (!drain.is_zero()).then_some(drain);
     let manager = daemon.manager.clone();
     let app = router(state)
         .layer(axum::Extension(stopping.clone()))
