@@ -189,7 +189,9 @@ pub async fn scale(a: ScaleArgs) -> Result<Value> {
         "fake" | "process" => "process",
         "microvm" => "microvm",
         other => {
-            return Err(Error::invalid(format!("--backend {other}: fake, process or microvm")))
+            return Err(Error::invalid(format!(
+                "--backend {other}: fake, process or microvm"
+            )))
         }
     };
     if a.count == 0 {
@@ -223,7 +225,11 @@ pub async fn scale(a: ScaleArgs) -> Result<Value> {
     let (procs_running, kb_running) = host.sandbox_processes();
     let pause_rate = each(&ids, a.concurrency, |id| {
         let c = c.clone();
-        async move { c.post(&format!("/v1/sandboxes/{id}/pause"), json!({})).await.map(|_| ()) }
+        async move {
+            c.post(&format!("/v1/sandboxes/{id}/pause"), json!({}))
+                .await
+                .map(|_| ())
+        }
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -236,16 +242,24 @@ pub async fn scale(a: ScaleArgs) -> Result<Value> {
     let page = a.count.min(100);
     let first_page = timed(a.samples, |_| {
         let c = c.clone();
-        async move { c.get(&format!("/v1/sandboxes?limit={page}")).await.map(|_| ()) }
+        async move {
+            c.get(&format!("/v1/sandboxes?limit={page}"))
+                .await
+                .map(|_| ())
+        }
     })
     .await?;
     // A page deep in: the cursor of the middle sandbox.
-    let mid = c.get(&format!("/v1/sandboxes/{}", ids[ids.len() / 2])).await?;
+    let mid = c
+        .get(&format!("/v1/sandboxes/{}", ids[ids.len() / 2]))
+        .await?;
     let cursor = format!("{}:{}", mid["created_at_ms"], ids[ids.len() / 2]);
     let deep_page = timed(a.samples, |_| {
         let (c, cursor) = (c.clone(), cursor.clone());
         async move {
-            c.get(&format!("/v1/sandboxes?limit={page}&cursor={cursor}")).await.map(|_| ())
+            c.get(&format!("/v1/sandboxes?limit={page}&cursor={cursor}"))
+                .await
+                .map(|_| ())
         }
     })
     .await?;
@@ -254,7 +268,9 @@ pub async fn scale(a: ScaleArgs) -> Result<Value> {
         async move { c.get("/v1/sandboxes").await.map(|_| ()) }
     })
     .await?;
-    let reaper_ms = metric(&c, "stasis_reaper_pass_seconds").await.map(|s| s * 1000.0);
+    let reaper_ms = metric(&c, "stasis_reaper_pass_seconds")
+        .await
+        .map(|s| s * 1000.0);
     let examined = metric(&c, "stasis_reaper_examined_total").await;
 
     // A restart: SIGTERM (no drain: measured separately), then a new
@@ -267,7 +283,11 @@ pub async fn scale(a: ScaleArgs) -> Result<Value> {
     let sample: Vec<String> = ids.iter().take(a.samples.max(1)).cloned().collect();
     let resume_exec = timed(sample.len(), |i| {
         let (c, id) = (c.clone(), sample[i].clone());
-        async move { crate::measure::exec_ok(&c, &id, &["echo", "ok"]).await.map(|_| ()) }
+        async move {
+            crate::measure::exec_ok(&c, &id, &["echo", "ok"])
+                .await
+                .map(|_| ())
+        }
     })
     .await?;
     let destroy_rate = each(&ids, a.concurrency, |id| {

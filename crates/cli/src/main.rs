@@ -77,7 +77,11 @@ fn main() {
 async fn run(cli: Cli) -> Result<()> {
     let is_admin = matches!(
         cli.cmd,
-        Cmd::Admin(_) | Cmd::Secret(_) | Cmd::Store(_) | Cmd::Node(_) | Cmd::Audit(AuditCmd::Verify)
+        Cmd::Admin(_)
+            | Cmd::Secret(_)
+            | Cmd::Store(_)
+            | Cmd::Node(_)
+            | Cmd::Audit(AuditCmd::Verify)
     );
     let c = Client::new(&cli.url).with_token(client_token(cli.token.as_deref(), is_admin));
     let json = cli.json;

@@ -66,7 +66,11 @@ fn drain_summary(v: &Value) -> String {
 fn status_summary(v: &Value) -> String {
     format!(
         "{}, {} sandbox(es) running here",
-        if v["draining"] == true { "draining" } else { "taking sandboxes" },
+        if v["draining"] == true {
+            "draining"
+        } else {
+            "taking sandboxes"
+        },
         v["running_here"]
     )
 }

@@ -320,7 +320,10 @@ async fn readyz(d: &Daemon) -> (u16, Value) {
     let r = reqwest::get(format!("{}/readyz", d.url)).await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 fn cli_ok(d: &Daemon, args: &[&str]) -> String {
@@ -358,11 +361,22 @@ async fn drain_and_rolling_restart() {
     assert!(cli_ok(&c.nodes[0], &["node", "status"]).contains("draining"));
     // The drained node starts nothing: no create, no resume.
     let r = h0
-        .call("POST", "/v1/sandboxes", Some(json!({ "manifest": manifest })))
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({ "manifest": manifest })),
+        )
         .await;
-    assert_eq!((r.status, r.body["error"]["code"].clone()), (503, json!("unavailable")));
+    assert_eq!(
+        (r.status, r.body["error"]["code"].clone()),
+        (503, json!("unavailable"))
+    );
     let r = h0
-        .call("POST", &format!("/v1/sandboxes/{sb}/exec"), Some(json!({"argv": ["true"]})))
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{sb}/exec"),
+            Some(json!({"argv": ["true"]})),
+        )
         .await;
     assert_eq!(r.status, 503, "{}", r.body);
     assert_eq!(get(&h1, &sb).await["state"], "paused");
@@ -379,10 +393,15 @@ async fn drain_and_rolling_restart() {
         let here = c.nodes[i].http();
         let next = c.nodes[(i + 1) % 3].http();
         if get(&here, &sb).await["state"] == "running" {
-            here.ok("POST", &format!("/v1/sandboxes/{sb}/pause"), Some(json!({})))
-                .await;
+            here.ok(
+                "POST",
+                &format!("/v1/sandboxes/{sb}/pause"),
+                Some(json!({})),
+            )
+            .await;
         }
-        here.sh(&sb, &format!("echo {i} >> /workspace/log.txt")).await;
+        here.sh(&sb, &format!("echo {i} >> /workspace/log.txt"))
+            .await;
         assert_eq!(get(&next, &sb).await["node"], format!("n{i}"));
         c.nodes[i].stop(Duration::from_secs(90));
         let v = get(&next, &sb).await;

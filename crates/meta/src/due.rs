@@ -49,8 +49,7 @@ pub fn due_after_activity(rec: &SandboxRecord, last_active_ms: Option<i64>) -> O
 }
 
 fn running(rec: &SandboxRecord) -> Option<i64> {
-    (rec.state == SandboxState::Running)
-        .then(|| rec.running_since_ms.unwrap_or(rec.updated_at_ms))
+    (rec.state == SandboxState::Running).then(|| rec.running_since_ms.unwrap_or(rec.updated_at_ms))
 }
 
 /// The idle window counted from the last activity, else from when it last
@@ -97,7 +96,12 @@ impl Meta {
     /// At most `limit` sandboxes due at `now`, earliest first. Running
     /// sandboxes whose lease another node holds are left to that node
     /// (`node`: this one; `None` on a single node).
-    pub async fn due(&self, now: i64, node: Option<&str>, limit: u32) -> Result<Vec<SandboxRecord>> {
+    pub async fn due(
+        &self,
+        now: i64,
+        node: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<SandboxRecord>> {
         let rows = sqlx::query(&format!(
             "{SELECT_SANDBOX} WHERE s.due_at_ms IS NOT NULL AND s.due_at_ms <= $1
              AND ($2 IS NULL OR s.state != 'running' OR l.node IS NULL OR l.node = $2)

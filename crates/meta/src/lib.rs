@@ -543,7 +543,11 @@ impl Meta {
             rec.progress_lost_ms = v;
         }
         let now = now_ms();
-        let due = due::due_at(&SandboxRecord { state: to, updated_at_ms: now, ..rec.clone() });
+        let due = due::due_at(&SandboxRecord {
+            state: to,
+            updated_at_ms: now,
+            ..rec.clone()
+        });
         let done = sqlx::query(
             "UPDATE sandboxes SET state = $1, reason = $2, running_ms = $3, running_since_ms = $4,
              paused_at_ms = $5, expires_at_ms = $6, pause_snapshot = $7, pause_kind = $8,

@@ -66,7 +66,9 @@ impl Manager {
         if self.is_draining() {
             return Err(Error::new(
                 ErrorCode::Unavailable,
-                format!("this node is draining and starts no sandbox ({op}); retry on another node"),
+                format!(
+                    "this node is draining and starts no sandbox ({op}); retry on another node"
+                ),
             ));
         }
         Ok(())

@@ -58,8 +58,14 @@ async fn a_drained_node_hands_its_sandboxes_to_another_node() {
 
     // The draining node starts nothing: no create, no resume (explicit or
     // by a request), and the sandbox stays as it was.
-    assert_eq!(code(a.create(&ctx(), manifest()).await), ErrorCode::Unavailable);
-    assert_eq!(code(a.resume(&ctx(), &one.id).await), ErrorCode::Unavailable);
+    assert_eq!(
+        code(a.create(&ctx(), manifest()).await),
+        ErrorCode::Unavailable
+    );
+    assert_eq!(
+        code(a.resume(&ctx(), &one.id).await),
+        ErrorCode::Unavailable
+    );
     let e = a.exec(&ctx(), &one.id, req(&["get", "k"]), None).await;
     assert_eq!(code(e), ErrorCode::Unavailable);
     assert_eq!(state(&a, &one.id).await, SandboxState::Paused);

@@ -386,7 +386,11 @@ async fn a_pass_reads_only_the_sandboxes_due() {
     assert_eq!(done, vec![(idle.id.clone(), "idle_paused")]);
     assert_eq!(examined(&m), before + 2);
     assert!(m.reap_once().await.unwrap().is_empty());
-    assert_eq!(examined(&m), before + 2, "the busy one is not read again yet");
+    assert_eq!(
+        examined(&m),
+        before + 2,
+        "the busy one is not read again yet"
+    );
     sleep_ms(600).await;
     let done = m.reap_once().await.unwrap();
     assert!(done.contains(&(busy.id.clone(), "idle_paused")), "{done:?}");

@@ -87,8 +87,16 @@ fn the_earliest_deadline_of_the_state_counts() {
     let paused = rec(SandboxState::Paused, policy(10, OnIdle::Pause, 3600));
     assert_eq!(due_at(&paused), Some(90_000));
     // Transitional and final states are reconcile's, not the reaper's.
-    for s in [SandboxState::Pausing, SandboxState::Failed, SandboxState::Destroyed] {
-        assert_eq!(due_at(&rec(s, policy(10, OnIdle::Pause, 3600))), None, "{s}");
+    for s in [
+        SandboxState::Pausing,
+        SandboxState::Failed,
+        SandboxState::Destroyed,
+    ] {
+        assert_eq!(
+            due_at(&rec(s, policy(10, OnIdle::Pause, 3600))),
+            None,
+            "{s}"
+        );
     }
 }
 
@@ -111,10 +119,19 @@ async fn state_writes_keep_the_index_and_only_due_rows_are_read() {
 
         // Paused: due at its expiry, not at the running deadlines.
         let paused_at = stasis_core::now_ms();
-        m.transition(&soon.id, SandboxState::Running, SandboxState::Pausing, Patch::default())
-            .await
-            .unwrap();
-        assert_eq!(m.due_of(&soon.id).await.unwrap(), None, "a pause in progress is not due");
+        m.transition(
+            &soon.id,
+            SandboxState::Running,
+            SandboxState::Pausing,
+            Patch::default(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            m.due_of(&soon.id).await.unwrap(),
+            None,
+            "a pause in progress is not due"
+        );
         let p = m
             .transition(
                 &soon.id,

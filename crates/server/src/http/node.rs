@@ -39,29 +39,35 @@ pub struct DrainBody {
     (status = 503, body = ErrorBody, description = "draining: send requests to another node")))]
 async fn readyz(State(st): State<AppState>) -> Response {
     if st.manager.is_draining() {
-        return ApiError(Error::new(ErrorCode::Unavailable, "this node is draining")).into_response();
+        return ApiError(Error::new(ErrorCode::Unavailable, "this node is draining"))
+            .into_response();
     }
     "ready".into_response()
 }
 
 #[utoipa::path(get, path = "/v1/admin/node", security(("bearer" = [])),
     responses((status = 200, body = DrainStatus), (status = 403, body = ErrorBody)))]
-async fn status(State(st): State<AppState>, _: AdminAuthed) -> ApiResult<axum::Json<DrainStatus>> {
+async fn node_status(
+    State(st): State<AppState>,
+    _: AdminAuthed,
+) -> ApiResult<axum::Json<DrainStatus>> {
     Ok(axum::Json(st.manager.drain_status().await?))
 }
 
 #[utoipa::path(post, path = "/v1/admin/node/drain", request_body = DrainBody, security(("bearer" = [])),
     responses((status = 200, body = DrainReport), (status = 400, body = ErrorBody), (status = 403, body = ErrorBody)))]
-async fn drain(
+async fn node_drain(
     State(st): State<AppState>,
     AdminAuthed(who): AdminAuthed,
     ApiJson(body): ApiJson<DrainBody>,
 ) -> ApiResult<axum::Json<DrainReport>> {
     let secs = body.within_secs.unwrap_or(DEFAULT_DRAIN_SECS);
     if secs > MAX_DRAIN_SECS {
-        return Err(Error::invalid(format!("within_secs: at most {MAX_DRAIN_SECS}"))
-            .with_field("within_secs")
-            .into());
+        return Err(
+            Error::invalid(format!("within_secs: at most {MAX_DRAIN_SECS}"))
+                .with_field("within_secs")
+                .into(),
+        );
     }
     let actor = format!("admin:{}", who.token_id);
     let rep = st.manager.drain(&actor, Duration::from_secs(secs)).await?;
@@ -70,7 +76,10 @@ async fn drain(
 
 #[utoipa::path(post, path = "/v1/admin/node/undrain", security(("bearer" = [])),
     responses((status = 200, body = DrainStatus), (status = 403, body = ErrorBody)))]
-async fn undrain(State(st): State<AppState>, _: AdminAuthed) -> ApiResult<axum::Json<DrainStatus>> {
+async fn node_undrain(
+    State(st): State<AppState>,
+    _: AdminAuthed,
+) -> ApiResult<axum::Json<DrainStatus>> {
     st.manager.undrain();
     Ok(axum::Json(st.manager.drain_status().await?))
 }
@@ -79,7 +88,7 @@ async fn undrain(State(st): State<AppState>, _: AdminAuthed) -> ApiResult<axum::
 pub fn routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(readyz))
-        .routes(routes!(status))
-        .routes(routes!(drain))
-        .routes(routes!(undrain))
+        .routes(routes!(node_status))
+        .routes(routes!(node_drain))
+        .routes(routes!(node_undrain))
 }
