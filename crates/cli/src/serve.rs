@@ -319,6 +319,10 @@ pub async fn run(a: Box<ServeArgs>) -> Result<()> {
     Ok(())
 }
 
+fn scrub_rate(s: &str) -> std::result::Result<u64, String> {
+    stasis_server::scrub::parse_rate(s).map_err(|e| e.message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,8 +339,4 @@ mod tests {
         let e = absolute_path("--images", std::path::Path::new("")).unwrap_err();
         assert!(e.message.contains("--images"), "{e}");
     }
-}
-
-fn scrub_rate(s: &str) -> std::result::Result<u64, String> {
-    stasis_server::scrub::parse_rate(s).map_err(|e| e.message)
 }
