@@ -149,7 +149,7 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        get: operations["status"];
+        get: operations["node_status"];
         put?: never;
         post?: never;
         delete?: never;
@@ -167,7 +167,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        post: operations["drain"];
+        post: operations["node_drain"];
         delete?: never;
         options?: never;
         head?: never;
@@ -183,7 +183,7 @@ export interface paths {
         };
         get?: never;
         put?: never;
-        post: operations["undrain"];
+        post: operations["node_undrain"];
         delete?: never;
         options?: never;
         head?: never;
@@ -2369,7 +2369,7 @@ export interface operations {
             };
         };
     };
-    status: {
+    node_status: {
         parameters: {
             query?: never;
             header?: never;
@@ -2396,7 +2396,7 @@ export interface operations {
             };
         };
     };
-    drain: {
+    node_drain: {
         parameters: {
             query?: never;
             header?: never;
@@ -2435,7 +2435,7 @@ export interface operations {
             };
         };
     };
-    undrain: {
+    node_undrain: {
         parameters: {
             query?: never;
             header?: never;
