@@ -235,6 +235,33 @@ if ((TESTS)); then
 fi
 
 if ((TESTS)); then
+    # The Kubernetes manifests (deploy/kubernetes) are rendered by Debian's
+    # kubectl (kubernetes-client) and validated offline by
+    # scripts/check-kubernetes.sh. The package is unpacked into target/tools,
+    # not installed: a kubectl of another origin may own /usr/bin/kubectl.
+    KUBECTL_DIR="$REPO/target/tools/kubernetes-client"
+    if [[ -x $KUBECTL_DIR/usr/bin/kubectl ]]; then
+        log "Debian kubectl present"
+    else
+        log "unpacking Debian's kubernetes-client into $KUBECTL_DIR"
+        apt_update
+        deb_dir=$(mktemp -d)
+        chmod 1777 "$deb_dir" # apt's download user writes there
+        (cd "$deb_dir" && apt-get download -q kubernetes-client)
+        mkdir -p "$KUBECTL_DIR"
+        dpkg-deb -x "$deb_dir"/kubernetes-client_*.deb "$KUBECTL_DIR"
+        rm -rf "$deb_dir"
+    fi
+    # The Kubernetes API schemas the check validates against (no cluster).
+    if ! "$REPO/.venv/bin/python" -c 'import kubernetes_validate' 2>/dev/null; then
+        log "installing kubernetes-validate into $REPO/.venv"
+        "$REPO/.venv/bin/python" -m pip install -q 'kubernetes-validate>=1.29,<2'
+    else
+        log "kubernetes-validate present"
+    fi
+fi
+
+if ((TESTS)); then
     # The book under docs/: mdbook, pinned, built from crates.io with cargo
     # into target/tools (beside the rest of the build, git-ignored) and
     # skipped when that version is there. Only the search feature: the

@@ -155,6 +155,14 @@ else
     failed=$((failed + 1))
     ((status != 0)) || status=1
 fi
+# The Kubernetes manifests render (Debian's kubectl) and validate offline
+# against the API schemas and a stasis node's rules: one test.
+if scripts/check-kubernetes.sh; then
+    passed=$((passed + 1))
+else
+    failed=$((failed + 1))
+    ((status != 0)) || status=1
+fi
 # The book (docs/): it builds with the mdbook setup installed, and every
 # internal link and anchor of the built pages resolves (external links are
 # not fetched); each counts as one test. The API chapter's freshness against

@@ -43,6 +43,8 @@ export class PayloadTooLarge extends StasisError { static override readonly CODE
 export class RateLimited extends StasisError { static override readonly CODE: string = 'rate_limited'; }
 /** The sandbox has its limit of requests in flight and a full queue (429 + Retry-After): nothing was done. */
 export class Overloaded extends RateLimited { static override readonly CODE: string = 'overloaded'; }
+/** The node is draining (503 + Retry-After): it starts no sandbox; nothing was done; retry. */
+export class Unavailable extends StasisError { static override readonly CODE: string = 'unavailable'; }
 export class Timeout extends StasisError { static override readonly CODE: string = 'timeout'; }
 export class IntegrityError extends StasisError { static override readonly CODE: string = 'integrity_error'; }
 /** A snapshot this node cannot load (422): nothing was changed. */
@@ -71,6 +73,7 @@ export const ERROR_CLASSES: Readonly<Record<string, ErrorClass>> = Object.freeze
   payload_too_large: PayloadTooLarge,
   rate_limited: RateLimited,
   overloaded: Overloaded,
+  unavailable: Unavailable,
   timeout: Timeout,
   integrity_error: IntegrityError,
   incompatible_snapshot: IncompatibleSnapshot,

@@ -20,6 +20,8 @@ pub enum BenchCmd {
     Store(StoreArgs),
     /// Create from a template (Python, dataset loaded) to first answer vs cold create + the same setup.
     Template(crate::bench_template::TemplateArgs),
+    /// What N paused sandboxes cost one node: create rate, daemon RSS, host processes, RAM and disk per paused sandbox, list, reaper, resume + exec, restart reconcile.
+    Scale(crate::bench_scale::ScaleArgs),
     /// Always-running vs pause-on-idle cost from a quick lifecycle measurement (same as `stasis cost`).
     Cost(crate::cost::CostArgs),
 }
@@ -42,6 +44,7 @@ pub async fn run(cmd: BenchCmd, json_out: bool) -> Result<()> {
         BenchCmd::Lifecycle(a) => lifecycle::lifecycle(a).await?,
         BenchCmd::Store(a) => store(a).await?,
         BenchCmd::Template(a) => crate::bench_template::template(a).await?,
+        BenchCmd::Scale(a) => crate::bench_scale::scale(a).await?,
         BenchCmd::Cost(a) => return crate::cost::run(a, json_out).await,
     };
     if json_out {

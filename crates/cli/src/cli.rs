@@ -162,6 +162,9 @@ pub enum Cmd {
     /// The snapshot store: verify every chunk, repair from local copies (needs an admin token).
     #[command(subcommand)]
     Store(crate::store::StoreCmd),
+    /// This node: drain (start no sandbox, pause every running one to the store), undrain, status (admin token).
+    #[command(subcommand)]
+    Node(crate::node::NodeCmd),
     /// This tenant's API tokens: scoped, expiring, per-sandbox, rotated (needs the manage scope).
     #[command(subcommand)]
     Token(crate::token::TokenCmd),

@@ -38,6 +38,9 @@ pub fn serve_command_keyed(
         Some(f) => cmd.arg("--master-key-file").arg(f),
         None => cmd.arg("--insecure-dev-key"),
     };
+    // A temporary daemon's data dir goes with it: nothing to drain at its
+    // stop (a later `--drain-on-stop-secs` overrides this).
+    cmd.args(["--drain-on-stop-secs", "0"]);
     cmd.arg("--ready-file")
         .arg(ready)
         .stdin(Stdio::null())

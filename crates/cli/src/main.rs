@@ -7,6 +7,7 @@ mod admin;
 mod audit;
 mod bench;
 mod bench_image;
+mod bench_scale;
 mod bench_template;
 mod cli;
 mod client;
@@ -21,6 +22,7 @@ mod image;
 mod lifecycle;
 mod measure;
 mod network;
+mod node;
 mod output;
 mod ports;
 mod runs;
@@ -75,7 +77,11 @@ fn main() {
 async fn run(cli: Cli) -> Result<()> {
     let is_admin = matches!(
         cli.cmd,
-        Cmd::Admin(_) | Cmd::Secret(_) | Cmd::Store(_) | Cmd::Audit(AuditCmd::Verify)
+        Cmd::Admin(_)
+            | Cmd::Secret(_)
+            | Cmd::Store(_)
+            | Cmd::Node(_)
+            | Cmd::Audit(AuditCmd::Verify)
     );
     let c = Client::new(&cli.url).with_token(client_token(cli.token.as_deref(), is_admin));
     let json = cli.json;
@@ -118,6 +124,7 @@ async fn run(cli: Cli) -> Result<()> {
         Cmd::Admin(a) => admin::admin(&c, a, json).await?,
         Cmd::Secret(s) => admin::secret(&c, s, json).await?,
         Cmd::Store(s) => store::store(&c, s, json).await?,
+        Cmd::Node(n) => node::node(&c, n, json).await?,
         Cmd::Token(t) => token::token(&c, t, json).await?,
         Cmd::Webhook(w) => webhook::webhook(&c, w, json).await?,
         Cmd::Cost(a) => cost::run(a, json).await?,

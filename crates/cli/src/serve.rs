@@ -115,6 +115,18 @@ pub struct ServeArgs {
     /// node's local copies: plaintext bytes per second (`512k`, `4M`); 0 = off.
     #[arg(long, default_value = "4M", value_parser = scrub_rate)]
     scrub_rate: u64,
+    /// At SIGTERM/SIGINT, drain before stopping for at most this many
+    /// seconds: start no sandbox, `/readyz` not ready, pause every running
+    /// sandbox to the store (another node resumes it on its next request).
+    /// 0 = stop without draining (sandboxes keep running across the
+    /// restart). Default: 25 with `--meta postgres://...` (a cluster), 0 on
+    /// a single node.
+    #[arg(long, overrides_with = "drain_on_stop_secs", value_parser = clap::value_parser!(u64).range(0..=3600))]
+    drain_on_stop_secs: Option<u64>,
+    /// Benches only: the in-memory fake backend stands in for the process
+    /// backend (nothing runs; `stasis bench scale --backend fake`).
+    #[arg(long, hide = true)]
+    bench_fake_backend: bool,
     /// Requests (exec, files, sessions) that may run in one sandbox at once.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u32).range(1..))]
     max_inflight: u32,
@@ -263,6 +275,8 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     cfg.standby_max_bytes = a.standby_max_mb.saturating_mul(1 << 20);
     cfg.tcg_tb_mb_restore = (a.tcg_tb_mb_restore > 0).then_some(a.tcg_tb_mb_restore);
     cfg.scrub_rate = a.scrub_rate;
+    cfg.drain_on_stop = a.drain_on_stop_secs.map(Duration::from_secs);
+    cfg.fake_backend = a.bench_fake_backend;
     cfg.inflight = stasis_server::inflight::InflightLimits {
         max_inflight: a.max_inflight as usize,
         max_queued: a.max_queued as usize,
@@ -305,6 +319,10 @@ pub async fn run(a: Box<ServeArgs>) -> Result<()> {
     Ok(())
 }
 
+fn scrub_rate(s: &str) -> std::result::Result<u64, String> {
+    stasis_server::scrub::parse_rate(s).map_err(|e| e.message)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,8 +339,4 @@ mod tests {
         let e = absolute_path("--images", std::path::Path::new("")).unwrap_err();
         assert!(e.message.contains("--images"), "{e}");
     }
-}
-
-fn scrub_rate(s: &str) -> std::result::Result<u64, String> {
-    stasis_server::scrub::parse_rate(s).map_err(|e| e.message)
 }

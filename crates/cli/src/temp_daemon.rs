@@ -89,7 +89,7 @@ impl Drop for TempDaemon {
 /// reconcile the process sandboxes it left (a demo stopped half-way): they
 /// go now, found by the daemon id in that data dir (the daemon's own
 /// cgroup group), and only they.
-fn destroy_owned(data_dir: &std::path::Path) {
+pub fn destroy_owned(data_dir: &std::path::Path) {
     let Ok(id) = std::fs::read_to_string(data_dir.join("daemon-id")) else {
         return;
     };

@@ -15,6 +15,13 @@
 //!   files only: the process backend's memory state lives in a frozen cgroup
 //!   of the node that paused it and cannot cross nodes — exactly one
 //!   takeover under concurrent requests to two nodes, an intact audit chain.
+//! - `drain_and_rolling_restart` (always): `stasis node drain` pauses a
+//!   node's sandboxes to the store and gives up their leases (`/readyz` 503,
+//!   creates and resumes there refused as `unavailable`), another node
+//!   resumes them with their files on the next request, `undrain` takes
+//!   sandboxes again; then each of the three nodes in turn is stopped by
+//!   SIGTERM (which drains) and started again while it runs the session,
+//!   and the session's files survive every step.
 //! - `failover_microvm_memory` (when the guest image is present): a paused
 //!   microVM resumes on another node with its memory state intact (a
 //!   background counter continues from where it was, same boot id, an
@@ -40,6 +47,11 @@ struct Cluster {
 }
 
 async fn cluster(name: &str) -> Option<Cluster> {
+    cluster_with(name, &[]).await
+}
+
+/// [`cluster`] with more serve flags for every node.
+async fn cluster_with(name: &str, extra: &[&str]) -> Option<Cluster> {
     let serial = SERIAL.lock().await;
     let pg = stasis_meta::testing::pg_fresh_database_from_env()
         .await
@@ -51,19 +63,18 @@ async fn cluster(name: &str) -> Option<Cluster> {
     let mut nodes = Vec::new();
     for i in 0..3 {
         let node = format!("n{i}");
-        nodes.push(
-            Daemon::start(&[
-                "--meta",
-                &pg,
-                "--store",
-                &store,
-                "--node-id",
-                &node,
-                "--lease-secs",
-                LEASE_SECS,
-            ])
-            .await,
-        );
+        let mut args = vec![
+            "--meta",
+            &pg,
+            "--store",
+            &store,
+            "--node-id",
+            &node,
+            "--lease-secs",
+            LEASE_SECS,
+        ];
+        args.extend_from_slice(extra);
+        nodes.push(Daemon::start(&args).await);
     }
     Some(Cluster {
         nodes,
@@ -303,6 +314,106 @@ async fn failover_process_backend() {
         .await;
     h1.ok("DELETE", &format!("/v1/sandboxes/{paused}"), None)
         .await;
+}
+
+async fn readyz(d: &Daemon) -> (u16, Value) {
+    let r = reqwest::get(format!("{}/readyz", d.url)).await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+fn cli_ok(d: &Daemon, args: &[&str]) -> String {
+    let out = d.cli(args);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{args:?}: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[tokio::test]
+async fn drain_and_rolling_restart() {
+    let Some(mut c) = cluster_with("drain", &["--drain-on-stop-secs", "60"]).await else {
+        return;
+    };
+    let (h0, h1) = (c.nodes[0].http(), c.nodes[1].http());
+    let manifest = json!({"backend": "process", "lifecycle": {"on_idle": "nothing"}});
+    let sb = h0.create(manifest.clone()).await;
+    h0.sh(&sb, "echo one > /workspace/a.txt").await;
+    assert_eq!(get(&h1, &sb).await["node"], "n0");
+    assert_eq!(readyz(&c.nodes[0]).await.0, 200);
+
+    let out = cli_ok(&c.nodes[0], &["node", "drain", "--within-secs", "60"]);
+    assert!(out.contains("1 paused"), "{out}");
+    let (status, body) = readyz(&c.nodes[0]).await;
+    assert_eq!(status, 503);
+    assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    assert_eq!(readyz(&c.nodes[1]).await.0, 200);
+    let v = get(&h1, &sb).await;
+    assert_eq!(v["state"], "paused", "{v}");
+    assert!(v.get("node").is_none(), "the lease is given up: {v}");
+    assert!(cli_ok(&c.nodes[0], &["node", "status"]).contains("draining"));
+    // The drained node starts nothing: no create, no resume.
+    let r = h0
+        .call(
+            "POST",
+            "/v1/sandboxes",
+            Some(json!({ "manifest": manifest })),
+        )
+        .await;
+    assert_eq!(
+        (r.status, r.body["error"]["code"].clone()),
+        (503, json!("unavailable"))
+    );
+    let r = h0
+        .call(
+            "POST",
+            &format!("/v1/sandboxes/{sb}/exec"),
+            Some(json!({"argv": ["true"]})),
+        )
+        .await;
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert_eq!(get(&h1, &sb).await["state"], "paused");
+    // Another node resumes it with its files; the drained node forwards to it.
+    assert_eq!(h1.sh(&sb, "cat /workspace/a.txt").await, "one\n");
+    assert_eq!(get(&h0, &sb).await["node"], "n1");
+    assert_eq!(h0.sh(&sb, "cat /workspace/a.txt").await, "one\n");
+    cli_ok(&c.nodes[0], &["node", "undrain"]);
+    assert_eq!(readyz(&c.nodes[0]).await.0, 200);
+
+    // A rolling restart: each node in turn runs the session, is stopped by
+    // SIGTERM (which drains it) and starts again; the next node resumes it.
+    for i in 0..3 {
+        let here = c.nodes[i].http();
+        let next = c.nodes[(i + 1) % 3].http();
+        if get(&here, &sb).await["state"] == "running" {
+            here.ok(
+                "POST",
+                &format!("/v1/sandboxes/{sb}/pause"),
+                Some(json!({})),
+            )
+            .await;
+        }
+        here.sh(&sb, &format!("echo {i} >> /workspace/log.txt"))
+            .await;
+        assert_eq!(get(&next, &sb).await["node"], format!("n{i}"));
+        c.nodes[i].stop(Duration::from_secs(90));
+        let v = get(&next, &sb).await;
+        assert_eq!(v["state"], "paused", "stopping n{i} drained it: {v}");
+        assert!(c.nodes[i].log().contains("node drained"));
+        assert_eq!(next.sh(&sb, "cat /workspace/a.txt").await, "one\n");
+        c.nodes[i].start_again().await;
+        assert_eq!(readyz(&c.nodes[i]).await.0, 200);
+    }
+    let h = c.nodes[0].http();
+    assert_eq!(h.sh(&sb, "cat /workspace/log.txt").await, "0\n1\n2\n");
+    assert_eq!(h.sh(&sb, "cat /workspace/a.txt").await, "one\n");
 }
 
 fn image_available() -> bool {

@@ -15,6 +15,8 @@
 //! | `stasis_lifecycle_duration_seconds` | histogram | `op` (create, pause, resume, restore, snapshot, destroy), `backend`, `outcome` (ok, error) |
 //! | `stasis_idle_window_hits_total` | counter | `action` (pause, pause_filesystem, destroy) |
 //! | `stasis_ttl_expiries_total` | counter | paused sandboxes destroyed at the end of their TTL |
+//! | `stasis_reaper_examined_total` | counter | sandboxes the reaper read from the deadline index (what its passes cost) |
+//! | `stasis_reaper_pass_seconds` | gauge | how long the reaper's last pass took |
 //! | `stasis_lifetime_expiries_total` | counter | running sandboxes destroyed at `max_lifetime_secs` |
 //! | `stasis_leases_taken_over_total` | counter | sandbox leases this node took over from another node |
 //! | `stasis_snapshot_bytes` | gauge | `tenant`, `kind` (raw: sum of snapshot sizes; stored: chunk bytes after dedup, compression, encryption) |
@@ -104,6 +106,8 @@ struct Inner {
     lifecycle: HistogramVec,
     idle_hits: IntCounterVec,
     ttl_expiries: IntCounter,
+    reaper_examined: IntCounter,
+    reaper_pass: prometheus::Gauge,
     lifetime_expiries: IntCounter,
     leases_taken_over: IntCounter,
     snapshot_bytes: IntGaugeVec,
@@ -193,6 +197,22 @@ impl Metrics {
             IntCounter::new(
                 "stasis_ttl_expiries_total",
                 "Paused sandboxes destroyed at the end of their paused TTL.",
+            )
+            .expect("metric"),
+        );
+        let reaper_examined = reg(
+            &r,
+            IntCounter::new(
+                "stasis_reaper_examined_total",
+                "Sandboxes the reaper read from the deadline index (due ones).",
+            )
+            .expect("metric"),
+        );
+        let reaper_pass = reg(
+            &r,
+            prometheus::Gauge::new(
+                "stasis_reaper_pass_seconds",
+                "How long the reaper's last pass took.",
             )
             .expect("metric"),
         );
@@ -353,6 +373,8 @@ impl Metrics {
                 lifecycle,
                 idle_hits,
                 ttl_expiries,
+                reaper_examined,
+                reaper_pass,
                 lifetime_expiries,
                 leases_taken_over,
                 snapshot_bytes,
@@ -414,6 +436,21 @@ impl Metrics {
     }
 
     /// Record what the reaper did (the names `Manager::reap_once` returns).
+    /// A reaper pass read `n` due sandboxes.
+    pub fn reaper_examined(&self, n: usize) {
+        self.inner.reaper_examined.inc_by(n as u64);
+    }
+
+    /// The reaper's last pass took `d`.
+    pub fn reaper_pass(&self, d: Duration) {
+        self.inner.reaper_pass.set(d.as_secs_f64());
+    }
+
+    /// Sandboxes reaper passes have read so far.
+    pub fn reaper_examined_total(&self) -> u64 {
+        self.inner.reaper_examined.get()
+    }
+
     pub fn reaped(&self, what: &str) {
         match what {
             "idle_paused" => self.inner.idle_hits.with_label_values(&["pause"]).inc(),
@@ -488,7 +525,7 @@ impl Metrics {
     }
 
     async fn update_sandboxes(&self, meta: &Meta) {
-        let live = match meta.list_live().await {
+        let live = match meta.count_live().await {
             Ok(l) => l,
             Err(e) => {
                 warn!(error = %e, "metrics: cannot list sandboxes");
@@ -504,10 +541,9 @@ impl Metrics {
             for b in [BackendKind::Process, BackendKind::Microvm] {
                 let n = live
                     .iter()
-                    .filter(|r| r.state == st && r.backend == b)
-                    .count();
-                g.with_label_values(&[st.as_str(), b.as_str()])
-                    .set(n as i64);
+                    .find(|(s, k, _)| *s == st && *k == b)
+                    .map_or(0, |(_, _, n)| *n);
+                g.with_label_values(&[st.as_str(), b.as_str()]).set(n);
             }
         }
     }

@@ -11,6 +11,8 @@ mod harness;
 mod attach;
 #[path = "manager/crash.rs"]
 mod crash;
+#[path = "manager/drain.rs"]
+mod drain;
 #[path = "manager/images.rs"]
 mod images;
 #[path = "manager/lease.rs"]

@@ -56,6 +56,10 @@ pub enum ErrorCode {
     /// An image build's RUN step exited non-zero (422); the message holds
     /// the step's output tail as it was, line breaks kept.
     BuildFailed,
+    /// This node is draining (leaving the cluster, stopping, upgrading):
+    /// it starts no sandbox (503, with `Retry-After`). Nothing was done;
+    /// retry, where another node serves it.
+    Unavailable,
     /// Anything else (500).
     Internal,
 }
@@ -78,6 +82,7 @@ impl ErrorCode {
             | ErrorCode::BuildFailed => 422,
             ErrorCode::RateLimited | ErrorCode::Overloaded => 429,
             ErrorCode::Unsupported => 501,
+            ErrorCode::Unavailable => 503,
             ErrorCode::PortUnreachable => 502,
             ErrorCode::Timeout => 504,
             ErrorCode::BackendError | ErrorCode::Internal => 500,
@@ -106,6 +111,7 @@ impl ErrorCode {
             ErrorCode::RegionMismatch => "region_mismatch",
             ErrorCode::MountPoint => "mount_point",
             ErrorCode::BuildFailed => "build_failed",
+            ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
         }
     }

@@ -241,7 +241,8 @@ impl Meta {
                 format!("sandbox {id} changed meanwhile (or was destroyed); try again"),
             ));
         }
-        self.get(id).await
+        // Its deadlines follow the new policy.
+        self.refresh_due(id).await
     }
 }
 

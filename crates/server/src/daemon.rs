@@ -31,6 +31,10 @@ pub enum KeySource {
     InsecureDev,
 }
 
+/// How long a cluster node's stop drains by default (`--drain-on-stop-secs`):
+/// a handful of pauses, within Kubernetes' default 30 s grace period.
+pub const DEFAULT_DRAIN_ON_STOP_SECS: u64 = 25;
+
 #[derive(Debug, Clone)]
 pub struct DaemonConfig {
     pub data_dir: PathBuf,
@@ -96,6 +100,17 @@ pub struct DaemonConfig {
     /// Exposed ports: the ports domain (`--ports-domain`) and how long a
     /// request waits for a listener (`--port-listen-wait-ms`).
     pub ports: crate::ports::PortsConfig,
+    /// At a stop (SIGTERM), drain first for at most this long: start no
+    /// sandbox, `/readyz` not ready, pause every running sandbox to the
+    /// store (`--drain-on-stop-secs`; zero: stop without draining). Unset:
+    /// [`DEFAULT_DRAIN_ON_STOP_SECS`] in a cluster, where another node
+    /// takes the sandboxes over; none on a single node, whose sandboxes
+    /// keep running across its restart.
+    pub drain_on_stop: Option<Duration>,
+    /// Benches only (`--bench-fake-backend`): the in-memory fake backend
+    /// stands in for the process backend; nothing runs on the host, so the
+    /// control plane can be measured at sizes no real backend reaches here.
+    pub fake_backend: bool,
 }
 
 impl DaemonConfig {
@@ -130,6 +145,8 @@ impl DaemonConfig {
             region: Default::default(),
             scrub_rate: crate::scrub::DEFAULT_RATE,
             ports: Default::default(),
+            drain_on_stop: None,
+            fake_backend: false,
         }
     }
 }
@@ -248,7 +265,13 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     let accel = microvm.init().await;
     info!(accelerator = ?accel.accelerator, reason = %accel.reason, "microVM accelerator");
 
-    let backends: Vec<Arc<dyn Backend>> = vec![process.clone(), microvm.clone()];
+    let backends: Vec<Arc<dyn Backend>> = if cfg.fake_backend {
+        warn!("bench mode: the in-memory fake backend stands in for the process backend");
+        let fake = stasis_backend::fake::FakeBackend::new(BackendKind::Process);
+        vec![Arc::new(fake), microvm.clone()]
+    } else {
+        vec![process.clone(), microvm.clone()]
+    };
     let meta_engine = meta.engine();
     let mut mc = ManagerConfig::new(data_dir.clone());
     mc.default_backend = cfg.default_backend;
@@ -399,12 +422,30 @@ pub async fn run(
     // Long-lived responses (the console's event feed) end when the daemon
     // stops, so the graceful shutdown does not wait for them.
     let stopping = tokio_util::sync::CancellationToken::new();
+    let in_cluster = daemon.manager.cluster().is_some();
+    let drain = cfg
+        .drain_on_stop
+        .unwrap_or(Duration::from_secs(if in_cluster {
+            DEFAULT_DRAIN_ON_STOP_SECS
+        } else {
+            0
+        }))
+        .min(Duration::from_secs(3600));
+    let drain = (!drain.is_zero()).then_some(drain);
+    let manager = daemon.manager.clone();
     let app = router(state)
         .layer(axum::Extension(stopping.clone()))
         .into_make_service_with_connect_info::<std::net::SocketAddr>();
     let r = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
+            // Drained while still serving: /readyz says not ready, and
+            // requests in flight finish before their sandbox is paused.
+            if let Some(within) = drain {
+                if let Err(e) = manager.drain("system:stop", within).await {
+                    warn!(error = %e, "drain at stop failed");
+                }
+            }
             stopping.cancel();
         })
         .await

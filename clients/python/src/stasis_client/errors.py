@@ -83,6 +83,13 @@ class Overloaded(RateLimited):
     code = "overloaded"
 
 
+class Unavailable(StasisError):
+    """The node is draining (503 with Retry-After): it starts no sandbox;
+    nothing was done; retry, where another node serves it."""
+
+    code = "unavailable"
+
+
 class Timeout(StasisError):
     code = "timeout"
 
@@ -151,6 +158,7 @@ BY_CODE: dict[str, type[StasisError]] = {
         PayloadTooLarge,
         RateLimited,
         Overloaded,
+        Unavailable,
         Timeout,
         IntegrityError,
         IncompatibleSnapshot,

@@ -42,6 +42,22 @@ export interface paths {
         patch: operations["proxy_signed_patch"];
         trace?: never;
     };
+    "/readyz": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["readyz"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/admin/images": {
         parameters: {
             query?: never;
@@ -120,6 +136,54 @@ export interface paths {
         get?: never;
         put?: never;
         post: operations["rotate_master"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/node": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get: operations["node_status"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/node/drain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["node_drain"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/v1/admin/node/undrain": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        post: operations["node_undrain"];
         delete?: never;
         options?: never;
         head?: never;
@@ -1351,6 +1415,40 @@ export interface components {
             /** @description Where events are POSTed (a host the operator allows). */
             url: string;
         };
+        DrainBody: {
+            /**
+             * Format: int64
+             * @description How long the drain may wait for sandboxes busy with a request
+             *     (default 60, at most 3600). A pause once begun always finishes.
+             */
+            within_secs?: number | null;
+        };
+        DrainFailure: {
+            error: string;
+            id: string;
+        };
+        /** @description What one drain did. */
+        DrainReport: {
+            /**
+             * @description Sandboxes whose pause failed, with why (the pause settled them as
+             *     it settles any failed pause: still running, or paused, or failed).
+             */
+            failed: components["schemas"]["DrainFailure"][];
+            /**
+             * @description Sandboxes still running here when the drain's time ran out (busy
+             *     with a request the whole time).
+             */
+            left_running: string[];
+            /** Format: int64 */
+            ms: number;
+            /** @description Sandboxes paused to the store (their leases released). */
+            paused: string[];
+        };
+        /** @description Whether the node drains, and how many sandboxes still run here. */
+        DrainStatus: {
+            draining: boolean;
+            running_here: number;
+        };
         EgressCounters: {
             /** Format: int64 */
             allowed: number;
@@ -2074,6 +2172,33 @@ export interface operations {
             };
         };
     };
+    readyz: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description ready: this node takes sandboxes */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content?: never;
+            };
+            /** @description draining: send requests to another node */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
     register_image: {
         parameters: {
             query?: never;
@@ -2248,6 +2373,99 @@ export interface operations {
                 };
             };
             409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    node_status: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DrainStatus"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    node_drain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["DrainBody"];
+            };
+        };
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DrainReport"];
+                };
+            };
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["ErrorBody"];
+                };
+            };
+        };
+    };
+    node_undrain: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["DrainStatus"];
+                };
+            };
+            403: {
                 headers: {
                     [name: string]: unknown;
                 };

@@ -146,6 +146,28 @@ impl Daemon {
         self.spawn().await;
     }
 
+    /// Stop the daemon as an operator or Kubernetes does (SIGTERM), waiting
+    /// up to `wait` for it to exit, then SIGKILL.
+    pub fn stop(&mut self, wait: Duration) {
+        if let Some(mut c) = self.child.take() {
+            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + wait;
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Start the daemon again on its data dir after [`Daemon::stop`].
+    pub async fn start_again(&mut self) {
+        self.spawn().await;
+    }
+
     /// The tenant token the daemon wrote at its first start (`<data>/token`).
     pub fn token(&self) -> String {
         std::fs::read_to_string(self.dir.join("token"))
@@ -214,19 +236,7 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            // SIGTERM, then reap.
-            unsafe { libc::kill(c.id() as i32, libc::SIGTERM) };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
+        self.stop(Duration::from_secs(5));
         // Leftover sandboxes of this test: destroy through a fresh daemon would
         // be slow; kill whatever sits in this test's cgroups instead.
         if self.shared_parent {

@@ -25,6 +25,7 @@ impl Manager {
     /// sandbox record and nothing on disk, and is audited.
     pub async fn create(&self, ctx: &Ctx, manifest: Manifest) -> Result<SandboxRecord> {
         self.check_region(ctx, "create", "sandboxes").await?;
+        self.refuse_if_draining("create")?;
         let r = self.do_create(ctx, manifest).await;
         if let Err(e) = &r {
             self.audit_refusal(ctx, "create", "sandboxes", e).await;
@@ -489,6 +490,7 @@ impl Manager {
         rec: SandboxRecord,
         _guard: OwnedRwLockWriteGuard<()>,
     ) -> Result<(SandboxRecord, OpTiming)> {
+        self.refuse_if_draining("resume")?;
         let t0 = std::time::Instant::now();
         let timer = self.metrics.op(Op::Resume, rec.backend);
         if let Some(c) = self.cluster() {

@@ -28,7 +28,8 @@
 //! - `guest`: work inside a running sandbox (exec, files, sessions, usage);
 //! - `network`: reading and changing a sandbox's network policy at runtime;
 //! - `recovery`: reconcile after a crash;
-//! - `reaper`: the idle, TTL, lifetime and checkpoint policies.
+//! - `reaper`: the idle, TTL, lifetime and checkpoint policies;
+//! - `drain`: a node that stops taking sandboxes and pauses its own to the store.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -51,6 +52,7 @@ use crate::snapshots::Snapshots;
 
 mod activity;
 mod catalog;
+mod drain;
 mod files;
 mod guest;
 mod lease;
@@ -65,6 +67,7 @@ mod snapshot_ops;
 mod stage;
 mod templates;
 
+pub use drain::{DrainReport, DrainStatus};
 pub use files::{file_limit_error, Spooled};
 pub use guest::MAX_SESSION_WAIT;
 pub use network::{EgressCounters, NetworkStatus};
@@ -167,6 +170,8 @@ pub struct Manager {
     /// Where this node and its store are (`crate::governance`).
     region: std::sync::OnceLock<crate::region::Region>,
     metrics: Metrics,
+    /// Set while the node drains: it starts no sandbox (see `drain`).
+    draining: std::sync::atomic::AtomicBool,
 }
 
 fn elapsed_ms(start: std::time::Instant) -> u64 {
@@ -193,6 +198,7 @@ impl Manager {
             egress: std::sync::OnceLock::new(),
             region: std::sync::OnceLock::new(),
             metrics: Metrics::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
         })
     }
 

@@ -3,7 +3,10 @@
 //! the pure [`decide`] (and [`checkpoint_due`]), from the time, its record
 //! and its last activity (unit-tested); the pass acts on it only under the
 //! sandbox's exclusive lock, which it never waits for (a sandbox with a
-//! request in flight is left for the next pass).
+//! request in flight is left for the next pass). A pass reads only the
+//! sandboxes whose deadline has come (`stasis_meta::due`, the deadline
+//! index every state write keeps), so it costs what is due, not every
+//! sandbox on record.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -19,6 +22,10 @@ use super::{Ctx, Manager};
 /// A template snapshot no version holds is swept once this old: longer than
 /// any publication takes between storing the snapshot and recording it.
 const TEMPLATE_ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Most sandboxes one pass reads from the deadline index, earliest first
+/// (the rest are read by the next pass).
+const DUE_BATCH: u32 = 1000;
 
 /// What the reaper does to one sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +113,10 @@ impl Manager {
     pub async fn reap_once(&self) -> Result<Vec<(SandboxId, &'static str)>> {
         let now = now_ms();
         let mut done = Vec::new();
-        for rec in self.meta.list_live().await? {
+        let node = self.cluster().map(|c| c.node_id().to_string());
+        let due = self.meta.due(now, node.as_deref(), DUE_BATCH).await?;
+        self.metrics.reaper_examined(due.len());
+        for rec in due {
             let ctx = Ctx::system(rec.tenant.clone());
             let slot = self.slot(&rec.id);
             // In a cluster, only the node that runs it applies its policies.
@@ -127,6 +137,14 @@ impl Manager {
             }
             let last_active_ms = slot.last_active_ms.load(Ordering::Relaxed);
             let Some(reap) = decide(now, &rec, last_active_ms) else {
+                // Nothing due after all (activity moved the idle window):
+                // look again when its deadlines say. A checkpoint just
+                // taken rewrote the row, which then keeps its old value
+                // and comes back once more.
+                let next = stasis_meta::due::due_after_activity(&rec, Some(last_active_ms));
+                if let Err(e) = self.meta.set_due(&rec, next).await {
+                    warn!(sandbox = %rec.id, error = %e, "deadline not moved");
+                }
                 continue;
             };
             // A request in flight (or waiting for a slot) is activity, however
@@ -207,9 +225,11 @@ impl Manager {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
+                let t0 = std::time::Instant::now();
                 if let Err(e) = me.reap_once().await {
                     warn!(error = %e, "reaper pass failed");
                 }
+                me.metrics.reaper_pass(t0.elapsed());
             }
         })
     }

@@ -84,6 +84,7 @@ impl Manager {
         manifest: Option<Manifest>,
     ) -> Result<SandboxRecord> {
         self.check_region(ctx, "restore", snapshot.as_str()).await?;
+        self.refuse_if_draining("restore")?;
         let r = self.do_restore(ctx, snapshot, manifest).await;
         if let Err(e) = &r {
             if e.code != ErrorCode::NotFound {
@@ -177,6 +178,7 @@ impl Manager {
         id: &SandboxId,
         count: u32,
     ) -> Result<(SnapshotInfo, Vec<SandboxRecord>)> {
+        self.refuse_if_draining("fork")?;
         if count == 0 || count > 64 {
             return Err(Error::invalid("count must be between 1 and 64").with_field("count"));
         }

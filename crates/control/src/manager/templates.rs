@@ -188,6 +188,7 @@ impl Manager {
         manifest: Option<Manifest>,
     ) -> Result<SandboxRecord> {
         self.check_region(ctx, "create", "sandboxes").await?;
+        self.refuse_if_draining("create")?;
         let r = async {
             let r = TemplateRef::parse(reference, "template")?;
             let t = self

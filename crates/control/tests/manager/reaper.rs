@@ -356,3 +356,43 @@ async fn an_exec_longer_than_the_idle_window_is_activity_until_it_ends() {
     let done = m.reap_once().await.unwrap();
     assert_eq!(done, vec![(rec.id.clone(), "idle_paused")]);
 }
+
+/// A pass reads only the sandboxes whose deadline has come from the
+/// deadline index: paused sandboxes far from their expiry cost nothing, and
+/// a sandbox whose idle window activity moved is read once, then not again
+/// until its new deadline.
+#[tokio::test]
+async fn a_pass_reads_only_the_sandboxes_due() {
+    let env = Env::process();
+    let m = env.manager().await;
+    let mut long = manifest();
+    long.lifecycle.paused_ttl_secs = 3600;
+    for _ in 0..5 {
+        let rec = running_with(&m, long.clone()).await;
+        m.pause(&ctx(), &rec.id, None).await.unwrap();
+    }
+    let examined = |m: &stasis_control::Manager| m.metrics().reaper_examined_total();
+    let busy = running_with(&m, short_lived(OnIdle::Pause)).await;
+    let idle = running_with(&m, short_lived(OnIdle::Pause)).await;
+    let before = examined(&m);
+    assert!(m.reap_once().await.unwrap().is_empty());
+    assert_eq!(examined(&m), before, "nothing is due yet");
+    sleep_ms(700).await;
+    run(&m, &busy.id, &["get", "k"]).await;
+    sleep_ms(500).await;
+    // Both are due by the index; only the one without activity is paused,
+    // and the other's deadline moves to its last activity + the window.
+    let done = m.reap_once().await.unwrap();
+    assert_eq!(done, vec![(idle.id.clone(), "idle_paused")]);
+    assert_eq!(examined(&m), before + 2);
+    assert!(m.reap_once().await.unwrap().is_empty());
+    assert_eq!(
+        examined(&m),
+        before + 2,
+        "the busy one is not read again yet"
+    );
+    sleep_ms(600).await;
+    let done = m.reap_once().await.unwrap();
+    assert!(done.contains(&(busy.id.clone(), "idle_paused")), "{done:?}");
+    assert_eq!(state(&m, &busy.id).await, SandboxState::Paused);
+}

@@ -26,7 +26,7 @@ use crate::manager::Ctx;
 use crate::scope::Scopes;
 
 /// Paths answered without a token.
-pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/openapi.json", "/metrics"];
+pub const PUBLIC_PATHS: &[&str] = &["/healthz", "/readyz", "/openapi.json", "/metrics"];
 
 /// Paths under this prefix are signed port URLs: the URL is the credential
 /// (checked by [`super::ports`]), no token.

@@ -49,7 +49,7 @@ impl IntoResponse for ApiError {
             },
         };
         let mut resp = (status, axum::Json(body)).into_response();
-        if self.0.code == ErrorCode::Overloaded {
+        if matches!(self.0.code, ErrorCode::Overloaded | ErrorCode::Unavailable) {
             resp.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
                 axum::http::HeaderValue::from(crate::inflight::RETRY_AFTER_SECS),

@@ -25,6 +25,7 @@ pub mod images;
 pub mod limit;
 pub mod metrics;
 pub mod network;
+pub mod node;
 pub mod ports;
 pub mod ports_host;
 pub mod runs;
@@ -128,6 +129,7 @@ fn resources() -> OpenApiRouter<AppState> {
         .merge(images::routes())
         .merge(governance::routes())
         .merge(store::routes())
+        .merge(node::routes())
 }
 
 /// The OpenAPI document served at `/openapi.json`.
@@ -266,6 +268,10 @@ mod tests {
         ops.sort();
         let mut want = vec![
             "get /healthz",
+            "get /readyz",
+            "get /v1/admin/node",
+            "post /v1/admin/node/drain",
+            "post /v1/admin/node/undrain",
             "get /v1/doctor",
             "post /v1/sandboxes",
             "get /v1/sandboxes",
