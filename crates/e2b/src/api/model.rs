@@ -104,6 +104,10 @@ pub struct Created {
     pub client_id: String,
     pub envd_version: String,
     pub envd_access_token: String,
+    /// The token the SDKs send to a sandbox's other ports (the code
+    /// interpreter's client sends only this one): the same envd access
+    /// token, which the data plane accepts in either header.
+    pub traffic_access_token: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub domain: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -36,12 +36,14 @@ pub(crate) async fn created(
         .envd_key
         .get(st.manager.meta(), st.manager.snapshots().store())
         .await?;
+    let token = crate::auth::envd_token(key, &who, &ctx.tenant, rec.id.as_str());
     Ok(Created {
         sandbox_id: rec.id.to_string(),
         template_id: view::detail(rec, labels, None).template_id,
         client_id: CLIENT_ID.into(),
         envd_version: ENVD_VERSION.into(),
-        envd_access_token: crate::auth::envd_token(key, &who, &ctx.tenant, rec.id.as_str()),
+        envd_access_token: token.clone(),
+        traffic_access_token: token,
         domain: st.ports_domain.clone(),
         alias: None,
     })

@@ -111,7 +111,7 @@ impl Code {
             }
             ErrorCode::Timeout => Code::DeadlineExceeded,
             ErrorCode::Unsupported => Code::Unimplemented,
-            ErrorCode::PortUnreachable => Code::Unavailable,
+            ErrorCode::PortUnreachable | ErrorCode::Unavailable => Code::Unavailable,
             ErrorCode::IntegrityError
             | ErrorCode::IncompatibleSnapshot
             | ErrorCode::BuildFailed

@@ -15,7 +15,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use stasis_access::scope::Scope;
-use stasis_core::{Error, ErrorCode, FileKind, FileOp, WriteMode};
+use stasis_core::{Error, ErrorCode, FileKind, FileOp, SandboxState, WriteMode};
 
 use super::{caller, fs_msg, Caller};
 use crate::E2b;
@@ -58,10 +58,13 @@ pub struct FileQuery {
     pub username: Option<String>,
 }
 
-/// `GET /health`: 204 while the sandbox can serve.
+/// `GET /health`: 204 while the sandbox runs. A paused sandbox answers
+/// "not running" (502) and is not resumed: the SDKs' `is_running()` is this
+/// probe, and asking must not change the answer.
 pub async fn health(State(st): State<E2b>, headers: HeaderMap) -> Response {
     match caller(&st, &headers, Scope::Read).await {
-        Ok(_) => StatusCode::NO_CONTENT.into_response(),
+        Ok(c) if c.state == SandboxState::Running => StatusCode::NO_CONTENT.into_response(),
+        Ok(c) => EnvdError(super::not_running(c.id.as_str())).into_response(),
         Err(e) => EnvdError(e).into_response(),
     }
 }

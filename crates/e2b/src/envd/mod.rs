@@ -55,6 +55,8 @@ pub struct Caller {
     pub ctx: Ctx,
     pub id: SandboxId,
     pub who: Identity,
+    /// The sandbox's state when the call was let in.
+    pub state: SandboxState,
 }
 
 /// The sandbox a data-plane request is for.
@@ -96,13 +98,35 @@ pub async fn caller(st: &E2b, headers: &HeaderMap, scope: Scope) -> Result<Calle
         tenant,
         actor: crate::auth::ACTOR.to_string(),
     };
-    match m.get(&ctx, &id).await {
-        Ok(rec) if live(rec.state) => {}
+    let state = match m.get(&ctx, &id).await {
+        Ok(rec) if live(rec.state) => rec.state,
         Ok(_) => return Err(gone(id.as_str())),
         Err(e) if e.code == ErrorCode::NotFound => return Err(gone(id.as_str())),
         Err(e) => return Err(e),
+    };
+    // A paused sandbox resumes on traffic unless its create turned E2B's
+    // auto-resume off: then it stays paused until a connect.
+    if state == SandboxState::Paused
+        && !crate::api::translate::auto_resume_of(&m.labels(&id).await?)
+    {
+        return Err(not_running(id.as_str()));
     }
-    Ok(Caller { ctx, id, who })
+    Ok(Caller {
+        ctx,
+        id,
+        who,
+        state,
+    })
+}
+
+/// The answer for a sandbox that is there but not running (paused, and
+/// not to be resumed by this request): the same "not running" answer the
+/// SDKs' health probe reads as `is_running() == False`.
+pub fn not_running(id: &str) -> Error {
+    Error::new(
+        ErrorCode::PortUnreachable,
+        format!("The sandbox {id} is paused"),
+    )
 }
 
 /// Whether a sandbox in `state` can still serve (a paused one resumes).

@@ -3,11 +3,11 @@
 //! A process is a session: `Start` starts one (on a terminal when a PTY is
 //! asked) and streams its output, `Connect` follows a running one from its
 //! current end, `List` lists the running ones, `SendInput` / `StreamInput`
-//! write to it, `SendSignal` kills it (SIGTERM and SIGKILL alike: a session
-//! is killed whole), `Update` resizes its terminal. Its pid is derived from
-//! the session's id ([`pid_of`]). Output is one stream (stdout and stderr
-//! merged, as sessions keep it), sent as stdout, or as terminal output for
-//! a PTY. `CloseStdin` is not supported (a session's input stays open).
+//! write to it, `SendSignal` sends it SIGTERM or SIGKILL (a SIGKILL ends
+//! the session's whole process tree), `Update` resizes its terminal. Its pid is derived from
+//! the session's id ([`pid_of`]). Output is stdout and stderr apart, in the
+//! order produced, or terminal output for a PTY. `CloseStdin` is not
+//! supported (a session's input stays open).
 
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::mpsc;
 
 use stasis_access::scope::Scope;
-use stasis_core::{PtySize, SessionInfo};
+use stasis_core::{PtySize, SessionInfo, SessionSignal};
 
 use super::connect::{self, Code, MessageReader, RpcError, RpcResult};
 use super::process_msg::*;
@@ -103,15 +103,19 @@ async fn unary(st: &E2b, h: &HeaderMap, method: &str, body: Body) -> RpcResult<R
         }
         "SendSignal" => {
             let r: SendSignalRequest = connect::decode(&body)?;
-            if !matches!(r.signal, 9 | 15) {
-                return Err(RpcError::new(
-                    Code::InvalidArgument,
-                    "signal: SIGNAL_SIGTERM or SIGNAL_SIGKILL",
-                ));
-            }
+            let signal = match r.signal {
+                9 => SessionSignal::Kill,
+                15 => SessionSignal::Term,
+                _ => {
+                    return Err(RpcError::new(
+                        Code::InvalidArgument,
+                        "signal: SIGNAL_SIGTERM or SIGNAL_SIGKILL",
+                    ))
+                }
+            };
             let c = who(st, h, Scope::Exec).await?;
             let s = find(st, &c, r.process.as_ref()).await?;
-            m.session_kill(&c.ctx, &c.id, &s.id).await?;
+            m.session_kill(&c.ctx, &c.id, &s.id, signal).await?;
             Ok(connect::unary(&Empty {}))
         }
         "Update" => {

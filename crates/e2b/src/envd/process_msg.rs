@@ -159,6 +159,7 @@ pub struct Empty {}
 #[serde(rename_all = "camelCase")]
 pub enum Output {
     Stdout(#[serde(with = "pbjson::b64")] Vec<u8>),
+    Stderr(#[serde(with = "pbjson::b64")] Vec<u8>),
     Pty(#[serde(with = "pbjson::b64")] Vec<u8>),
 }
 
@@ -264,18 +265,35 @@ pub fn info_of(s: &SessionInfo, tag: Option<String>) -> ProcessInfo {
     }
 }
 
-/// The events of one read of a session's output: its bytes (on the
-/// terminal for a PTY session, else as stdout: a session's output is
-/// stdout and stderr merged), then the end when it exited.
+/// The events of one read of a session's output: its bytes in the order
+/// produced (on the terminal for a PTY session; else stdout and stderr
+/// apart, by the stderr ranges the session reports), then the end when it
+/// exited.
 pub fn events_of(out: &SessionOutput, pty: bool) -> Vec<Event> {
     let mut ev = Vec::new();
-    if !out.data.is_empty() {
-        let d = out.data.clone();
-        ev.push(Event::Data(if pty {
-            Output::Pty(d)
-        } else {
-            Output::Stdout(d)
-        }));
+    if pty {
+        if !out.data.is_empty() {
+            ev.push(Event::Data(Output::Pty(out.data.clone())));
+        }
+    } else {
+        let end = out.offset + out.data.len() as u64;
+        let bytes = |a: u64, b: u64| {
+            out.data[(a - out.offset) as usize..(b - out.offset) as usize].to_vec()
+        };
+        let mut at = out.offset;
+        for r in &out.stderr {
+            let (a, b) = (r[0].clamp(at, end), r[1].clamp(at, end));
+            if a > at {
+                ev.push(Event::Data(Output::Stdout(bytes(at, a))));
+            }
+            if b > a {
+                ev.push(Event::Data(Output::Stderr(bytes(a, b))));
+            }
+            at = at.max(b);
+        }
+        if end > at {
+            ev.push(Event::Data(Output::Stdout(bytes(at, end))));
+        }
     }
     if !out.running {
         ev.push(Event::End(end_of(out.exit_code)));
@@ -304,6 +322,44 @@ pub fn end_of(exit_code: Option<i32>) -> End {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_keeps_stdout_and_stderr_apart_in_order() {
+        let out = SessionOutput {
+            offset: 10,
+            data: b"outERRmoreE2".to_vec(),
+            next_offset: 22,
+            running: false,
+            exit_code: Some(3),
+            stderr: vec![[13, 16], [20, 22]],
+        };
+        let ev = events_of(&out, false);
+        assert_eq!(
+            ev,
+            vec![
+                Event::Data(Output::Stdout(b"out".to_vec())),
+                Event::Data(Output::Stderr(b"ERR".to_vec())),
+                Event::Data(Output::Stdout(b"more".to_vec())),
+                Event::Data(Output::Stderr(b"E2".to_vec())),
+                Event::End(end_of(Some(3))),
+            ]
+        );
+        // A terminal is one stream, whatever ranges say.
+        assert_eq!(
+            events_of(&out, true)[0],
+            Event::Data(Output::Pty(out.data.clone()))
+        );
+        // No ranges: all stdout.
+        let plain = SessionOutput {
+            stderr: vec![],
+            running: true,
+            ..out
+        };
+        assert_eq!(
+            events_of(&plain, false),
+            vec![Event::Data(Output::Stdout(plain.data.clone()))]
+        );
+    }
 
     #[test]
     fn start_requests_become_sessions() {
