@@ -25,6 +25,9 @@
 #   STASIS_ROOTFS_SIZE_MB   size of the root filesystem (default: its files + 25% + 64 MiB;
 #                           each sandbox's disk adds resources.disk_mb to it, and the
 #                           agent grows the filesystem to the disk at first boot)
+#   STASIS_GUEST_EXTRA_CA   directory of extra CA certificates (*.crt) the rootfs trusts
+#                           (default: the host's /usr/local/share/ca-certificates, e.g. a
+#                           TLS-inspecting proxy's; empty: none)
 #   STASIS_KERNEL_PKG       kernel package (linux-image-amd64)
 #   STASIS_AGENT_BIN        use this prebuilt static agent instead of building it
 #   STASIS_AGENT_TARGET_DIR cargo target dir for the agent build
@@ -41,6 +44,10 @@ VARIANT=minbase
 # `git clone` expects of a base image (E2B's base template has them too).
 PACKAGES=${STASIS_GUEST_PACKAGES:-python3,python3-pip,python3-venv,git,ca-certificates,procps}
 ROOTFS_SIZE_MB=${STASIS_ROOTFS_SIZE_MB:-auto}
+# What the host trusts beyond Debian's CAs (an operator's TLS-inspecting
+# proxy, a private package index), the sandboxes trust too: pip and git in a
+# sandbox go out through the same network as the host.
+EXTRA_CA=${STASIS_GUEST_EXTRA_CA-/usr/local/share/ca-certificates}
 KERNEL_PKG=${STASIS_KERNEL_PKG:-linux-image-amd64}
 GUEST_DIR=$REPO/scripts/guest
 # Modules the guest needs to boot (their dependencies are added from modules.dep),
@@ -337,8 +344,12 @@ stage_initrd() {
 # ---------------------------------------------------------------- rootfs
 stage_rootfs() {
     local key tree
-    # v2: /etc/pip.conf (below) is part of the tree.
-    key=$(strsha "rootfs-v2 $SUITE $VARIANT $PACKAGES $MIRROR" | cut -c1-16)
+    # v2: /etc/pip.conf (below) is part of the tree, and the extra CAs.
+    local ca=()
+    [ -z "$EXTRA_CA" ] || [ ! -d "$EXTRA_CA" ] || mapfile -t ca < <(find "$EXTRA_CA" -maxdepth 1 -type f -name '*.crt' | LC_ALL=C sort)
+    local ca_sum=none
+    [ ${#ca[@]} -eq 0 ] || ca_sum=$(cat "${ca[@]}" | sha256sum | cut -c1-16)
+    key=$(strsha "rootfs-v2 $SUITE $VARIANT $PACKAGES $MIRROR ca=$ca_sum" | cut -c1-16)
     tree=$CACHE/rootfs-$SUITE-$key
     if [ ! -e "$tree/.complete" ]; then
         local t0=$SECONDS
@@ -378,6 +389,12 @@ stage_rootfs() {
         # choice: `python3 -m venv /v`). Documented in docs/src/images.md.
         printf '[global]\nbreak-system-packages = true\nroot-user-action = ignore\n' >"$r/etc/pip.conf"
         [ -e "$r/usr/bin/pip" ] || ln -s pip3 "$r/usr/bin/pip"
+        if [ ${#ca[@]} -gt 0 ]; then
+            log "rootfs: trusting ${#ca[@]} extra CA certificate(s) from $EXTRA_CA"
+            mkdir -p "$r/usr/local/share/ca-certificates"
+            cp "${ca[@]}" "$r/usr/local/share/ca-certificates/"
+            chroot "$r" /usr/sbin/update-ca-certificates >/dev/null
+        fi
         # Shrink: package caches, apt lists, man pages, message translations
         # (git's alone are 40 MiB; programs fall back to English).
         rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/cache/apt/*.bin "$r"/var/lib/apt/lists/* \
