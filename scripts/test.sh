@@ -84,6 +84,21 @@ if ((status == 0 && pystatus != 0)); then
     status=$pystatus
     ((failed > 0)) || failed=1
 fi
+# The code interpreter's server against a real Jupyter kernel (no sandbox),
+# its stream parsed by the E2B SDK's own parser; counts join the total.
+set +e
+timeout --kill-after=30 "${STASIS_CODE_INTERPRETER_TIMEOUT:-5m}" \
+    "$REPO/.venv/bin/python" -m pytest images/code-interpreter/tests -q -p no:cacheprovider 2>&1 | tee "$log"
+cistatus=${PIPESTATUS[0]}
+set -e
+ciline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
+cicount() { { grep -oE "[0-9]+ $1" <<<"$ciline" || true; } | awk '{s+=$1} END {print s+0}'; }
+passed=$((passed + $(cicount passed)))
+failed=$((failed + $(cicount failed) + $(cicount error)))
+if ((status == 0 && cistatus != 0)); then
+    status=$cistatus
+    ((failed > 0)) || failed=1
+fi
 # The Agents SDK's own pause/resume integration test against the stasis
 # provider, on both backends (clients/python/sdk_suite); its counts join too.
 set +e
