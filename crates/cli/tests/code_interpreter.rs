@@ -37,7 +37,11 @@ async fn wait_ready(http: &Http, sb: &str) {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
         let r = http
-            .call("GET", &format!("/v1/sandboxes/{sb}/ports/{PORT}/health"), None)
+            .call(
+                "GET",
+                &format!("/v1/sandboxes/{sb}/ports/{PORT}/health"),
+                None,
+            )
             .await;
         if r.status == 200 {
             assert_eq!(r.body, json!({"status": "ok"}));
@@ -68,7 +72,11 @@ async fn execute(http: &Http, sb: &str, code: &str) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.last(), Some(&json!({"type": "end_of_execution"})), "{text}");
+    assert_eq!(
+        lines.last(),
+        Some(&json!({"type": "end_of_execution"})),
+        "{text}"
+    );
     lines
 }
 
@@ -81,16 +89,24 @@ fn main_text(lines: &[Value]) -> Option<&str> {
 
 async fn round(http: &Http, backend: &str) {
     let sb = http
-        .create(json!({"backend": backend, "image": "stasis-code-interpreter",
-                       "autostart": true, "lifecycle": {"on_idle": "nothing"}}))
+        .create(
+            json!({"backend": backend, "image": "stasis-code-interpreter",
+                       "autostart": true, "lifecycle": {"on_idle": "nothing"}}),
+        )
         .await;
     let rec = http.state(&sb).await;
     assert_eq!(rec["manifest"]["workdir"], "/home/user", "{rec}");
     wait_ready(http, &sb).await;
-    let out = execute(http, &sb, "import os\nanswer = 6 * 7\nprint('cwd', os.getcwd())\nanswer").await;
+    let out = execute(
+        http,
+        &sb,
+        "import os\nanswer = 6 * 7\nprint('cwd', os.getcwd())\nanswer",
+    )
+    .await;
     assert_eq!(main_text(&out), Some("42"), "{out:?}");
     assert!(
-        out.iter().any(|l| l["type"] == "stdout" && l["text"] == "cwd /home/user\n"),
+        out.iter()
+            .any(|l| l["type"] == "stdout" && l["text"] == "cwd /home/user\n"),
         "{out:?}"
     );
     let png = execute(
@@ -101,7 +117,9 @@ async fn round(http: &Http, backend: &str) {
     .await;
     assert!(
         png.iter().any(|l| l["type"] == "result"
-            && l["png"].as_str().is_some_and(|p| p.starts_with("iVBORw0KGgo"))),
+            && l["png"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("iVBORw0KGgo"))),
         "{png:?}"
     );
 

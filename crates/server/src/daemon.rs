@@ -275,7 +275,10 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     }
     let ci = crate::images::CODE_INTERPRETER_IMAGE;
     match images
-        .register_built(ci, &cfg.images_dir.join(crate::images::CODE_INTERPRETER_DIR))
+        .register_built(
+            ci,
+            &cfg.images_dir.join(crate::images::CODE_INTERPRETER_DIR),
+        )
         .await
     {
         Ok(Some(e)) => info!(image = ci, id = %e.id, "code interpreter image registered"),
