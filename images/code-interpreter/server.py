@@ -75,6 +75,85 @@ MIME_FIELDS = {
     "application/javascript": "javascript",
 }
 BASE64_FIELDS = {"png", "jpeg", "pdf"}
+# A DataFrame's columns as lists (the SDKs' `data`), from the formatter the
+# kernel setup below registers.
+DATA_MIME = "application/vnd.stasis.data+json"
+MIME_FIELDS[DATA_MIME] = "data"
+
+# Run once in every new kernel (silently, outside its history), so code
+# written for E2B's kernels finds what they offer:
+# - `pd` names pandas without an import (imported on first use, so a kernel
+#   that never touches it does not pay for it);
+# - a DataFrame result also carries its columns as lists (`data`);
+# - a PIL image's `show()` and `save()` to a file also display it (a PNG result).
+KERNEL_SETUP = '''
+def _stasis_setup():
+    import importlib, json
+    from IPython import get_ipython
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName, Unicode
+
+    ip = get_ipython()
+
+    class _LazyModule:
+        def __init__(self, module, alias):
+            self.__dict__["_m"], self.__dict__["_a"] = module, alias
+
+        def _load(self):
+            mod = importlib.import_module(self._m)
+            if ip.user_ns.get(self._a) is self:
+                ip.user_ns[self._a] = mod
+            return mod
+
+        def __getattr__(self, name):
+            return getattr(self._load(), name)
+
+        def __repr__(self):
+            return repr(self._load())
+
+    ip.user_ns.setdefault("pd", _LazyModule("pandas", "pd"))
+
+    class DataFormatter(BaseFormatter):
+        format_type = Unicode("%(mime)s")
+        print_method = ObjectName("_repr_stasis_data_")
+        _return_type = (dict,)
+
+    def frame_data(df):
+        return {str(c): json.loads(df[c].to_json(orient="values", date_format="iso")) for c in df.columns}
+
+    f = DataFormatter(parent=ip.display_formatter)
+    # pandas 3 names DataFrame's module `pandas`, older ones `pandas.core.frame`.
+    for module in ("pandas", "pandas.core.frame"):
+        f.for_type_by_name(module, "DataFrame", frame_data)
+    ip.display_formatter.formatters[f.format_type] = f
+
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    from IPython.display import display
+
+    def show(self, *args, **kwargs):
+        display(self)
+
+    save = Image.Image.save
+
+    import os
+
+    def save_and_show(self, fp, *args, **kwargs):
+        result = save(self, fp, *args, **kwargs)
+        # Saved to a file by the user's code; not the PNG rendering of a
+        # display (to a buffer), which would display again.
+        if isinstance(fp, (str, os.PathLike)):
+            display(self)
+        return result
+
+    Image.Image.show = show
+    Image.Image.save = save_and_show
+
+_stasis_setup()
+del _stasis_setup
+''' % {"mime": DATA_MIME}
 
 
 class HttpError(Exception):
@@ -155,6 +234,7 @@ class Context:
             km.shutdown_kernel(now=True)
             raise
         self.km, self.kc = km, kc
+        self._silent(KERNEL_SETUP)
 
     def shutdown(self) -> None:
         if self.kc is not None:

@@ -227,3 +227,27 @@ def test_a_caller_that_goes_away_interrupts_the_code(base):
     # The kernel is free again only if the sleep was interrupted.
     ex, _, _ = run(url, "'free'")
     assert ex.text == "'free'"
+
+
+def test_what_e2b_kernels_offer_pd_data_and_pil_images(base):
+    url, _ = base
+    # A fresh context: its execution count starts at one, the setup code
+    # it ran at start not counted.
+    ctx = httpx.post(f"{url}/contexts", json={}, timeout=120).json()["id"]
+    run(url, "!pwd", context_id=ctx)
+    ex, _, _ = run(url, "!pwd", context_id=ctx)
+    assert ex.execution_count == 2
+    # `pd` without an import, and a DataFrame's columns as `data`.
+    ex, _, _ = run(url, 'pd.DataFrame({"a": [1, 2, 3], "b": ["x", None, "z"]})', context_id=ctx)
+    assert ex.error is None, ex.error
+    assert ex.results[0].data == {"a": [1, 2, 3], "b": ["x", None, "z"]}
+    assert "<table" in ex.results[0].html
+    image = (
+        "import numpy\nfrom PIL import Image\n"
+        "image = Image.fromarray((numpy.random.rand(8, 8, 3) * 255).astype('uint8'))\n"
+    )
+    for tail in ["image.show()\nprint('done')\n", "image\n", "image.save('/tmp/stasis-ci-test.png')\n"]:
+        ex, _, _ = run(url, image + tail, context_id=ctx)
+        assert ex.error is None, ex.error
+        assert ex.results and ex.results[0].png, tail
+    httpx.delete(f"{url}/contexts/{ctx}")
