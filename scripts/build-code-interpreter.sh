@@ -63,10 +63,16 @@ TMP=$(mktemp -d "$OUT/.build-XXXXXX")
 DAEMON_PID=
 cleanup() {
     if [ -n "$DAEMON_PID" ]; then
+        # The daemon stops once a running RUN step is done.
         kill "$DAEMON_PID" 2>/dev/null || true
         wait "$DAEMON_PID" 2>/dev/null || true
     fi
-    rm -rf "$TMP"
+    # Never delete through a sandbox's mounts, should one be left.
+    if awk -v t="$TMP/" 'index($2, t) == 1 { found = 1 } END { exit !found }' /proc/mounts; then
+        echo "build-code-interpreter: mounts left under $TMP; not removing it" >&2
+    else
+        rm -rf "$TMP"
+    fi
 }
 trap cleanup EXIT
 
