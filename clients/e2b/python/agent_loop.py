@@ -56,11 +56,13 @@ def run(sleep: Callable[[float], None] = time.sleep, log=print) -> Dict[str, obj
         log(pip.stdout.strip().splitlines()[-1] if pip.stdout.strip() else "pip: no output")
         blocked = sbx.run_code(
             "import urllib.request\n"
-            "try:\n"
-            "    urllib.request.urlopen('https://example.com', timeout=10)\n"
-            "    'reached'\n"
-            "except Exception as e:\n"
-            "    'blocked'"
+            "def reach(url):\n"
+            "    try:\n"
+            "        urllib.request.urlopen(url, timeout=10)\n"
+            "        return 'reached'\n"
+            "    except Exception:\n"
+            "        return 'blocked'\n"
+            "reach('https://example.com')"
         )
         seen["other_host"] = blocked.text
 
