@@ -179,6 +179,20 @@ if ((TESTS)); then
     else
         log "Python client and test dependencies present"
     fi
+    # The pinned E2B SDKs (clients/e2b/python/requirements.txt) whose own
+    # tests, ported, run against the daemon (clients/e2b/python).
+    if ! "$VENV/bin/python" - "$REPO/clients/e2b/python/requirements.txt" <<'PY' 2>/dev/null; then
+import importlib.metadata as m, sys
+for line in open(sys.argv[1]):
+    name, _, version = line.strip().partition("==")
+    if name and m.version(name) != version:
+        sys.exit(1)
+PY
+        log "installing the pinned E2B SDKs into $VENV"
+        "$VENV/bin/python" -m pip install -q -r "$REPO/clients/e2b/python/requirements.txt"
+    else
+        log "E2B SDKs present"
+    fi
     # The Agents SDK's own tests (its sdist, cached in .cache/sdk_suite) for
     # clients/python/sdk_suite/run.py.
     "$VENV/bin/python" "$REPO/clients/python/sdk_suite/run.py" --fetch-only
@@ -202,19 +216,22 @@ if ((TESTS)); then
     else
         log "selenium present"
     fi
-    # The TypeScript client's dependencies (the pinned Agents SDK, tsc,
-    # openapi-typescript) from its package-lock.json; the lock's hash is
-    # the stamp. Node 20+ and npm come with the machine.
-    TS="$REPO/clients/typescript"
-    command -v npm >/dev/null || { echo "setup: npm (Node 20+) is needed for clients/typescript" >&2; exit 1; }
-    stamp=$(sha256sum "$TS/package-lock.json" | cut -d' ' -f1)
-    if [[ "$(cat "$TS/node_modules/.stasis-stamp" 2>/dev/null)" != "$stamp" ]]; then
-        log "installing the TypeScript client's dependencies (npm ci)"
-        (cd "$TS" && npm ci --no-audit --no-fund --loglevel=error)
-        echo "$stamp" >"$TS/node_modules/.stasis-stamp"
-    else
-        log "TypeScript client dependencies present"
-    fi
+    # Node packages from their package-lock.json files: the TypeScript
+    # client's (the pinned Agents SDK, tsc, openapi-typescript) and the
+    # ported E2B SDK suite's (the pinned e2b SDKs, vitest). Each lock's hash
+    # is its stamp. Node 20+ and npm come with the machine.
+    command -v npm >/dev/null || { echo "setup: npm (Node 20+) is needed for the JavaScript clients and suites" >&2; exit 1; }
+    for pkg in clients/typescript clients/e2b/js; do
+        dir="$REPO/$pkg"
+        stamp=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+        if [[ "$(cat "$dir/node_modules/.stasis-stamp" 2>/dev/null)" != "$stamp" ]]; then
+            log "installing $pkg's dependencies (npm ci)"
+            (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error)
+            echo "$stamp" >"$dir/node_modules/.stasis-stamp"
+        else
+            log "$pkg dependencies present"
+        fi
+    done
 fi
 
 if ((TESTS)); then

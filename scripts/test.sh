@@ -22,13 +22,16 @@ install_passed=$(grep -c ': ok in ' <<<"$install_log" || true)
 install_failed=$(grep -c ': FAILED' <<<"$install_log" || true)
 ((install_status == 0)) || ((install_failed > 0)) || install_failed=1
 scripts/setup.sh --tests
+echo "test: install checks and setup took $SECONDS s" >&2
 export STASIS_IMAGE_DIR="$REPO/.stasis/images/default"
 export STASIS_REQUIRE_S3=1
 # A throwaway PostgreSQL cluster on loopback for the metadata and multi-node tests.
 read -r STASIS_TEST_PG_URL PG_DIR < <(scripts/pg-test-server.sh start)
 export STASIS_TEST_PG_URL STASIS_REQUIRE_PG=1
 trap 'scripts/pg-test-server.sh stop "$PG_DIR"' EXIT
+build_start=$SECONDS
 cargo build --locked --workspace --all-targets
+echo "test: build took $((SECONDS - build_start)) s" >&2
 # A bounded run of the lifecycle bench: it exercises the bench command and
 # prints this machine's figures into the CI log.
 target/debug/stasis bench lifecycle --backend process --repeats 1 --fork 2 --paused-watch-secs 1
@@ -44,6 +47,7 @@ timeout --kill-after=60 "${STASIS_TEST_TIMEOUT:-50m}" \
     cargo test --locked --workspace --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
+echo "test: cargo test took $((SECONDS - build_start)) s since the build began" >&2
 hung=0
 if ((status == 124 || status == 137)); then
     echo "test: cargo test did not finish within ${STASIS_TEST_TIMEOUT:-50m}; the test binary that was running is above" >&2
@@ -53,96 +57,98 @@ sum() { { grep -E '^test result:' "$log" || true; } | { grep -oE "[0-9]+ $1" || 
 passed=$(($(sum passed) + install_passed))
 failed=$(($(sum failed) + install_failed + hung))
 ((install_failed == 0)) || ((status != 0)) || status=1
+# Each suite below runs against the daemon binary built above, bounded by
+# its own timeout, and its counts join the total. `suite NAME STYLE LIMIT
+# CMD...`: STYLE says how the runner prints its counts (pytest's summary
+# line, node's TAP `# pass N`, or the SDK runner's `sdk-suite: N passed`).
+# A runner that fails without printing a count counts one failure.
+phase_start=$SECONDS
+phase() { echo "test: $1 took $((SECONDS - phase_start)) s" >&2; phase_start=$SECONDS; }
+suite() {
+    local name=$1 style=$2 limit=$3
+    shift 3
+    set +e
+    STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "$limit" "$@" 2>&1 | tee "$log"
+    local st=${PIPESTATUS[0]}
+    set -e
+    local line p=0 f=0
+    case $style in
+        pytest)
+            line=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
+            p=$({ grep -oE '[0-9]+ passed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
+            f=$({ grep -oE '[0-9]+ (failed|error)' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
+            ;;
+        tap)
+            line=$({ grep -E '^# (pass|fail) [0-9]+' "$log" || true; } | tail -1)
+            p=$({ grep -E '^# pass [0-9]+' "$log" || true; } | awk '{s+=$3} END {print s+0}')
+            f=$({ grep -E '^# (fail|cancelled) [0-9]+' "$log" || true; } | awk '{s+=$3} END {print s+0}')
+            ;;
+        vitest)
+            line=$({ grep -E 'Tests +[0-9]+ (passed|failed)' "$log" || true; } | tail -1)
+            p=$({ grep -oE '[0-9]+ passed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
+            f=$({ grep -oE '[0-9]+ failed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
+            ;;
+        sdk)
+            line=$({ grep -E '^sdk-suite: [0-9]+ passed' "$log" || true; } | tail -1)
+            p=$({ grep -oE '[0-9]+ passed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
+            f=$({ grep -oE '[0-9]+ failed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
+            ;;
+    esac
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if ((st != 0)); then
+        if ((st == 124 || st == 137)); then
+            echo "test: $name did not finish within $limit" >&2
+        fi
+        ((f > 0)) || failed=$((failed + 1))
+        ((status != 0)) || status=$st
+    fi
+    phase "$name"
+}
 # The web console in headless Chromium (tests/console: Selenium driving
-# Debian's chromium against the daemon built above); counts join the total.
-set +e
-STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_CONSOLE_TIMEOUT:-8m}" \
-    "$REPO/.venv/bin/python" -m pytest tests/console -q -p no:cacheprovider 2>&1 | tee "$log"
-cstatus=${PIPESTATUS[0]}
-set -e
-cline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
-ccount() { { grep -oE "[0-9]+ $1" <<<"$cline" || true; } | awk '{s+=$1} END {print s+0}'; }
-passed=$((passed + $(ccount passed)))
-failed=$((failed + $(ccount failed) + $(ccount error)))
-if ((status == 0 && cstatus != 0)); then
-    status=$cstatus
-    ((failed > 0)) || failed=1
-fi
-# The Python client's tests (pytest) against the daemon built above; their
-# counts join the total.
-set +e
-STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_PYTEST_TIMEOUT:-15m}" \
-    "$REPO/.venv/bin/python" -m pytest \
-    clients/python/tests -q -p no:cacheprovider 2>&1 | tee "$log"
-pystatus=${PIPESTATUS[0]}
-set -e
-pyline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
-pycount() { { grep -oE "[0-9]+ $1" <<<"$pyline" || true; } | awk '{s+=$1} END {print s+0}'; }
-passed=$((passed + $(pycount passed)))
-failed=$((failed + $(pycount failed) + $(pycount error)))
-if ((status == 0 && pystatus != 0)); then
-    status=$pystatus
-    ((failed > 0)) || failed=1
-fi
+# Debian's chromium).
+suite console pytest "${STASIS_CONSOLE_TIMEOUT:-8m}" \
+    "$REPO/.venv/bin/python" -m pytest tests/console -q -p no:cacheprovider
+# The Python client's tests.
+suite python-client pytest "${STASIS_PYTEST_TIMEOUT:-15m}" \
+    "$REPO/.venv/bin/python" -m pytest clients/python/tests -q -p no:cacheprovider
 # The code interpreter's server against a real Jupyter kernel (no sandbox),
-# its stream parsed by the E2B SDK's own parser; counts join the total.
-set +e
-timeout --kill-after=30 "${STASIS_CODE_INTERPRETER_TIMEOUT:-5m}" \
-    "$REPO/.venv/bin/python" -m pytest images/code-interpreter/tests -q -p no:cacheprovider 2>&1 | tee "$log"
-cistatus=${PIPESTATUS[0]}
-set -e
-ciline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
-cicount() { { grep -oE "[0-9]+ $1" <<<"$ciline" || true; } | awk '{s+=$1} END {print s+0}'; }
-passed=$((passed + $(cicount passed)))
-failed=$((failed + $(cicount failed) + $(cicount error)))
-if ((status == 0 && cistatus != 0)); then
-    status=$cistatus
-    ((failed > 0)) || failed=1
-fi
+# its stream parsed by the E2B SDK's own parser.
+suite code-interpreter pytest "${STASIS_CODE_INTERPRETER_TIMEOUT:-5m}" \
+    "$REPO/.venv/bin/python" -m pytest images/code-interpreter/tests -q -p no:cacheprovider
 # The Agents SDK's own pause/resume integration test against the stasis
-# provider, on both backends (clients/python/sdk_suite); its counts join too.
-set +e
-STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_SDK_SUITE_TIMEOUT:-10m}" \
-    "$REPO/.venv/bin/python" clients/python/sdk_suite/run.py --backend all 2>&1 | tee "$log"
-sdkstatus=${PIPESTATUS[0]}
-set -e
-sdkline=$({ grep -E '^sdk-suite: [0-9]+ passed' "$log" || true; } | tail -1)
-sdkcount() { { grep -oE "[0-9]+ $1" <<<"$sdkline" || true; } | awk '{s+=$1} END {print s+0}'; }
-passed=$((passed + $(sdkcount passed)))
-failed=$((failed + $(sdkcount failed)))
-if ((sdkstatus != 0)); then
-    [[ -n "$sdkline" ]] || failed=$((failed + 1))
-    ((status != 0)) || status=$sdkstatus
-fi
+# provider, on both backends (clients/python/sdk_suite).
+suite agents-sdk-integration sdk "${STASIS_SDK_SUITE_TIMEOUT:-10m}" \
+    "$REPO/.venv/bin/python" clients/python/sdk_suite/run.py --backend all
 # The Agents SDK's generic sandbox tests, ported onto the stasis provider
-# (clients/python/sdk_suite/ported; one sandbox per backend); counts join.
-set +e
-STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_SDK_PORTED_TIMEOUT:-10m}" \
-    "$REPO/.venv/bin/python" -m pytest clients/python/sdk_suite/ported -q -p no:cacheprovider 2>&1 | tee "$log"
-portedstatus=${PIPESTATUS[0]}
-set -e
-pline=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
-pcount() { { grep -oE "[0-9]+ $1" <<<"$pline" || true; } | awk '{s+=$1} END {print s+0}'; }
-passed=$((passed + $(pcount passed)))
-failed=$((failed + $(pcount failed) + $(pcount error)))
-if ((status == 0 && portedstatus != 0)); then
-    status=$portedstatus
-    ((failed > 0)) || failed=1
-fi
-# The TypeScript client's tests (node --test, both backends) against the
-# same daemon binary; their counts join the total.
-set +e
-STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "${STASIS_NPM_TEST_TIMEOUT:-15m}" \
-    npm --prefix clients/typescript test 2>&1 | tee "$log"
-tsstatus=${PIPESTATUS[0]}
-set -e
-tscount() { { grep -E "^# $1 [0-9]+" "$log" || true; } | awk '{s+=$3} END {print s+0}'; }
-passed=$((passed + $(tscount pass)))
-failed=$((failed + $(tscount fail) + $(tscount cancelled)))
-if ((status == 0 && tsstatus != 0)); then
-    status=$tsstatus
-    ((failed > 0)) || failed=1
-fi
+# (clients/python/sdk_suite/ported; one sandbox per backend).
+suite agents-sdk-ported-python pytest "${STASIS_SDK_PORTED_TIMEOUT:-10m}" \
+    "$REPO/.venv/bin/python" -m pytest clients/python/sdk_suite/ported -q -p no:cacheprovider
+# The TypeScript client's tests (node --test, both backends).
+suite typescript-client tap "${STASIS_NPM_TEST_TIMEOUT:-15m}" \
+    npm --prefix clients/typescript test
+# The E2B JavaScript SDK's own tests, ported (clients/e2b/js): the whole
+# suite on the process backend, a bounded part on the microVM one.
+suite e2b-js-process vitest "${STASIS_E2B_JS_TIMEOUT:-15m}" \
+    env NO_COLOR=1 npm --prefix clients/e2b/js test
+suite e2b-js-microvm vitest "${STASIS_E2B_JS_MICROVM_TIMEOUT:-8m}" \
+    env NO_COLOR=1 STASIS_E2B_BACKEND=microvm npm --prefix clients/e2b/js test -- \
+    tests/sandbox/commands/run.test.ts tests/sandbox/snapshot.test.ts
+# The Agents SDK's own sandbox tests, ported onto the TypeScript provider
+# (clients/typescript/sdk_suite: vitest, one daemon per backend, microVM on a
+# bounded subset unless STASIS_TS_TESTS_FULL=1); run.mjs prints "# pass N" /
+# "# fail N" per backend.
+suite agents-sdk-ported-typescript tap "${STASIS_TS_SDK_SUITE_TIMEOUT:-15m}" \
+    npm --prefix clients/typescript run sdk-suite
+# The E2B Python SDK's own control-plane tests, ported (clients/e2b/python):
+# everything on the process backend, the tests marked `microvm` on the
+# microVM one (all skipped without a guest image).
+suite e2b-python-process pytest "${STASIS_E2B_PY_TIMEOUT:-15m}" \
+    env STASIS_E2B_BACKEND=process "$REPO/.venv/bin/python" -m pytest \
+    -c clients/e2b/python/pytest.ini clients/e2b/python/tests -q
+suite e2b-python-microvm pytest "${STASIS_E2B_PY_MICROVM_TIMEOUT:-8m}" \
+    env STASIS_E2B_BACKEND=microvm "$REPO/.venv/bin/python" -m pytest \
+    -c clients/e2b/python/pytest.ini clients/e2b/python/tests -q
 rm -f "$log"
 # The source layout counts as one test: no Rust file over 850 lines, no import
 # circle between a crate's modules (scripts/layout-allow.txt names the known

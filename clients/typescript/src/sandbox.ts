@@ -511,14 +511,26 @@ export class Session {
     await this.sandbox.http.none('session.input', { ids: this.ids(), json: { data_b64: b64encode(data) } });
   }
 
-  /** The output from `offset` (waiting up to `waitMs` for some), and the offset to read from next. */
-  async output(offset: number, waitMs = 0): Promise<SessionOutputResponse & { bytes: Uint8Array }> {
-    const r = await this.sandbox.http.json<SessionOutputResponse>('session.output', {
+  /**
+   * The output from `offset` (waiting up to `waitMs` for some), and the
+   * offset to read from next: `bytes` is stdout and stderr combined;
+   * `stdoutBytes` / `stderrBytes` are the same window split, from daemons
+   * that keep the streams apart (undefined from older ones).
+   */
+  async output(
+    offset: number,
+    waitMs = 0,
+  ): Promise<SessionOutputResponse & { bytes: Uint8Array; stdoutBytes?: Uint8Array; stderrBytes?: Uint8Array }> {
+    const r = await this.sandbox.http.json<SessionOutputResponse & { stdout_b64?: string; stderr_b64?: string }>('session.output', {
       ids: this.ids(),
       query: { offset, wait_ms: Math.min(waitMs, 60_000) },
       extraTimeoutMs: Math.min(waitMs, 60_000),
     });
-    return { ...r, bytes: b64decode(r.data_b64) };
+    const split =
+      typeof r.stdout_b64 === 'string' && typeof r.stderr_b64 === 'string'
+        ? { stdoutBytes: b64decode(r.stdout_b64), stderrBytes: b64decode(r.stderr_b64) }
+        : {};
+    return { ...r, bytes: b64decode(r.data_b64), ...split };
   }
 
   /** Output since the last read, waiting up to `waitMs` for some. */
@@ -560,9 +572,14 @@ export class Session {
     }
   }
 
-  async kill(): Promise<void> {
+  /**
+   * Kill it (its process tree), or with `signal` (`INT`, `TERM`, `HUP`, ...)
+   * send that signal to its process group: a ^C for a command without a
+   * terminal. A daemon that predates signals kills it.
+   */
+  async kill(opts: { signal?: string } = {}): Promise<void> {
     try {
-      await this.sandbox.http.none('session.kill', { ids: this.ids() });
+      await this.sandbox.http.none('session.kill', { ids: this.ids(), ...(opts.signal ? { query: { signal: opts.signal } } : {}) });
     } catch (e) {
       if (!(e instanceof InvalidState || e instanceof NotFound)) throw e;
     }

@@ -118,6 +118,10 @@ for (const backend of backends()) {
       await session.hydrateWorkspace(await session.sandbox.files.read('/tmp/two.tar'), { archiveLimits: { maxMembers: 2 } });
       assert.equal(Buffer.from(await session.readFile({ path: 'b' })).toString(), '2\n');
       assert.equal(await session.pathExists('evil'), false);
+      // A hydration replaces the workspace: what the archive does not hold is gone.
+      assert.equal(await session.pathExists('out/result.txt'), false);
+      await session.hydrateWorkspace(tar);
+      assert.equal(await session.pathExists('b'), false);
 
       // The runner saves the state of an interrupted run: a snapshot, then a pause.
       const payload = await provider.serializeSessionState(session.state, { preserveOwnedSession: true });
@@ -251,8 +255,13 @@ for (const backend of backends()) {
         SandboxUnsupportedFeatureError,
       );
       await assert.rejects(
-        provider.create({ manifest: new Manifest({ entries: { src: { type: 'local_dir', src: '/etc' } } }), options: OPTIONS }),
+        provider.create({ manifest: new Manifest({ entries: { src: { type: 'git_repo', repo: 'file:///nowhere' } } }), options: OPTIONS }),
         SandboxUnsupportedFeatureError,
+      );
+      // A local source outside the working directory and the grants.
+      await assert.rejects(
+        provider.create({ manifest: new Manifest({ entries: { src: { type: 'local_dir', src: '/etc' } } }), options: OPTIONS }),
+        /local_dir source must stay within the local source base directory/,
       );
       await assert.rejects(provider.create({ manifest: new Manifest(), options: { manifest: { workdir: '/x' } } }), /root/);
     });
@@ -273,7 +282,7 @@ for (const backend of backends()) {
         await new Promise((r) => setTimeout(r, 200));
       }
       assert.equal(body, 'hello-relay\n');
-      await assert.rejects(session.resolveExposedPort(9000), /not among the exposed ports/);
+      await assert.rejects(session.resolveExposedPort(9000), /was not configured to expose port 9000/);
       await session.delete();
       assert.equal((await api.get(session.state.sandboxId)).state, 'paused');
     });

@@ -37,8 +37,10 @@ export function backends() {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class Daemon {
-  constructor(backend = 'process') {
+  /** `extraArgs`: more `stasis serve` flags (e.g. `--allow-mount DIR`). */
+  constructor(backend = 'process', extraArgs = []) {
     this.backend = backend;
+    this.extraArgs = extraArgs;
     this.dir = mkdtempSync(join(tmpdir(), 'stasis-ts-'));
     this.cgroupParent = `stasis-ts-${process.pid}-${Math.random().toString(16).slice(2, 8)}`;
     this.url = '';
@@ -57,6 +59,7 @@ export class Daemon {
       '--ready-file', ready,
       '--cgroup-parent', this.cgroupParent,
       '--default-backend', this.backend,
+      ...this.extraArgs,
     ];
     if (this.backend === 'microvm') args.push('--images', dirname(resolve(process.env.STASIS_IMAGE_DIR)));
     this.proc = spawn(stasisBin(), args, { stdio: ['ignore', log, log], env: { ...process.env, RUST_LOG: 'info' } });

@@ -17,7 +17,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "127.0.0.1:7070")]
     listen: std::net::SocketAddr,
     /// Backend used when a manifest names none.
-    #[arg(long, default_value = "process")]
+    #[arg(long, default_value = "process", env = "STASIS_DEFAULT_BACKEND")]
     default_backend: String,
     /// Images directory (default: <data-dir>/images): microVM guest images
     /// <images>/<name>/, process-backend root filesystems <images>/<name>/rootfs/.

@@ -27,6 +27,8 @@ mod reaper;
 mod standby;
 #[path = "manager/templates.rs"]
 mod templates;
+#[path = "manager/timeout.rs"]
+mod timeout;
 
 use harness::*;
 use stasis_backend::fake::FakeBackend;

@@ -18,7 +18,7 @@ pub use exec::{
 };
 pub use id::{SandboxId, SnapshotId, TenantId};
 pub use lifecycle::SandboxState;
-pub use manifest::{BackendKind, LifecyclePolicy, Manifest, OnIdle, Resources};
+pub use manifest::{BackendKind, LifecyclePolicy, Manifest, OnIdle, OnLifetime, Resources};
 
 /// Milliseconds since the Unix epoch, the one timestamp unit used in stored records.
 pub fn now_ms() -> i64 {

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 
 use crate::error::{Error, ErrorCode};
 
+pub mod lifetime;
 pub mod network;
+pub use lifetime::OnLifetime;
 pub use network::NetworkPolicy;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -108,6 +110,14 @@ pub struct LifecyclePolicy {
     /// when unset, so existing manifests keep their digest.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub standby_secs: Option<u64>,
+    /// What reaching `max_lifetime_secs` does (default `destroy`; see
+    /// [`OnLifetime`]). Left out when `destroy`, so digests stay.
+    #[serde(skip_serializing_if = "OnLifetime::is_destroy")]
+    pub on_lifetime: OnLifetime,
+    /// With `on_lifetime` a pause: the running time a resume after that
+    /// pause grants (0: the limit is lifted). Left out when 0.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub renew_secs: u64,
 }
 
 /// The policy's deadlines on the daemon's millisecond clock. Checked: a
@@ -148,6 +158,8 @@ impl Default for LifecyclePolicy {
             max_lifetime_secs: 0,
             checkpoint_secs: 0,
             standby_secs: None,
+            on_lifetime: OnLifetime::Destroy,
+            renew_secs: 0,
         }
     }
 }
@@ -391,6 +403,12 @@ impl Manifest {
             return Err(bad(
                 "lifecycle.max_lifetime_secs",
                 format!("must be at most {MAX_TTL_SECS} (365 days; 0 = no limit)"),
+            ));
+        }
+        if l.renew_secs > MAX_TTL_SECS {
+            return Err(bad(
+                "lifecycle.renew_secs",
+                format!("must be at most {MAX_TTL_SECS} (365 days)"),
             ));
         }
         if let Some(image) = &self.image {
@@ -662,6 +680,7 @@ mod tests {
                 max_lifetime_secs: secs,
                 checkpoint_secs: secs,
                 standby_secs: Some(secs),
+                ..Default::default()
             };
             for elapsed in [0, 1, 2000, ten_years_ms] {
                 assert!(!p.lifetime_over(elapsed), "{secs} {elapsed}");
@@ -677,6 +696,7 @@ mod tests {
             max_lifetime_secs: 30,
             checkpoint_secs: 10,
             standby_secs: None,
+            ..Default::default()
         };
         assert!(!p.lifetime_over(29_999) && p.lifetime_over(30_000));
         assert!(!p.idle_over(4_999) && p.idle_over(5_000));

@@ -26,6 +26,10 @@ pub const PREFIX: &str = "/e2b";
 /// The edge's routes, to be nested at [`PREFIX`]: the control plane's and
 /// envd's paths never overlap (envd's are `/process.Process/...`,
 /// `/filesystem.Filesystem/...`, `/files`, `/health`, ...).
+/// Paths neither serves get E2B's error shape ([`api::error::fallback`]):
+/// neither router sets a fallback of its own (a merge refuses two).
 pub fn router(state: E2b) -> axum::Router {
-    api::router(state.clone()).merge(envd::router(state))
+    api::router(state.clone())
+        .merge(envd::router(state))
+        .fallback(api::error::fallback)
 }

@@ -53,6 +53,10 @@ import {
   type ExecCommandArgs,
   type ExposedPortEndpoint,
   type SandboxArchiveLimits,
+  type SandboxConcurrencyLimits,
+  type SandboxClientResumeOptions,
+  type Entry,
+  type SnapshotSpec,
   type WorkspaceArchiveOptions,
   type ListDirectoryArgs,
   type MaterializeEntryArgs,
@@ -65,6 +69,8 @@ import {
   type SandboxExecResult,
   type SandboxSession,
   type SandboxSessionLifecycleOptions,
+  type SandboxPreStopHook,
+  type SandboxSessionResumeValidationInput,
   type SandboxSessionSerializationOptions,
   type SandboxSessionState,
   type WorkspaceArchiveData,
@@ -84,7 +90,10 @@ import {
   sanitizeEnvironmentForPersistence,
   serializeManifestRecord,
   truncateOutput,
+  validateMountCredentialBoundaries,
 } from '@openai/agents-core/sandbox/internal';
+
+import { createHash } from 'node:crypto';
 
 import { StasisClient } from '../client.js';
 import { NotFound, StasisError } from '../errors.js';
@@ -92,10 +101,24 @@ import type { ConnectionOptions } from '../http.js';
 import type { Run } from '../runs.js';
 import type { Sandbox, Session } from '../sandbox.js';
 import type { CallOutcome, FileStat } from '../types.js';
+import { checkConcurrencyLimits, concurrencyLimit, readLocalDir, readLocalFile, runLimited, type LocalSourceRules } from './local.js';
 import { PortRelay } from './relay.js';
+import {
+  FINGERPRINT_SCRIPT,
+  FINGERPRINT_VERSION,
+  dropSnapshot,
+  loadSnapshot,
+  rehydrateSnapshotSpec,
+  saveSnapshot,
+  serializeSnapshotSpec,
+  snapshotMode,
+} from './snapshots.js';
 import { archiveProblem } from './tar.js';
 
 export const BACKEND_ID = 'stasis';
+
+/** A manifest path naming the workspace root itself. */
+const isRootPath = (p: string) => p === '' || p === '.' || p === './';
 
 /** Sandbox states in which the sandbox still exists (a paused one resumes on use). */
 const ALIVE = new Set(['creating', 'running', 'pausing', 'paused', 'resuming']);
@@ -119,6 +142,75 @@ export interface StasisSandboxClientOptions extends SandboxClientOptions {
   exposedPorts?: number[];
   /** Lifetime of the signed URL behind an exposed port (default a day). */
   portUrlTtlSecs?: number;
+  /** Where `local_file` / `local_dir` sources may come from on this machine (with the manifest's extraPathGrants; default: the working directory). */
+  localSourceBaseDir?: string;
+  /** How many manifest entries and local_dir files are uploaded at once (the SDK's option; positive numbers, default 4). */
+  concurrencyLimits?: SandboxConcurrencyLimits;
+  /** Limits a workspace archive must meet before it is extracted (the SDK's option; null: none). */
+  archiveLimits?: SandboxArchiveLimits | null;
+  /** The SDK's snapshot spec (`local`, `remote`, `noop`); none: native stasis snapshots (see snapshots.ts). */
+  snapshot?: SnapshotSpec | null;
+  /**
+   * Mount entries this client materializes itself (the SDK's custom mount
+   * materializer hook): called once per mount target after the other
+   * entries, parents before nested targets. Without it mount entries are
+   * refused.
+   */
+  materializeMount?: (args: MountMaterializeArgs) => Promise<void>;
+  /** Which mount entries `materializeMount` handles (default: all). */
+  supportsMount?: (entry: Entry) => boolean;
+}
+
+/** What a mount materializer gets: the entry's workspace-relative path, the entry, and the session. */
+export interface MountMaterializeArgs {
+  logicalPath: string;
+  entry: Entry;
+  session: StasisSandboxSession;
+}
+
+/** How a session materializes entries: client-side settings, never in the state. */
+interface MaterializeSettings {
+  baseDir?: string;
+  concurrencyLimits?: SandboxConcurrencyLimits;
+  materializeMount?: (args: MountMaterializeArgs) => Promise<void>;
+  supportsMount?: (entry: Entry) => boolean;
+}
+
+const isMountEntry = (entry: { type: string }) => entry.type === 'mount' || entry.type.endsWith('_mount');
+
+/** A `local_bind` mount entry: a directory of the daemon's host bound into the sandbox. */
+const isLocalBind = (entry: Entry) =>
+  entry.type === 'mount' && (entry as { mountStrategy?: { type?: unknown } }).mountStrategy?.type === 'local_bind';
+
+/**
+ * The manifest's `local_bind` mounts as stasis mounts (read-only host binds,
+ * fixed when the sandbox is made; the source must lie under a root the
+ * operator allowed with `stasis serve --allow-mount`, on the daemon's host).
+ * A read-write bind is refused: stasis mounts are read-only.
+ */
+function localBindMounts(manifest: Manifest): { source: string; target: string }[] {
+  const out: { source: string; target: string }[] = [];
+  for (const t of manifest.mountTargets()) {
+    if (!isLocalBind(t.entry)) continue;
+    const e = t.entry as { source?: unknown; readOnly?: unknown };
+    if (e.readOnly === false) {
+      throw new SandboxUnsupportedFeatureError(`${BACKEND_ID} binds host directories read-only: ${t.logicalPath} asks for a read-write local_bind mount`, {
+        provider: BACKEND_ID,
+        feature: 'mount.local_bind.readWrite',
+        path: t.logicalPath,
+      });
+    }
+    if (typeof e.source !== 'string' || !e.source.startsWith('/')) {
+      throw new SandboxConfigurationError(`local_bind mount ${t.logicalPath} needs an absolute source path on the daemon's host`, { provider: BACKEND_ID });
+    }
+    out.push({ source: e.source, target: t.mountPath });
+  }
+  return out;
+}
+
+/** A mount entry the settings materialize. */
+function mountHandled(settings: MaterializeSettings, entry: Entry): boolean {
+  return isMountEntry(entry) && settings.materializeMount !== undefined && (settings.supportsMount?.(entry) ?? true);
 }
 
 export interface StasisSandboxSessionState extends SandboxSessionState {
@@ -139,6 +231,8 @@ export interface StasisSandboxSessionState extends SandboxSessionState {
   environment: Record<string, string>;
   /** Commands `exec` left running, by the SDK's session id: their stasis session and the output offset the model has read to. */
   processes?: Record<string, ProcessRef>;
+  /** The SDK snapshot spec in force (none: native stasis snapshots). */
+  snapshotSpec?: SnapshotSpec | null;
 }
 
 /** A command still running at its last update (kept in the state so a resumed run reaches it). */
@@ -217,7 +311,13 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   private readonly processes = new Map<number, Process>();
   private nextProcessId = 1;
   private readonly relays = new Map<number, PortRelay>();
+  private readonly preStopHooks = new Set<SandboxPreStopHook>();
+  private preStopRan = false;
   private archiveLimits: SandboxArchiveLimits | null | undefined;
+  /** Where local_file / local_dir sources may come from, and upload concurrency (client-side settings, never in the state). */
+  localSources: MaterializeSettings = {};
+  /** Entry paths of the local_bind mounts the sandbox was made with. */
+  bindsAtCreate = new Set<string>();
   /** The workspace root and grants as resolved when the session was made (see {@link pinRoots}). */
   private pinned: AuthorizedRoot[] | undefined;
 
@@ -276,6 +376,16 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     return policy.resolve(path && path !== '.' ? path : undefined, { forWrite }).path;
   }
 
+  /**
+   * A path as the SDK's tools address it (relative to the workspace root, or
+   * absolute inside the root or a grant) as the sandbox path it names;
+   * lexical, as the SDK's providers do (symlinks are checked when a file
+   * helper uses it).
+   */
+  resolveSandboxPath(path: string): string {
+    return this.abs(path);
+  }
+
   /** The workspace root and the grants, each resolved inside the sandbox. */
   private async resolveRoots(): Promise<AuthorizedRoot[]> {
     const roots: AuthorizedRoot[] = [{ root: await realpath(this.sbx, this.state.manifest.root), readOnly: false, path: this.state.manifest.root }];
@@ -312,7 +422,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
       .filter((g) => isUnder(resolved, g.root))
       .sort((a, b) => b.root.length - a.root.length)[0];
     if (!grant) {
-      throw new SandboxInvalidManifestPathError(`Sandbox path "${path}" resolves outside the workspace root: ${resolved}`, {
+      throw new SandboxInvalidManifestPathError(`Sandbox path "${path}" escapes the workspace root.`, {
         path,
         resolvedPath: resolved,
       });
@@ -355,8 +465,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     if (out.ended) {
       return {
         output: text.text,
-        stdout: out.text,
-        stderr: '',
+        stdout: out.stdout,
+        stderr: out.stderr,
         wallTimeSeconds: elapsedSeconds(start),
         exitCode: out.exitCode ?? 1,
         originalTokenCount: text.originalTokenCount,
@@ -369,8 +479,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     this.remember(sessionId, p);
     return {
       output: text.text,
-      stdout: out.text,
-      stderr: '',
+      stdout: out.stdout,
+      stderr: out.stderr,
       wallTimeSeconds: elapsedSeconds(start),
       sessionId,
       originalTokenCount: text.originalTokenCount,
@@ -417,9 +527,11 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     const start = Date.now();
     let chars = args.chars ?? '';
     if (!p.tty && chars.includes('\u0003')) {
-      // No terminal to deliver ^C: interrupting a piped command ends it,
-      // and it reports the exit of an interrupt (130), as a shell would.
-      await p.session.kill();
+      // No terminal to deliver ^C: SIGINT goes to the command's process
+      // group (a daemon without session signals kills it), and an
+      // interrupted command reports the exit of an interrupt (130), as a
+      // shell would.
+      await interrupt(p.session);
       p.interrupted = true;
       chars = chars.split('\u0003').join('');
     }
@@ -492,6 +604,15 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
 
   /** An image in the sandbox for the model (the filesystem capability's view_image). */
   async viewImage(args: ViewImageArgs): Promise<ToolOutputImage> {
+    const path = await this.checked(args.path);
+    let st: FileStat;
+    try {
+      st = await this.sbx.files.stat(path);
+    } catch (e) {
+      if (e instanceof NotFound) throw new UserError(`Image file not found: ${args.path}`);
+      throw providerError('stat', e);
+    }
+    if (st.kind === 'dir') throw new UserError(`Image path is not a file: ${args.path}`);
     const bytes = await this.readFile({ path: args.path, maxBytes: MAX_VIEW_IMAGE_BYTES + 1 });
     if (bytes.byteLength > MAX_VIEW_IMAGE_BYTES) {
       throw new SandboxProviderError(`image exceeds ${MAX_VIEW_IMAGE_BYTES} bytes: ${args.path}`, { provider: BACKEND_ID });
@@ -512,7 +633,7 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
           await this.sbx.files.write(await this.checked(op.path, true), applyDiff('', op.diff, 'create'), { exclusive: true });
         } catch (e) {
           if (e instanceof StasisError && e.code === 'already_exists') {
-            throw new UserError(`apply_patch create_file: ${op.path} already exists (use update_file)`);
+            throw new UserError(`apply_patch create_file: file already exists: ${op.path} (use update_file)`);
           }
           throw e;
         }
@@ -568,7 +689,22 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
    */
   async materializeEntry(args: MaterializeEntryArgs): Promise<void> {
     const root = this.state.manifest.root.replace(/\/+$/, '');
-    const target = await this.checked(args.path, true);
+    // The path as the SDK draws the workspace (lexically), then mount
+    // credentials by the SDK's rules, before anything is resolved in the sandbox.
+    this.abs(args.path, true);
+    if (isMountEntry(args.entry)) {
+      validateMountCredentialBoundaries(new Manifest({ root: this.state.manifest.root, entries: { [args.path]: args.entry } }));
+    }
+    refuseUnsupportedEntry(args.path, args.entry);
+    let target: string;
+    try {
+      target = await this.checked(args.path, true);
+    } catch (e) {
+      if (!(e instanceof SandboxInvalidManifestPathError)) throw e;
+      throw new SandboxInvalidManifestPathError(`Sandbox materialization path "${args.path}" escapes the workspace root through a symbolic link.`, {
+        path: args.path,
+      });
+    }
     if (target !== root && !target.startsWith(`${root}/`)) {
       throw new SandboxInvalidManifestPathError(`materialized entries must be inside the workspace root: ${args.path}`, { path: args.path });
     }
@@ -577,43 +713,90 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     this.state.manifest = mergeManifestEntryDelta(this.state.manifest, logical, args.entry);
   }
 
-  /** The file and dir entries of `manifest`, written with their permissions. */
+  /**
+   * The entries of `manifest`, written with their permissions: file and dir
+   * entries from their content, local_file and local_dir entries uploaded
+   * from this machine (by the SDK's rules: see local.ts).
+   */
   private async writeEntries(manifest: Manifest): Promise<void> {
     const dirModes: [string, number][] = [];
+    const rules: LocalSourceRules = {
+      baseDir: this.localSources.baseDir,
+      grants: [...this.state.manifest.extraPathGrants, ...manifest.extraPathGrants].map((g) => g.hostPath ?? g.path),
+    };
+    const limits = this.localSources.concurrencyLimits;
+    let mounts = false;
+    for (const { absolutePath, entry } of manifest.iterEntries()) refuseUnsupportedEntry(absolutePath, entry);
     for (const { absolutePath, entry } of manifest.iterEntries()) {
       const mode = permissionsForSandboxEntry(entry.permissions).toMode() & 0o1777;
-      if (entry.type === 'file') {
+      if (mountHandled(this.localSources, entry)) {
+        mounts = true; // after the other entries, below
+      } else if (isLocalBind(entry) && this.bindsAtCreate.has(absolutePath)) {
+        // Bound when the sandbox was made.
+      } else if (entry.type === 'file') {
         await this.sbx.files.write(absolutePath, entry.content, { mode });
       } else if (entry.type === 'dir') {
         await this.sbx.files.mkdir(absolutePath);
         dirModes.push([absolutePath, mode]);
+      } else if (entry.type === 'local_file') {
+        const file = await readLocalFile(entry.src, rules);
+        await this.sbx.files.write(absolutePath, file.bytes, { mode: entry.permissions ? mode : file.mode });
+      } else if (entry.type === 'local_dir') {
+        const tree = await readLocalDir(entry.src, rules, limits);
+        for (const d of tree.dirs) await this.sbx.files.mkdir(d ? `${absolutePath}/${d}` : absolutePath);
+        await runLimited(tree.files, concurrencyLimit(limits?.localDirFiles), async (f) => {
+          await this.sbx.files.write(`${absolutePath}/${f.rel}`, f.bytes, { mode: f.mode });
+        });
+        if (entry.permissions) dirModes.push([absolutePath, mode]);
       } else {
         throw new SandboxUnsupportedFeatureError(
-          `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file or dir entries, or stasis mounts in the stasis manifest`,
+          `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file or local_dir entries, or stasis mounts in the stasis manifest`,
           { provider: BACKEND_ID, entryType: entry.type },
         );
       }
     }
     for (const [path, mode] of dirModes) {
-      const r = await this.sbx.exec(['chmod', mode.toString(8), '--', path]);
+      const r = await this.sbx.exec(['chmod', mode.toString(8), '--', path], { cwd: '/' });
       if (!r.ok) throw new SandboxProviderError(`chmod ${path}: ${r.stderr.slice(-500)}`, { provider: BACKEND_ID });
     }
+    // Mounts last, in the SDK's materialization order (a parent target
+    // before the targets nested in it).
+    if (!mounts) return;
+    for (const { logicalPath, entry } of manifest.mountTargetsForMaterialization()) {
+      if (mountHandled(this.localSources, entry)) await this.localSources.materializeMount!({ logicalPath, entry, session: this });
+    }
+  }
+
+  /** A digest of the workspace tree without its ephemeral entries (see snapshots.ts). */
+  async fingerprint(): Promise<string> {
+    const excludes = [...this.state.manifest.ephemeralPersistencePaths()].sort();
+    // An ephemeral root: nothing of the workspace persists.
+    if (excludes.some(isRootPath)) return createHash('sha256').digest('hex');
+    const r = await this.sbx.exec(['sh', '-c', FINGERPRINT_SCRIPT, 'sh', this.state.manifest.root, ...excludes], { timeoutMs: 300_000, cwd: '/' });
+    if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`fingerprint failed: ${r.stderr.slice(-2000)}`, { path: this.state.manifest.root });
+    return r.stdout.trim();
   }
 
   /** A tar of the workspace (the manifest's root), without its ephemeral entries. */
   async persistWorkspace(): Promise<Uint8Array> {
     const root = this.state.manifest.root;
     const tmp = `/tmp/.stasis-workspace-${crypto.randomUUID()}.tar`;
-    const excludes = [...this.state.manifest.ephemeralPersistencePaths()].sort().map((p) => `--exclude=./${p}`);
+    const ephemeral = [...this.state.manifest.ephemeralPersistencePaths()].sort();
+    // An ephemeral root: nothing of the workspace persists (an empty tar).
+    if (ephemeral.some(isRootPath)) return new Uint8Array(10240);
+    const excludes = ephemeral.map((p) => `--exclude=./${p}`);
     try {
-      const r = await this.sbx.exec(['tar', '-C', root, ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000 });
+      // Members in name order (as the SDK's providers write them: limits on
+      // restore then name the same member everywhere).
+      let r = await this.sbx.exec(['tar', '-C', root, '--sort=name', ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000, cwd: '/' });
+      if (!r.ok && /sort/.test(r.stderr)) r = await this.sbx.exec(['tar', '-C', root, ...excludes, '-cf', tmp, '.'], { timeoutMs: 300_000, cwd: '/' });
       if (!r.ok) throw new SandboxWorkspaceArchiveReadError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
       return await this.sbx.files.read(tmp);
     } catch (e) {
       if (e instanceof SandboxWorkspaceArchiveReadError) throw e;
       throw new SandboxWorkspaceArchiveReadError(`persisting ${root}: ${(e as Error).message}`, { path: root });
     } finally {
-      await this.sbx.exec(['rm', '-f', tmp]).catch(() => undefined);
+      await this.sbx.exec(['rm', '-f', tmp], { cwd: '/' }).catch(() => undefined);
     }
   }
 
@@ -638,10 +821,11 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     }
     try {
       await this.sbx.files.write(tmp, bytes);
-      const r = await this.sbx.exec(
-        ['sh', '-c', 'mkdir -p "$1" && tar -C "$1" --no-same-owner -xf "$2"; s=$?; rm -f "$2"; exit $s', 'sh', root, tmp],
-        { timeoutMs: 300_000 },
-      );
+      // The archive replaces the workspace (as the SDK's providers do: a file
+      // made after the snapshot is gone after the restore). It is extracted
+      // beside the root first, and the old content removed only once that
+      // succeeded, so a failed extraction leaves the workspace as it was.
+      const r = await this.sbx.exec(['sh', '-c', HYDRATE_SCRIPT, 'sh', root, tmp], { timeoutMs: 300_000, cwd: '/' });
       if (!r.ok) throw new SandboxWorkspaceArchiveWriteError(`tar failed: ${r.stderr.slice(-2000)}`, { path: root });
     } catch (e) {
       if (e instanceof SandboxWorkspaceArchiveWriteError) throw e;
@@ -652,9 +836,10 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   // -- ports --
 
   async resolveExposedPort(port: number): Promise<ExposedPortEndpoint> {
+    normalizeExposedPort(port);
     const allowed = this.state.configuredExposedPorts;
     if (allowed.length > 0 && !allowed.includes(port)) {
-      throw new SandboxConfigurationError(`port ${port} is not among the exposed ports (${allowed.join(', ')})`, {
+      throw new SandboxConfigurationError(`${BACKEND_ID} was not configured to expose port ${port} (exposed: ${allowed.join(', ')}).`, {
         provider: BACKEND_ID,
         port,
       });
@@ -722,20 +907,66 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   }
 
   /**
+   * A hook run before the session stops (the SDK's capabilities flush
+   * state into the workspace this way), while the sandbox still runs; the
+   * returned function unregisters it.
+   */
+  registerPreStopHook(hook: SandboxPreStopHook): () => void {
+    this.preStopHooks.add(hook);
+    this.preStopRan = false;
+    return () => {
+      this.preStopHooks.delete(hook);
+    };
+  }
+
+  /**
+   * Run the registered pre-stop hooks, once per stop: every hook runs even
+   * if one fails, and the first failure is thrown after.
+   */
+  async runPreStopHooks(): Promise<void> {
+    if (this.preStopRan) return;
+    this.preStopRan = true;
+    let failure: unknown;
+    for (const hook of [...this.preStopHooks]) {
+      try {
+        await hook();
+      } catch (e) {
+        failure ??= e;
+      }
+    }
+    if (failure !== undefined) throw failure;
+  }
+
+  /**
+   * The first phase of the SDK's cleanup: stop what this client runs for
+   * the session (port relays) and, when the sandbox is to be destroyed, the
+   * commands in it. A paused (or kept) sandbox keeps its running commands:
+   * they continue when it resumes.
+   */
+  async stop(_options?: SandboxSessionLifecycleOptions): Promise<void> {
+    if (this.state.onDelete === 'destroy') await this.endProcesses();
+    await this.closePortRelays();
+  }
+
+  /** The second phase: the `onDelete` policy (pause by default, destroy, or keep). */
+  async shutdown(_options?: SandboxSessionLifecycleOptions): Promise<void> {
+    await applyOnDelete(this.sbx, this.state.onDelete);
+  }
+
+  /**
    * End the session as the SDK's examples do (`session.close()`): the
-   * `onDelete` policy (pause by default, so no sandbox is left running).
+   * pre-stop hooks, then stop and shutdown (pause by default, so no sandbox
+   * is left running).
    */
   async close(): Promise<void> {
+    await this.runPreStopHooks();
     await this.delete();
   }
 
-  /** The runner's cleanup of an owned session: the `onDelete` policy. */
-  async delete(_options?: SandboxSessionLifecycleOptions): Promise<void> {
-    // A paused (or kept) sandbox keeps its running commands: they continue
-    // when it resumes. Only a destroyed one ends them.
-    if (this.state.onDelete === 'destroy') await this.endProcesses();
-    await this.closePortRelays();
-    await applyOnDelete(this.sbx, this.state.onDelete);
+  /** The runner's cleanup of an owned session: stop, then shutdown (each safe to repeat). */
+  async delete(options?: SandboxSessionLifecycleOptions): Promise<void> {
+    await this.stop(options);
+    await this.shutdown(options);
   }
 }
 
@@ -753,25 +984,106 @@ async function applyOnDelete(sbx: Sandbox, policy: OnDelete): Promise<void> {
   }
 }
 
-/** Output of a process for up to `yieldMs` (less if it ends). */
-async function collect(p: Process, yieldMs: number): Promise<{ text: string; ended: boolean; exitCode: number | null }> {
+/**
+ * Replace the workspace `$1` by the tar `$2`: extract into a fresh directory
+ * beside it, then swap the content; the root `/` is only extracted over.
+ */
+const HYDRATE_SCRIPT = `set -u
+root=$1 tar=$2
+trap 'rm -f "$tar"' EXIT
+mkdir -p "$root" || exit 1
+if [ -L "$root" ]; then echo "the workspace root $root is a symbolic link: refusing to restore into it (snapshot path changed while copying)" >&2; exit 3; fi
+if [ "$root" = / ]; then exec tar -C / --no-same-owner -xf "$tar"; fi
+stage=$(mktemp -d "$(dirname "$root")/.stasis-hydrate.XXXXXX") || exit 1
+if ! tar -C "$stage" --no-same-owner -xf "$tar"; then rm -rf "$stage"; exit 1; fi
+find "$root" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1
+find "$stage" -mindepth 1 -maxdepth 1 -exec mv -- {} "$root"/ \\; || exit 1
+rmdir "$stage"`;
+
+/**
+ * A window of session output as stdout and stderr: the daemon's split when
+ * it keeps the streams apart, else (an older daemon) all of it as stdout.
+ */
+export function splitStreams(r: { bytes: Uint8Array; stdoutBytes?: Uint8Array; stderrBytes?: Uint8Array }): {
+  out: Uint8Array;
+  err: Uint8Array;
+} {
+  if (r.stdoutBytes && r.stderrBytes) return { out: r.stdoutBytes, err: r.stderrBytes };
+  return { out: r.bytes, err: new Uint8Array() };
+}
+
+/** The unread output a poll returns at most (the SDK's local providers keep 1 MiB characters). */
+const MAX_UNREAD_OUTPUT = 1024 * 1024;
+/** An offset past any output: the daemon answers the end offset without bytes. */
+const PAST_END = Number.MAX_SAFE_INTEGER;
+
+/** Output of a process for up to `yieldMs` (less if it ends): combined, and split into stdout and stderr. */
+async function collect(
+  p: Process,
+  yieldMs: number,
+): Promise<{ text: string; stdout: string; stderr: string; ended: boolean; exitCode: number | null }> {
   const deadline = Date.now() + yieldMs;
   const chunks: Uint8Array[] = [];
+  const outs: Uint8Array[] = [];
+  const errs: Uint8Array[] = [];
   let ended = false;
   let exitCode: number | null = null;
+  // Unread output is capped as the SDK's providers cap it: only its last
+  // MAX_UNREAD_OUTPUT bytes are read, after a notice of how much was
+  // skipped (the daemon's end offset tells without reading the rest).
+  let dropped = 0;
+  // A daemon that forgets a session once it is killed (older microVM guest
+  // agents) answers not_found for the command ^C ended: it ended.
+  const read = async (offset: number, waitMs: number) => {
+    try {
+      return await p.session.output(offset, waitMs);
+    } catch (e) {
+      if (p.interrupted && e instanceof NotFound) return undefined;
+      throw e;
+    }
+  };
+  const probe = await read(PAST_END, 0);
+  if (probe && probe.next_offset - p.session.offset > MAX_UNREAD_OUTPUT) {
+    dropped = probe.next_offset - MAX_UNREAD_OUTPUT - p.session.offset;
+    p.session.offset = probe.next_offset - MAX_UNREAD_OUTPUT;
+  }
   for (;;) {
     const left = deadline - Date.now();
     if (left <= 0) break;
-    const r = await p.session.output(p.session.offset, Math.min(left, 60_000));
+    const r = await read(p.session.offset, Math.min(left, 60_000));
+    if (!r) {
+      ended = true;
+      break;
+    }
     p.session.offset = r.next_offset;
-    if (r.bytes.length > 0) chunks.push(r.bytes);
-    else if (!r.running) {
+    if (r.bytes.length > 0) {
+      chunks.push(r.bytes);
+      const split = splitStreams(r);
+      outs.push(split.out);
+      errs.push(split.err);
+    } else if (!r.running) {
       ended = true;
       exitCode = r.exit_code ?? null;
       break;
     }
   }
-  return { text: new TextDecoder().decode(Buffer.concat(chunks)), ended, exitCode };
+  const dec = (parts: Uint8Array[]) => new TextDecoder().decode(Buffer.concat(parts));
+  const notice = dropped > 0 ? `[...${dropped} characters truncated from process output...]\n` : '';
+  return { text: notice + dec(chunks), stdout: dec(outs), stderr: dec(errs), ended, exitCode };
+}
+
+/**
+ * ^C for a command without a terminal: SIGINT to its process group. A daemon
+ * (or microVM guest agent) that cannot send session signals refuses it
+ * (invalid_argument): then the command is killed.
+ */
+async function interrupt(session: Session): Promise<void> {
+  try {
+    await session.kill({ signal: 'INT' });
+  } catch (e) {
+    if (!(e instanceof StasisError && (e.code === 'invalid_argument' || e.code === 'unsupported'))) throw e;
+    await session.kill();
+  }
 }
 
 function providerError(op: string, e: unknown): Error {
@@ -782,7 +1094,12 @@ function providerError(op: string, e: unknown): Error {
 /** Creates and resumes SDK sandbox sessions backed by stasis sandboxes. */
 export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOptions, StasisSandboxSessionState> {
   readonly backendId = BACKEND_ID;
-  readonly supportsDefaultOptions = true;
+  /**
+   * false: the runner then passes no snapshot spec of its own (it would
+   * default to `local`), so a saved run is backed by a native stasis
+   * snapshot (memory and files) unless the caller names a spec.
+   */
+  readonly supportsDefaultOptions = false;
   readonly api: StasisClient;
   private readonly defaults: StasisSandboxClientOptions;
   /** Live sessions of this process by sandbox id (serialization pauses them). */
@@ -801,8 +1118,14 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     const norm = normalizeSandboxClientCreateArgs(args, manifestOptions);
     const opts: StasisSandboxClientOptions = { ...this.defaults, ...(norm.options ?? {}) };
     const manifest = norm.manifest;
-    checkManifest(manifest, opts.manifest ?? {});
-    const stasisManifest = { ...(opts.manifest ?? {}) };
+    const concurrencyLimits = norm.concurrencyLimits ?? opts.concurrencyLimits;
+    checkConcurrencyLimits(concurrencyLimits);
+    const snapshotSpec = norm.snapshot ?? opts.snapshot ?? null;
+    snapshotMode(snapshotSpec);
+    checkManifest(manifest, opts.manifest ?? {}, opts);
+    const stasisManifest: Record<string, unknown> = { ...(opts.manifest ?? {}) };
+    const binds = localBindMounts(manifest);
+    if (binds.length > 0) stasisManifest.mounts = [...((stasisManifest.mounts as unknown[]) ?? []), ...binds];
     let sbx: Sandbox;
     try {
       sbx = await this.api.create({ manifest: { ...stasisManifest, workdir: manifest.root } });
@@ -822,8 +1145,18 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       configuredExposedPorts: normalizeExposedPorts(opts.exposedPorts),
       portUrlTtlSecs: opts.portUrlTtlSecs ?? 24 * 3600,
       environment: await manifest.resolveEnvironment(),
+      snapshotSpec,
     };
     const session = new StasisSandboxSession(state, sbx, this.api, 'created');
+    session.bindsAtCreate = new Set(manifest.mountTargets().filter((t) => isLocalBind(t.entry)).map((t) => t.absolutePath));
+    session.localSources = {
+      baseDir: opts.localSourceBaseDir,
+      concurrencyLimits,
+      materializeMount: opts.materializeMount,
+      supportsMount: opts.supportsMount,
+    };
+    const archiveLimits = norm.archiveLimits !== undefined ? norm.archiveLimits : opts.archiveLimits;
+    if (archiveLimits !== undefined) session.setArchiveLimits(archiveLimits);
     try {
       await session.applyManifest(manifest);
       await session.pinRoots();
@@ -836,7 +1169,41 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     return session;
   }
 
-  async resume(state: StasisSandboxSessionState): Promise<StasisSandboxSession> {
+  /**
+   * The SDK's resume validation, before anything is materialized: the state
+   * must name a stasis sandbox, on the daemon this client talks to (a state
+   * saved against another daemon is refused rather than resumed, or
+   * restored, elsewhere), and a remote snapshot spec needs its store among
+   * this client's options.
+   */
+  validateSessionStateForResume(
+    input: SandboxSessionResumeValidationInput<StasisSandboxSessionState>,
+    _options?: SandboxClientResumeOptions<StasisSandboxClientOptions>,
+  ): void {
+    const raw = input.state as Record<string, unknown>;
+    const sandboxId = raw.sandboxId;
+    if (typeof sandboxId !== 'string' || !/^sb-[A-Za-z0-9_-]+$/.test(sandboxId)) {
+      throw new SandboxConfigurationError('stasis session state has no valid sandboxId', { provider: BACKEND_ID });
+    }
+    const strip = (u: string) => u.replace(/\/+$/, '');
+    if (typeof raw.baseUrl === 'string' && strip(raw.baseUrl) !== strip(this.api.baseUrl)) {
+      throw new SandboxConfigurationError(
+        `stasis session state belongs to the daemon at ${raw.baseUrl}; this client talks to ${this.api.baseUrl}`,
+        { provider: BACKEND_ID, stateBaseUrl: raw.baseUrl, clientBaseUrl: this.api.baseUrl },
+      );
+    }
+    const spec = raw.snapshotSpec as { type?: unknown; store?: unknown } | null | undefined;
+    if (spec?.type === 'remote' && spec.store === undefined && this.defaults.snapshot?.type !== 'remote') {
+      throw new SandboxConfigurationError('stasis session state uses a remote snapshot spec: give the client its store (options.snapshot)', {
+        provider: BACKEND_ID,
+      });
+    }
+  }
+
+  async resume(
+    state: StasisSandboxSessionState,
+    options: SandboxClientResumeOptions<StasisSandboxClientOptions> = {},
+  ): Promise<StasisSandboxSession> {
     let sbx: Sandbox | undefined;
     try {
       sbx = await this.api.get(state.sandboxId);
@@ -844,10 +1211,44 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     } catch (e) {
       if (!(e instanceof NotFound)) throw providerError('resume', e);
     }
+    const spec = state.snapshotSpec ?? null;
+    const mode = snapshotMode(spec);
+    const archiveLimits = options.archiveLimits !== undefined ? options.archiveLimits : this.defaults.archiveLimits;
     if (sbx) {
       const session = new StasisSandboxSession(state, sbx, this.api, 'reattached');
+      if (archiveLimits !== undefined) session.setArchiveLimits(archiveLimits);
+      if ((mode === 'local' || mode === 'remote') && state.snapshot && state.snapshotFingerprint) {
+        // The workspace drifted since the save (changed outside the run):
+        // the snapshot the state names is what the run continues from.
+        if ((await session.fingerprint()) !== state.snapshotFingerprint) {
+          await session.hydrateWorkspace(await loadSnapshot(state.snapshot, spec));
+        }
+      }
       await session.pinRoots();
       this.live.set(sbx.id, session);
+      return session;
+    }
+    if (mode !== 'stasis') {
+      if (!state.snapshot || mode === 'noop') {
+        throw new SandboxProviderError(`stasis sandbox ${state.sandboxId} is gone and no local snapshot could be restored (snapshot spec ${mode})`, {
+          provider: BACKEND_ID,
+        });
+      }
+      // Checked against the limits before a sandbox is made for it.
+      const data = await loadSnapshot(state.snapshot, spec);
+      const fresh = await this.api.create({ manifest: { ...state.stasisManifest, workdir: state.manifest.root } });
+      const session = new StasisSandboxSession(state, fresh, this.api, 'restored');
+      if (archiveLimits !== undefined) session.setArchiveLimits(archiveLimits);
+      try {
+        await session.hydrateWorkspace(data);
+      } catch (e) {
+        await fresh.destroy().catch(() => undefined);
+        throw e;
+      }
+      state.sandboxId = fresh.id;
+      state.processes = {};
+      await session.pinRoots();
+      this.live.set(fresh.id, session);
       return session;
     }
     if (!state.snapshotId) {
@@ -893,10 +1294,26 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
     } catch (e) {
       if (!(e instanceof NotFound)) throw e;
     }
+    const spec = state.snapshotSpec ?? null;
+    const mode = snapshotMode(spec);
+    if (mode === 'noop') {
+      // Nothing is snapshotted, and an earlier local snapshot goes.
+      await dropSnapshot(state.snapshot);
+      state.snapshot = null;
+      state.snapshotFingerprint = null;
+      state.snapshotFingerprintVersion = null;
+    }
     if (sbx && ALIVE.has(sbx.state)) {
-      if (state.snapshotOnSerialize) {
+      if (mode === 'stasis' && state.snapshotOnSerialize) {
         // Earlier snapshots are kept: a RunState saved before still names them.
         state.snapshotId = (await sbx.snapshot({ ttlSecs: state.snapshotTtlSecs })).id;
+      } else if (mode === 'local' || mode === 'remote') {
+        const session = this.live.get(sbx.id) ?? new StasisSandboxSession(state, sbx, this.api, 'reattached');
+        const previous = state.snapshot;
+        state.snapshot = await saveSnapshot(spec!, await session.persistWorkspace());
+        if (previous && previous.path !== state.snapshot.path) await dropSnapshot(previous);
+        state.snapshotFingerprint = await session.fingerprint();
+        state.snapshotFingerprintVersion = FINGERPRINT_VERSION;
       }
       if (options.preserveOwnedSession && state.pauseOnInterrupt && sbx.state === 'running') {
         // The run waits (e.g. for an approval): no compute meanwhile; the
@@ -922,6 +1339,10 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       ...(state.processes && Object.keys(state.processes).length > 0 ? { processes: state.processes } : {}),
       // Runtime environment changes survive a resume (ephemeral and referenced values are not kept).
       environment: sanitizeEnvironmentForPersistence(state),
+      snapshotSpec: serializeSnapshotSpec(spec),
+      snapshot: state.snapshot ?? null,
+      snapshotFingerprint: state.snapshotFingerprint ?? null,
+      snapshotFingerprintVersion: state.snapshotFingerprintVersion ?? null,
     };
   }
 
@@ -950,6 +1371,9 @@ export class StasisSandboxClient implements SandboxClient<StasisSandboxClientOpt
       portUrlTtlSecs: typeof raw.portUrlTtlSecs === 'number' ? raw.portUrlTtlSecs : 24 * 3600,
       environment: await runtimeEnvironment(manifest, raw.environment),
       processes: processRefs(raw.processes),
+      snapshotSpec: rehydrateSnapshotSpec(raw.snapshotSpec, this.defaults.snapshot),
+      snapshotFingerprint: typeof raw.snapshotFingerprint === 'string' ? raw.snapshotFingerprint : null,
+      snapshotFingerprintVersion: typeof raw.snapshotFingerprintVersion === 'string' ? raw.snapshotFingerprintVersion : null,
     };
   }
 }
@@ -988,12 +1412,31 @@ function refuseHostPathGrants(manifest: Manifest): void {
   }
 }
 
-function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknown>): void {
+/** An entry stasis cannot honour: group ownership (every sandbox process runs as the sandbox user). */
+function refuseUnsupportedEntry(path: string, entry: { group?: unknown }): void {
+  if (entry.group !== undefined) {
+    throw new SandboxUnsupportedFeatureError(`${BACKEND_ID} does not support sandbox entry group ownership yet: ${path}`, {
+      provider: BACKEND_ID,
+      feature: 'entry.group',
+      path,
+    });
+  }
+}
+
+function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknown>, settings: MaterializeSettings = {}): void {
+  // Credential-bearing mounts first, by the SDK's own rules (its wording).
+  validateMountCredentialBoundaries(manifest);
   refuseHostPathGrants(manifest);
-  if (manifest.users.length > 0 || manifest.groups.length > 0) {
+  if (manifest.users.length > 0) {
     throw new SandboxUnsupportedFeatureError(
-      'stasis sandboxes do not provision manifest users or groups (every sandbox process runs as the sandbox user)',
-      { provider: BACKEND_ID },
+      `${BACKEND_ID} does not support manifest users yet (every sandbox process runs as the sandbox user).`,
+      { provider: BACKEND_ID, feature: 'manifest.users' },
+    );
+  }
+  if (manifest.groups.length > 0) {
+    throw new SandboxUnsupportedFeatureError(
+      `${BACKEND_ID} does not support manifest groups yet (every sandbox process runs as the sandbox user).`,
+      { provider: BACKEND_ID, feature: 'manifest.groups' },
     );
   }
   if ('workdir' in stasisManifest) {
@@ -1002,9 +1445,10 @@ function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknow
     });
   }
   for (const { absolutePath, entry } of manifest.iterEntries()) {
-    if (entry.type !== 'file' && entry.type !== 'dir') {
+    refuseUnsupportedEntry(absolutePath, entry);
+    if (!['file', 'dir', 'local_file', 'local_dir'].includes(entry.type) && !mountHandled(settings, entry) && !isLocalBind(entry)) {
       throw new SandboxUnsupportedFeatureError(
-        `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file or dir entries, or stasis mounts in the stasis manifest`,
+        `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file or local_dir entries, or stasis mounts in the stasis manifest`,
         { provider: BACKEND_ID, entryType: entry.type },
       );
     }

@@ -149,7 +149,7 @@ export function archiveProblem(tar: Uint8Array, limits: ResolvedSandboxArchiveLi
       return problem('Workspace archive member count exceeds limit.', 'archive member count exceeds limit', {
         limit: limits.maxMembers,
         actual: count,
-        member: m.name,
+        member: name,
       });
     }
     total += m.size;
@@ -157,7 +157,7 @@ export function archiveProblem(tar: Uint8Array, limits: ResolvedSandboxArchiveLi
       return problem('Workspace archive extracted size exceeds limit.', 'archive extracted size exceeds limit', {
         limit: limits.maxExtractedBytes,
         actual: total,
-        member: m.name,
+        member: name,
       });
     }
   }

@@ -234,6 +234,14 @@ impl Manager {
         self.meta.list(Some(&ctx.tenant), state).await
     }
 
+    /// Make sure the caller's sandbox runs, resuming it when it is paused
+    /// (E2B's connect): its record, and whether it was not running before.
+    pub async fn ensure_running(&self, ctx: &Ctx, id: &SandboxId) -> Result<(SandboxRecord, bool)> {
+        let before = self.meta.get_for(&ctx.tenant, id).await?.state;
+        let (_held, rec) = self.running(ctx, id).await?;
+        Ok((rec, before != SandboxState::Running))
+    }
+
     /// Wait until the sandbox is running (resuming it transparently when it
     /// is paused) and hold it running for the lifetime of the returned guard.
     pub(super) async fn running(
@@ -566,6 +574,7 @@ impl Manager {
                         },
                     )
                     .await?;
+                let rec = self.renew_lifetime(ctx, rec).await;
                 let timing = OpTiming {
                     backend_ms,
                     store_ms,

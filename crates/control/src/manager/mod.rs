@@ -69,7 +69,7 @@ pub use guest::MAX_SESSION_WAIT;
 pub use network::{EgressCounters, NetworkStatus};
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 pub use recovery::ReconcileReport;
-pub use settings::LifecycleChange;
+pub use settings::{timeout_policy, LifecycleChange};
 pub use snapshot_ops::MAX_SNAPSHOT_TTL;
 
 /// Who is asking: the tenant whose objects are visible, and the actor recorded in the audit log.

@@ -25,6 +25,9 @@ const TEMPLATE_ORPHAN_GRACE: std::time::Duration = std::time::Duration::from_sec
 pub enum Reap {
     /// Running past `max_lifetime_secs` of running time: destroyed.
     LifetimeExpired,
+    /// Running past `max_lifetime_secs`, `on_lifetime: pause` (`keep_memory`)
+    /// or `pause_filesystem`: paused.
+    LifetimePause { keep_memory: bool },
     /// Idle past `idle_timeout_secs`, `on_idle: pause` (`keep_memory`) or
     /// `pause_filesystem`: paused.
     IdlePause { keep_memory: bool },
@@ -39,6 +42,8 @@ impl Reap {
     pub fn what(self) -> &'static str {
         match self {
             Reap::LifetimeExpired => "lifetime_expired",
+            Reap::LifetimePause { keep_memory: true } => "lifetime_paused",
+            Reap::LifetimePause { keep_memory: false } => "lifetime_paused_filesystem",
             Reap::IdlePause { keep_memory: true } => "idle_paused",
             Reap::IdlePause { keep_memory: false } => "idle_paused_filesystem",
             Reap::IdleDestroy => "idle_destroyed",
@@ -74,7 +79,10 @@ pub fn decide(now: i64, rec: &SandboxRecord, last_active_ms: i64) -> Option<Reap
     match rec.state {
         SandboxState::Running => {
             if policy.lifetime_over(rec.running_time_ms(now)) {
-                return Some(Reap::LifetimeExpired);
+                return Some(match policy.on_lifetime.pause() {
+                    Some(keep_memory) => Reap::LifetimePause { keep_memory },
+                    None => Reap::LifetimeExpired,
+                });
             }
             if !policy.idle_over(now.saturating_sub(last_active_ms)) {
                 return None;
@@ -146,6 +154,12 @@ impl Manager {
                 Reap::IdlePause { keep_memory } => {
                     let standby = self.standby_window(&rec);
                     self.do_pause(&ctx, rec.clone(), keep_memory, standby, "idle", guard)
+                        .await
+                        .map(|_| ())
+                }
+                Reap::LifetimePause { keep_memory } => {
+                    let standby = self.standby_window(&rec);
+                    self.do_pause(&ctx, rec.clone(), keep_memory, standby, "lifetime", guard)
                         .await
                         .map(|_| ())
                 }

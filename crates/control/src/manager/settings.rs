@@ -91,6 +91,27 @@ impl LifecycleChange {
     }
 }
 
+/// The policy after E2B's "timeout" of `secs` on a sandbox that has run
+/// `running_ms` (see [`Manager::set_timeout`]).
+pub fn timeout_policy(
+    old: &LifecyclePolicy,
+    running_ms: i64,
+    secs: u64,
+    extend_only: bool,
+) -> LifecyclePolicy {
+    let mut p = old.clone();
+    let ran = (running_ms.max(0) as u64).div_ceil(1000);
+    let limit = ran.saturating_add(secs);
+    let keep = extend_only && (old.max_lifetime_secs == 0 || old.max_lifetime_secs >= limit);
+    if !keep {
+        p.max_lifetime_secs = limit.max(1);
+    }
+    if old.on_lifetime.pause().is_some() && secs > 0 {
+        p.renew_secs = secs;
+    }
+    p
+}
+
 impl Manager {
     /// Change the lifecycle policy of the caller's sandbox (not a destroyed
     /// one), audited as `lifecycle.set` with the policy before and after.
@@ -99,6 +120,45 @@ impl Manager {
         ctx: &Ctx,
         id: &SandboxId,
         change: &LifecycleChange,
+    ) -> Result<SandboxRecord> {
+        let detail = serde_json::json!({"change": change});
+        self.update_lifecycle(ctx, id, detail, |old, ran| change.apply(old, ran))
+            .await
+    }
+
+    /// Give the caller's sandbox `secs` more seconds of running time from
+    /// now (E2B's timeout; 0: its limit is reached now): `max_lifetime_secs`
+    /// becomes the running time so far plus `secs`. With `extend_only`, a
+    /// limit already later stays (E2B's connect never shortens a timeout).
+    /// Under a pausing `on_lifetime`, `secs` also becomes what a resume after
+    /// that pause grants. Audited as `lifecycle.set`.
+    pub async fn set_timeout(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        secs: u64,
+        extend_only: bool,
+    ) -> Result<SandboxRecord> {
+        if secs > stasis_core::manifest::MAX_TTL_SECS {
+            return Err(Error::invalid(format!(
+                "timeout must be at most {} seconds (365 days)",
+                stasis_core::manifest::MAX_TTL_SECS
+            ))
+            .with_field("timeout"));
+        }
+        let detail = serde_json::json!({"timeout_secs": secs, "extend_only": extend_only});
+        self.update_lifecycle(ctx, id, detail, |old, ran| {
+            Ok(timeout_policy(old, ran, secs, extend_only))
+        })
+        .await
+    }
+
+    async fn update_lifecycle(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        mut detail: serde_json::Value,
+        f: impl Fn(&LifecyclePolicy, i64) -> Result<LifecyclePolicy>,
     ) -> Result<SandboxRecord> {
         let mut tries = 0;
         loop {
@@ -110,25 +170,56 @@ impl Manager {
                 )));
             }
             let now = stasis_core::now_ms();
-            let policy = change.apply(&rec.manifest.lifecycle, rec.running_time_ms(now))?;
+            let policy = f(&rec.manifest.lifecycle, rec.running_time_ms(now))?;
             match self
                 .meta
                 .set_lifecycle(id, &rec.manifest_digest, &policy)
                 .await
             {
                 Ok(new) => {
-                    self.audit(
-                        ctx,
-                        "lifecycle.set",
-                        id.as_str(),
-                        serde_json::json!({"change": change, "before": rec.manifest.lifecycle,
-                            "after": policy, "manifest_digest": new.manifest_digest}),
-                    )
-                    .await;
+                    detail["before"] = serde_json::json!(rec.manifest.lifecycle);
+                    detail["after"] = serde_json::json!(policy);
+                    detail["manifest_digest"] = serde_json::json!(new.manifest_digest);
+                    self.audit(ctx, "lifecycle.set", id.as_str(), detail).await;
                     return Ok(new);
                 }
                 Err(e) if e.code == stasis_core::ErrorCode::Busy && tries < 3 => tries += 1,
                 Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// A sandbox just resumed past its lifetime, which paused it
+    /// (`on_lifetime` a pause): grant it `renew_secs` more running time (0:
+    /// lift the limit), so it is not paused again at once. Audited as
+    /// `lifecycle.set`; a failure to record it is logged and the sandbox
+    /// runs on (the next pass pauses it again, which is what it asked for).
+    pub(super) async fn renew_lifetime(&self, ctx: &Ctx, rec: SandboxRecord) -> SandboxRecord {
+        let old = &rec.manifest.lifecycle;
+        let ran = rec.running_time_ms(stasis_core::now_ms());
+        if old.on_lifetime.pause().is_none() || !old.lifetime_over(ran) {
+            return rec;
+        }
+        let mut policy = old.clone();
+        policy.max_lifetime_secs = match old.renew_secs {
+            0 => 0,
+            n => (ran.max(0) as u64).div_ceil(1000).saturating_add(n),
+        };
+        match self
+            .meta
+            .set_lifecycle(&rec.id, &rec.manifest_digest, &policy)
+            .await
+        {
+            Ok(new) => {
+                let detail = serde_json::json!({"renewed": true, "before": old, "after": policy,
+                    "manifest_digest": new.manifest_digest});
+                self.audit(ctx, "lifecycle.set", rec.id.as_str(), detail)
+                    .await;
+                new
+            }
+            Err(e) => {
+                tracing::warn!(sandbox = %rec.id, error = %e, "lifetime not renewed");
+                rec
             }
         }
     }

@@ -17,6 +17,7 @@ fn policy(on_idle: OnIdle) -> LifecyclePolicy {
         max_lifetime_secs: 0,
         checkpoint_secs: 0,
         standby_secs: None,
+        ..Default::default()
     }
 }
 

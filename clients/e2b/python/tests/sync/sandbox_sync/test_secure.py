@@ -1,0 +1,23 @@
+import pytest
+
+from e2b import Sandbox
+
+
+@pytest.mark.skip_debug()
+def test_start_secured(sandbox_factory):
+    sbx = sandbox_factory(timeout=5, secure=True)
+    assert sbx.is_running()
+    assert sbx._envd_version is not None
+    assert sbx._envd_access_token is not None
+
+
+@pytest.mark.skip_debug()
+def test_connect_to_secured(sandbox_factory):
+    sbx = sandbox_factory(timeout=5, secure=True)
+    assert sbx.is_running()
+    assert sbx._envd_version is not None
+    assert sbx._envd_access_token is not None
+    other = Sandbox.connect(sbx.sandbox_id)
+    assert other.is_running()
+    assert other._envd_version is not None
+    assert other._envd_access_token is not None
