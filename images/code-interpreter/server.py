@@ -47,8 +47,6 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable, Dict, List, Optional
 
-from jupyter_client.manager import KernelManager
-
 PORT = int(os.environ.get("STASIS_CODE_INTERPRETER_PORT", "49999"))
 # The kernels' working directory when a context names none: the server's own
 # (the sandbox's workdir, /home/user in the image).
@@ -216,13 +214,18 @@ class Context:
         self.language = language
         self.cwd = cwd
         self.lock = threading.Lock()
-        self.km: Optional[KernelManager] = None
+        self.km = None
         self.kc = None
 
     def describe(self) -> Dict[str, str]:
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
     def start(self) -> None:
+        # Imported here, not at the top: the server listens first (a
+        # microVM under TCG takes seconds over this import), and requests
+        # wait for the kernel instead of finding no listener.
+        from jupyter_client.manager import KernelManager
+
         km = KernelManager(kernel_name=KERNELS[self.language])
         km.start_kernel(cwd=self.cwd, env=dict(os.environ))
         kc = km.client()
