@@ -6,7 +6,7 @@
 # OUT_DIR defaults to ${STASIS_IMAGE_DIR:-<repo>/.stasis/images/default} and receives
 #   vmlinux       uncompressed kernel (ELF, PVH entry) from Debian's linux-image-amd64
 #   initrd.img    cpio.gz: busybox-static, kernel modules, /init, the stasis-agent binary
-#   rootfs.qcow2  ext4 root filesystem (debootstrap minbase + python3), qcow2
+#   rootfs.qcow2  ext4 root filesystem (debootstrap minbase + python3, pip, venv, git), qcow2
 #   image.json    versions, sizes, sha256 and blake3 of each file, boot parameters
 #
 # Idempotent: every stage is keyed by its inputs and skipped when nothing changed
@@ -19,11 +19,15 @@
 #   STASIS_IMAGE_DIR        default OUT_DIR
 #   STASIS_GUEST_CACHE      cache dir (kernel package, debootstrap tree)
 #   STASIS_GUEST_SUITE      Debian suite (bookworm)
-#   STASIS_GUEST_PACKAGES   extra packages for the rootfs (python3,procps)
+#   STASIS_GUEST_PACKAGES   extra packages for the rootfs
+#                           (python3,python3-pip,python3-venv,git,ca-certificates,procps)
 #   STASIS_DEBIAN_MIRROR    mirror (default: the one configured for apt)
 #   STASIS_ROOTFS_SIZE_MB   size of the root filesystem (default: its files + 25% + 64 MiB;
 #                           each sandbox's disk adds resources.disk_mb to it, and the
 #                           agent grows the filesystem to the disk at first boot)
+#   STASIS_GUEST_EXTRA_CA   directory of extra CA certificates (*.crt) the rootfs trusts
+#                           (default: the host's /usr/local/share/ca-certificates, e.g. a
+#                           TLS-inspecting proxy's; empty: none)
 #   STASIS_KERNEL_PKG       kernel package (linux-image-amd64)
 #   STASIS_AGENT_BIN        use this prebuilt static agent instead of building it
 #   STASIS_AGENT_TARGET_DIR cargo target dir for the agent build
@@ -36,8 +40,14 @@ OUT=${1:-${STASIS_IMAGE_DIR:-$REPO/.stasis/images/default}}
 CACHE=${STASIS_GUEST_CACHE:-$REPO/.stasis/cache/guest}
 SUITE=${STASIS_GUEST_SUITE:-bookworm}
 VARIANT=minbase
-PACKAGES=${STASIS_GUEST_PACKAGES:-python3,procps}
+# pip, venv and git: what a Dockerfile's first `RUN pip install ...` or a
+# `git clone` expects of a base image (E2B's base template has them too).
+PACKAGES=${STASIS_GUEST_PACKAGES:-python3,python3-pip,python3-venv,git,ca-certificates,procps}
 ROOTFS_SIZE_MB=${STASIS_ROOTFS_SIZE_MB:-auto}
+# What the host trusts beyond Debian's CAs (an operator's TLS-inspecting
+# proxy, a private package index), the sandboxes trust too: pip and git in a
+# sandbox go out through the same network as the host.
+EXTRA_CA=${STASIS_GUEST_EXTRA_CA-/usr/local/share/ca-certificates}
 KERNEL_PKG=${STASIS_KERNEL_PKG:-linux-image-amd64}
 GUEST_DIR=$REPO/scripts/guest
 # Modules the guest needs to boot (their dependencies are added from modules.dep),
@@ -334,7 +344,12 @@ stage_initrd() {
 # ---------------------------------------------------------------- rootfs
 stage_rootfs() {
     local key tree
-    key=$(strsha "rootfs-v1 $SUITE $VARIANT $PACKAGES $MIRROR" | cut -c1-16)
+    # v2: /etc/pip.conf (below) is part of the tree, and the extra CAs.
+    local ca=()
+    [ -z "$EXTRA_CA" ] || [ ! -d "$EXTRA_CA" ] || mapfile -t ca < <(find "$EXTRA_CA" -maxdepth 1 -type f -name '*.crt' | LC_ALL=C sort)
+    local ca_sum=none
+    [ ${#ca[@]} -eq 0 ] || ca_sum=$(cat "${ca[@]}" | sha256sum | cut -c1-16)
+    key=$(strsha "rootfs-v2 $SUITE $VARIANT $PACKAGES $MIRROR ca=$ca_sum" | cut -c1-16)
     tree=$CACHE/rootfs-$SUITE-$key
     if [ ! -e "$tree/.complete" ]; then
         local t0=$SECONDS
@@ -367,9 +382,24 @@ stage_rootfs() {
         printf '# root is mounted by the stasis initramfs\n/dev/vda\t/\text4\trw,noatime\t0\t1\n' >"$r/etc/fstab"
         : >"$r/etc/machine-id"
         mkdir -p "$r/run/stasis" "$r/workspace"
-        # Shrink: package caches, apt lists, man pages.
+        # PEP 668: Debian marks its Python "externally managed", so a bare
+        # `pip install X` is refused. A sandbox is one tenant's throwaway
+        # machine, not a shared host: let pip install into the system Python
+        # as a Dockerfile's `RUN pip install X` expects (a venv stays the clean
+        # choice: `python3 -m venv /v`). Documented in docs/src/images.md.
+        printf '[global]\nbreak-system-packages = true\nroot-user-action = ignore\n' >"$r/etc/pip.conf"
+        [ -e "$r/usr/bin/pip" ] || ln -s pip3 "$r/usr/bin/pip"
+        if [ ${#ca[@]} -gt 0 ]; then
+            log "rootfs: trusting ${#ca[@]} extra CA certificate(s) from $EXTRA_CA"
+            mkdir -p "$r/usr/local/share/ca-certificates"
+            cp "${ca[@]}" "$r/usr/local/share/ca-certificates/"
+            chroot "$r" /usr/sbin/update-ca-certificates >/dev/null
+        fi
+        # Shrink: package caches, apt lists, man pages, message translations
+        # (git's alone are 40 MiB; programs fall back to English).
         rm -rf "$r"/var/cache/apt/archives/*.deb "$r"/var/cache/apt/*.bin "$r"/var/lib/apt/lists/* \
             "$r"/usr/share/man/* "$r"/usr/share/info/* "$r"/var/log/*.log "$r"/debootstrap 2>/dev/null || true
+        find "$r/usr/share/locale" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} + 2>/dev/null || true
         chroot "$r" /usr/bin/python3 -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' >"$r/.python-version" 2>/dev/null || echo unknown >"$r/.python-version"
         mv "$r/.python-version" "$CACHE/python-version-$key"
         rm -rf "$tree"

@@ -280,8 +280,27 @@ if ((TESTS)); then
     fi
 fi
 
+if ((TESTS)); then
+    # The code interpreter server's tests run a real Jupyter kernel and parse
+    # its stream with the E2B SDK's own parser (pinned as in its image).
+    if ! "$REPO/.venv/bin/python" -c 'import jupyter_client, ipykernel, matplotlib, pandas, e2b_code_interpreter' 2>/dev/null; then
+        log "installing the code interpreter's test dependencies into $REPO/.venv"
+        "$REPO/.venv/bin/python" -m pip install -q jupyter_client==8.10.0 ipykernel==7.4.0 \
+            matplotlib==3.11.2 pandas==3.1.1 e2b-code-interpreter==2.11.5
+    else
+        log "code interpreter test dependencies present"
+    fi
+fi
+
 if ((GUEST)); then
     log "building the microVM guest image (cached; only what changed is rebuilt)"
     "$REPO/scripts/build-guest-image.sh"
+    if ((TESTS)); then
+        # The code interpreter image, FROM the base just built, with the
+        # daemon's own Dockerfile support (cached by a hash of its sources).
+        log "building the code interpreter image (cached)"
+        (cd "$REPO" && cargo build --locked -q -p stasis-cli --bin stasis)
+        "$REPO/scripts/build-code-interpreter.sh"
+    fi
 fi
 log "done"

@@ -112,6 +112,10 @@ suite console pytest "${STASIS_CONSOLE_TIMEOUT:-8m}" \
 # The Python client's tests.
 suite python-client pytest "${STASIS_PYTEST_TIMEOUT:-15m}" \
     "$REPO/.venv/bin/python" -m pytest clients/python/tests -q -p no:cacheprovider
+# The code interpreter's server against a real Jupyter kernel (no sandbox),
+# its stream parsed by the E2B SDK's own parser.
+suite code-interpreter pytest "${STASIS_CODE_INTERPRETER_TIMEOUT:-5m}" \
+    "$REPO/.venv/bin/python" -m pytest images/code-interpreter/tests -q -p no:cacheprovider
 # The Agents SDK's own pause/resume integration test against the stasis
 # provider, on both backends (clients/python/sdk_suite).
 suite agents-sdk-integration sdk "${STASIS_SDK_SUITE_TIMEOUT:-10m}" \

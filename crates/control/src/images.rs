@@ -12,7 +12,7 @@ use serde::Serialize;
 use stasis_core::{Error, ErrorCode, Result, TenantId};
 use stasis_image::build::{BuildEvent, BuildRequest, StepRunner};
 use stasis_image::layer::ApplyOptions;
-use stasis_image::store::{ImageName, ImageRecord, ImageStore, Owner, Reference};
+use stasis_image::store::{ImageConfig, ImageName, ImageRecord, ImageStore, Owner, Reference};
 use utoipa::ToSchema;
 
 /// An image as the API shows it: its record (`image.json`) and the names
@@ -53,6 +53,16 @@ pub const BASE_IMAGE: &str = "stasis-base:bookworm";
 
 /// Where the guest image build leaves that directory, under the images dir.
 pub const BASE_ROOTFS: &str = "default/base-rootfs";
+
+/// The code interpreter (`images/code-interpreter/`: a Jupyter kernel and
+/// the server the E2B code-interpreter SDKs call), built FROM the base by
+/// `scripts/build-code-interpreter.sh` and registered public at every
+/// daemon start when it is there.
+pub const CODE_INTERPRETER_IMAGE: &str = "stasis-code-interpreter:latest";
+
+/// Where that build leaves it, under the images dir: `rootfs/` (the root
+/// directory) and `config.json` (its ENV, WORKDIR, ENTRYPOINT and CMD).
+pub const CODE_INTERPRETER_DIR: &str = "code-interpreter";
 
 pub struct Images {
     store: Arc<ImageStore>,
@@ -218,6 +228,36 @@ impl Images {
     /// place (read-only). The host's `/` is refused: a sandbox without an
     /// image already gets it, masked.
     pub async fn register(&self, reference: &str, dir: &Path) -> Result<ImageEntry> {
+        self.register_with(reference, dir, ImageConfig::default())
+            .await
+    }
+
+    /// An image the operator built into a directory (`dir/rootfs/` and
+    /// `dir/config.json`, as `scripts/build-code-interpreter.sh` leaves
+    /// it), registered public with its config, so a sandbox of it gets the
+    /// image's ENV, WORKDIR and default command. `None` when `dir` holds
+    /// no `rootfs/` (not built here).
+    pub async fn register_built(&self, reference: &str, dir: &Path) -> Result<Option<ImageEntry>> {
+        let root = dir.join("rootfs");
+        if !root.is_dir() {
+            return Ok(None);
+        }
+        let cfg_path = dir.join("config.json");
+        let config: ImageConfig = std::fs::read(&cfg_path)
+            .map_err(Error::from)
+            .and_then(|b| serde_json::from_slice(&b).map_err(Error::from))
+            .map_err(|e| {
+                Error::invalid(format!("{}: {}", cfg_path.display(), e.message)).with_field("dir")
+            })?;
+        self.register_with(reference, &root, config).await.map(Some)
+    }
+
+    async fn register_with(
+        &self,
+        reference: &str,
+        dir: &Path,
+        config: ImageConfig,
+    ) -> Result<ImageEntry> {
         let Reference::Name { name, tag } = Reference::parse(reference)? else {
             return Err(Error::invalid("register an image under name[:tag]").with_field("name"));
         };
@@ -239,7 +279,7 @@ impl Images {
                 &tag,
                 Some(&canon),
                 vec![],
-                Default::default(),
+                config,
                 vec![format!("registered from {}", canon.display())],
                 &ApplyOptions::default(),
             )
@@ -395,5 +435,33 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.field.as_deref(), Some("dir"));
+    }
+
+    #[tokio::test]
+    async fn a_built_image_directory_registers_with_its_config() {
+        let tmp = tempfile::tempdir().unwrap();
+        let images = Images::open(&tmp.path().join("store")).unwrap();
+        let dir = tmp.path().join("built");
+        std::fs::create_dir_all(&dir).unwrap();
+        // Not built: nothing to register, no error.
+        assert!(images.register_built("ci:1", &dir).await.unwrap().is_none());
+        std::fs::create_dir_all(dir.join("rootfs/bin")).unwrap();
+        // A root without its config is refused, not registered bare.
+        let err = images.register_built("ci:1", &dir).await.unwrap_err();
+        assert_eq!(err.field.as_deref(), Some("dir"));
+        std::fs::write(dir.join("config.json"), "{not json").unwrap();
+        assert!(images.register_built("ci:1", &dir).await.is_err());
+        std::fs::write(
+            dir.join("config.json"),
+            r#"{"env": ["A=1"], "working_dir": "/home/user", "cmd": ["python3", "/s.py"]}"#,
+        )
+        .unwrap();
+        let e = images.register_built("ci:1", &dir).await.unwrap().unwrap();
+        assert_eq!(e.owner, "public");
+        let (id, config) = images.pin(&tenant("t-a"), "ci:1").await.unwrap().unwrap();
+        assert_eq!(id, e.id);
+        assert_eq!(config.working_dir, "/home/user");
+        assert_eq!(config.default_command(), vec!["python3", "/s.py"]);
+        assert_eq!(config.get_env("A").as_deref(), Some("1"));
     }
 }

@@ -9,6 +9,8 @@ mod harness;
 
 #[path = "manager/attach.rs"]
 mod attach;
+#[path = "manager/autostart.rs"]
+mod autostart;
 #[path = "manager/crash.rs"]
 mod crash;
 #[path = "manager/drain.rs"]

@@ -234,6 +234,14 @@ pub struct Manifest {
     /// command runs. Default: the image's ENTRYPOINT + CMD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub command: Option<Vec<String>>,
+    /// Start the default command (`command`, else the image's ENTRYPOINT +
+    /// CMD) as a session when the sandbox is created, as a container runs
+    /// its CMD: a server the sandbox offers (the code interpreter's). The
+    /// create fails and leaves nothing when there is no default command or
+    /// it does not start. A pause keeps it running (it is not started again
+    /// on resume).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub autostart: bool,
 }
 
 fn default_version() -> u32 {
@@ -259,6 +267,7 @@ impl Default for Manifest {
             secrets: Vec::new(),
             user: None,
             command: None,
+            autostart: false,
             version: MANIFEST_VERSION,
         }
     }

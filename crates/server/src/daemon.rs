@@ -296,6 +296,18 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
             Err(e) => warn!(error = %e, "the stasis base image was not registered"),
         }
     }
+    let ci = crate::images::CODE_INTERPRETER_IMAGE;
+    match images
+        .register_built(
+            ci,
+            &cfg.images_dir.join(crate::images::CODE_INTERPRETER_DIR),
+        )
+        .await
+    {
+        Ok(Some(e)) => info!(image = ci, id = %e.id, "code interpreter image registered"),
+        Ok(None) => {}
+        Err(e) => warn!(error = %e, "the code interpreter image was not registered"),
+    }
     manager.set_images(images);
     manager.set_region(cfg.region.clone());
     manager.set_egress(egress);

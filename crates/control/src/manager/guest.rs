@@ -315,6 +315,29 @@ impl Manager {
             .await
     }
 
+    /// Start the sandbox's default command as a session (manifest
+    /// `autostart`, at create). If it does not start, the sandbox is
+    /// destroyed: a create either leaves the server running or nothing.
+    pub(super) async fn autostart(&self, ctx: &Ctx, id: &SandboxId) -> Result<()> {
+        let spec = SessionSpec {
+            argv: vec![],
+            env: Default::default(),
+            cwd: None,
+            pty: None,
+            user: None,
+        };
+        match self.session_start(ctx, id, spec).await {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                warn!(sandbox = %id, error = %e, "autostart failed; destroying the sandbox");
+                if let Err(d) = self.destroy(ctx, id).await {
+                    warn!(sandbox = %id, error = %d, "the sandbox whose autostart failed was not destroyed");
+                }
+                Err(e)
+            }
+        }
+    }
+
     pub async fn session_start(
         &self,
         ctx: &Ctx,

@@ -39,6 +39,14 @@ impl Manager {
             e.check(&manifest.network).await?;
         }
         self.pin_image(ctx, &mut manifest, true).await?;
+        if manifest.autostart && manifest.command.is_none() {
+            return Err(Error::new(
+                ErrorCode::InvalidManifest,
+                "autostart: the sandbox has no default command to start (its image has no \
+                 ENTRYPOINT or CMD and its manifest no command)",
+            )
+            .with_field("autostart"));
+        }
         crate::tenancy::check_manifest_secrets(&self.meta, &ctx.tenant, &manifest).await?;
         crate::mounts::resolve(&manifest, &self.cfg.allow_mounts)?;
         let kind = *manifest.backend.get_or_insert(self.cfg.default_backend);
@@ -60,7 +68,7 @@ impl Manager {
         }
         let id = SandboxId::generate();
         let slot = self.slot(&id);
-        let _guard = slot.lock.clone().write_owned().await;
+        let guard = slot.lock.clone().write_owned().await;
         let rec = self
             .meta
             .insert_sandbox(&id, &ctx.tenant, &manifest, kind, None)
@@ -82,6 +90,11 @@ impl Manager {
             serde_json::json!({"backend": kind, "manifest_digest": rec.manifest_digest}),
         )
         .await;
+        // The session takes the slot's shared lock.
+        drop(guard);
+        if rec.manifest.autostart {
+            self.autostart(ctx, &rec.id).await?;
+        }
         timer.ok();
         Ok(rec)
     }
