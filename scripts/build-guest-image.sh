@@ -41,8 +41,10 @@ CACHE=${STASIS_GUEST_CACHE:-$REPO/.stasis/cache/guest}
 SUITE=${STASIS_GUEST_SUITE:-bookworm}
 VARIANT=minbase
 # pip, venv and git: what a Dockerfile's first `RUN pip install ...` or a
-# `git clone` expects of a base image (E2B's base template has them too).
-PACKAGES=${STASIS_GUEST_PACKAGES:-python3,python3-pip,python3-venv,git,ca-certificates,procps}
+# `git clone` expects of a base image; sudo, curl and `python`: what code
+# written for E2B's base template takes for granted (with its user `user`,
+# made below).
+PACKAGES=${STASIS_GUEST_PACKAGES:-python3,python3-pip,python3-venv,python-is-python3,git,ca-certificates,curl,sudo,procps}
 ROOTFS_SIZE_MB=${STASIS_ROOTFS_SIZE_MB:-auto}
 # What the host trusts beyond Debian's CAs (an operator's TLS-inspecting
 # proxy, a private package index), the sandboxes trust too: pip and git in a
@@ -345,11 +347,12 @@ stage_initrd() {
 stage_rootfs() {
     local key tree
     # v2: /etc/pip.conf (below) is part of the tree, and the extra CAs.
+    # v3: the unprivileged account `user` (below).
     local ca=()
     [ -z "$EXTRA_CA" ] || [ ! -d "$EXTRA_CA" ] || mapfile -t ca < <(find "$EXTRA_CA" -maxdepth 1 -type f -name '*.crt' | LC_ALL=C sort)
     local ca_sum=none
     [ ${#ca[@]} -eq 0 ] || ca_sum=$(cat "${ca[@]}" | sha256sum | cut -c1-16)
-    key=$(strsha "rootfs-v2 $SUITE $VARIANT $PACKAGES $MIRROR ca=$ca_sum" | cut -c1-16)
+    key=$(strsha "rootfs-v3 $SUITE $VARIANT $PACKAGES $MIRROR ca=$ca_sum" | cut -c1-16)
     tree=$CACHE/rootfs-$SUITE-$key
     if [ ! -e "$tree/.complete" ]; then
         local t0=$SECONDS
@@ -388,6 +391,12 @@ stage_rootfs() {
         # as a Dockerfile's `RUN pip install X` expects (a venv stays the clean
         # choice: `python3 -m venv /v`). Documented in docs/src/images.md.
         printf '[global]\nbreak-system-packages = true\nroot-user-action = ignore\n' >"$r/etc/pip.conf"
+        # An unprivileged account with passwordless sudo, uid/gid 1000, home
+        # /home/user: E2B's default user (the E2B edge runs `base` sandboxes
+        # as it), and a non-root USER for anyone's Dockerfile.
+        chroot "$r" /usr/sbin/useradd --uid 1000 --user-group --create-home --shell /bin/bash user
+        printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\n' >"$r/etc/sudoers.d/user"
+        chmod 0440 "$r/etc/sudoers.d/user"
         [ -e "$r/usr/bin/pip" ] || ln -s pip3 "$r/usr/bin/pip"
         if [ ${#ca[@]} -gt 0 ]; then
             log "rootfs: trusting ${#ca[@]} extra CA certificate(s) from $EXTRA_CA"

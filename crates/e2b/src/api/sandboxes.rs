@@ -103,14 +103,26 @@ pub(super) async fn create(
 /// Start the sandbox the template id names, under the request's settings.
 async fn start(m: &stasis_control::Manager, ctx: &Ctx, b: &NewSandbox) -> E2bResult<SandboxRecord> {
     match translate::source_of(&b.template_id)? {
-        Source::Image(image) => {
-            let image = match image {
-                Some(i) => Some(i),
-                None => base_image(m, ctx).await,
-            };
+        Source::Image(Some(image)) => {
+            // The code interpreter: its server (the image's command) starts
+            // with the sandbox.
             let base = Manifest {
-                image,
+                image: Some(image),
+                autostart: true,
                 ..Default::default()
+            };
+            Ok(m.create(ctx, translate::manifest(base, b)?).await?)
+        }
+        Source::Image(None) => {
+            let base = match base_image(m, ctx).await {
+                Some(root) => e2b_user(
+                    Manifest {
+                        image: root.image,
+                        ..Default::default()
+                    },
+                    root.has_user,
+                ),
+                None => Manifest::default(),
             };
             Ok(m.create(ctx, translate::manifest(base, b)?).await?)
         }
@@ -157,19 +169,48 @@ async fn start(m: &stasis_control::Manager, ctx: &Ctx, b: &NewSandbox) -> E2bRes
     }
 }
 
+/// The root E2B's `base` runs on.
+struct BaseRoot {
+    /// The image to name in the manifest (None: the backend's default).
+    image: Option<String>,
+    /// Whether that root is stasis-base, which has E2B's user `user`.
+    has_user: bool,
+}
+
 /// E2B's `base`: on the process backend the stasis base image
 /// (`stasis-base:bookworm`, Debian with Python) when this daemon has it,
-/// else the backend's default root (a microVM's default guest image is
-/// that same root filesystem).
-async fn base_image(m: &stasis_control::Manager, ctx: &Ctx) -> Option<String> {
+/// else the backend's default root (the host's, without E2B's user); a
+/// microVM's default guest image is that same stasis-base root filesystem.
+async fn base_image(m: &stasis_control::Manager, ctx: &Ctx) -> Option<BaseRoot> {
     if m.config().default_backend != stasis_core::BackendKind::Process {
-        return None;
+        return Some(BaseRoot {
+            image: None,
+            has_user: true,
+        });
     }
     let images = m.images().ok()?;
     let base = stasis_control::images::BASE_IMAGE;
     images.inspect(&ctx.tenant, base).await.ok()?;
-    Some(base.to_string())
+    Some(BaseRoot {
+        image: Some(base.to_string()),
+        has_user: true,
+    })
 }
+
+/// E2B's default user and directory: commands run as `user` in
+/// `/home/user` (stasis-base has that account, with passwordless sudo, as
+/// E2B's base template does).
+fn e2b_user(mut m: Manifest, has_user: bool) -> Manifest {
+    if has_user {
+        m.user = Some(E2B_USER.to_string());
+        m.workdir = E2B_HOME.to_string();
+    }
+    m
+}
+
+/// E2B's default user and its home.
+pub const E2B_USER: &str = "user";
+pub const E2B_HOME: &str = "/home/user";
 
 /// An unknown snapshot or image is E2B's "template not found".
 fn not_a_template(e: Error) -> E2bError {

@@ -432,6 +432,7 @@ mod tests {
             next_offset: 3,
             running: false,
             exit_code: Some(2),
+            stderr: vec![],
         };
         let ev: Vec<_> = events_of(&out, false)
             .into_iter()
