@@ -25,6 +25,9 @@ scripts/setup.sh --tests
 echo "test: install checks and setup took $SECONDS s" >&2
 export STASIS_IMAGE_DIR="$REPO/.stasis/images/default"
 export STASIS_REQUIRE_S3=1
+# The tests that install from PyPI through a sandbox's egress allowlist (the
+# base image's pip, the E2B agent loop) run: this machine reaches PyPI.
+export STASIS_TEST_PYPI=1
 # A throwaway PostgreSQL cluster on loopback for the metadata and multi-node tests.
 read -r STASIS_TEST_PG_URL PG_DIR < <(scripts/pg-test-server.sh start)
 export STASIS_TEST_PG_URL STASIS_REQUIRE_PG=1

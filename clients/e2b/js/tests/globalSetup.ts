@@ -5,7 +5,8 @@
 // variables, exactly as the README tells users to: E2B_API_URL and
 // E2B_SANDBOX_URL at `$STASIS_URL/e2b`, E2B_API_KEY the hex form of the
 // token.
-import { readFileSync } from 'node:fs'
+import { existsSync, readFileSync } from 'node:fs'
+import { dirname, resolve } from 'node:path'
 // @ts-expect-error: the harness is plain JavaScript
 import { Daemon } from '../../../typescript/test/daemon.mjs'
 
@@ -17,7 +18,11 @@ export function apiKeyOf(token: string): string {
 
 export async function setup() {
   const backend = process.env.STASIS_E2B_BACKEND === 'microvm' ? 'microvm' : 'process'
-  daemon = await new Daemon(backend).start()
+  // The images directory (stasis-base, the code interpreter) for the
+  // process backend too: E2B's `base` and `code-interpreter-v1` are images.
+  const img = process.env.STASIS_IMAGE_DIR
+  const extra = backend === 'process' && img && existsSync(img) ? ['--images', dirname(resolve(img))] : []
+  daemon = await new Daemon(backend, extra).start()
   if (!daemon!.tokenFile) throw new Error('the test daemon wrote no token file')
   const token = readFileSync(daemon!.tokenFile, 'utf8').trim()
   process.env.STASIS_URL = daemon!.url

@@ -126,6 +126,10 @@ impl Code {
 pub struct RpcError {
     pub code: Code,
     pub message: String,
+    /// A stream ending this way drops the connection instead of sending
+    /// an end-of-stream error: what a client sees when the sandbox behind
+    /// envd is gone (the SDKs then probe `/health` and say so).
+    pub lost: bool,
 }
 
 impl RpcError {
@@ -133,6 +137,15 @@ impl RpcError {
         RpcError {
             code,
             message: message.into(),
+            lost: false,
+        }
+    }
+
+    /// The connection lost, as when the sandbox went away ([`Self::lost`]).
+    pub fn lost(message: impl Into<String>) -> Self {
+        RpcError {
+            lost: true,
+            ..RpcError::new(Code::Unavailable, message)
         }
     }
 
@@ -334,21 +347,24 @@ where
     T: Serialize + Send + 'static,
     S: Stream<Item = RpcResult<T>> + Send + 'static,
 {
+    // An item is a frame, or the connection dropped (a lost stream).
     let body = futures::stream::unfold((Box::pin(messages), false), |(mut s, ended)| async move {
         if ended {
             return None;
         }
         let frame = match s.next().await {
             Some(Ok(m)) => match serde_json::to_vec(&m) {
-                Ok(b) => return Some((envelope(0, &b), (s, false))),
+                Ok(b) => return Some((Ok(envelope(0, &b)), (s, false))),
                 Err(e) => end_stream(Some(&RpcError::new(Code::Internal, e.to_string()))),
             },
+            Some(Err(e)) if e.lost => {
+                return Some((Err(std::io::Error::other(e.message)), (s, true)));
+            }
             Some(Err(e)) => end_stream(Some(&e)),
             None => end_stream(None),
         };
-        Some((frame, (s, true)))
-    })
-    .map(Ok::<_, std::convert::Infallible>);
+        Some((Ok(frame), (s, true)))
+    });
     (
         [(header::CONTENT_TYPE, STREAM_JSON)],
         Body::from_stream(body),
@@ -439,6 +455,29 @@ mod tests {
         let mut d = Deframer::default();
         d.push(&envelope(COMPRESSED, b"x"));
         assert_eq!(d.next_frame().unwrap_err().code, Code::Unimplemented);
+    }
+
+    #[tokio::test]
+    async fn a_lost_stream_drops_the_connection_instead_of_ending() {
+        use http_body_util::BodyExt;
+        let msgs = futures::stream::iter(vec![
+            Ok(serde_json::json!({"a": 1})),
+            Err(RpcError::lost("gone")),
+        ]);
+        let mut body = streaming(msgs).into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(first[0], 0, "a message envelope first");
+        // Then the body fails: the client sees the connection drop, not an
+        // end-of-stream frame.
+        assert!(body.frame().await.unwrap().is_err());
+        // An ordinary error still ends the stream with its trailer.
+        let msgs = futures::stream::iter(vec![Err::<serde_json::Value, _>(RpcError::new(
+            Code::NotFound,
+            "x",
+        ))]);
+        let mut body = streaming(msgs).into_body();
+        let last = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert_eq!(last[0], END_STREAM);
     }
 
     #[test]

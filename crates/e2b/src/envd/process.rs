@@ -271,13 +271,10 @@ async fn follow(
 async fn ended(st: &E2b, c: &Caller, e: stasis_core::Error) -> RpcError {
     match st.manager.get(&c.ctx, &c.id).await {
         Ok(rec) if super::live(rec.state) => e.into(),
-        _ => RpcError::new(
-            Code::Unavailable,
-            format!(
-                "the connection to sandbox {} ended before the process did",
-                c.id
-            ),
-        ),
+        _ => RpcError::lost(format!(
+            "the connection to sandbox {} ended before the process did",
+            c.id
+        )),
     }
 }
 
