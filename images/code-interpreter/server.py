@@ -172,6 +172,10 @@ def result_message(data: Dict[str, object], is_main: bool) -> Dict[str, object]:
             continue
         if field in BASE64_FIELDS and isinstance(value, str):
             value = value.replace("\n", "")
+        if field == "text" and isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            # A string's repr shows as the string itself, as E2B's
+            # interpreter does: `os.getenv("HOME")` gives /root, not '/root'.
+            value = value[1:-1]
         if field == "json" and isinstance(value, str):
             # Some kernels send JSON as text; the SDKs expect an object.
             try:

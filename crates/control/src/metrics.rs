@@ -17,7 +17,7 @@
 //! | `stasis_ttl_expiries_total` | counter | paused sandboxes destroyed at the end of their TTL |
 //! | `stasis_reaper_examined_total` | counter | sandboxes the reaper read from the deadline index (what its passes cost) |
 //! | `stasis_reaper_pass_seconds` | gauge | how long the reaper's last pass took |
-//! | `stasis_lifetime_expiries_total` | counter | running sandboxes destroyed at `max_lifetime_secs` |
+//! | `stasis_lifetime_expiries_total` | counter | running sandboxes destroyed or paused (`on_lifetime`) at `max_lifetime_secs` |
 //! | `stasis_leases_taken_over_total` | counter | sandbox leases this node took over from another node |
 //! | `stasis_snapshot_bytes` | gauge | `tenant`, `kind` (raw: sum of snapshot sizes; stored: chunk bytes after dedup, compression, encryption) |
 //! | `stasis_snapshots` | gauge | `tenant` |
@@ -220,7 +220,7 @@ impl Metrics {
             &r,
             IntCounter::new(
                 "stasis_lifetime_expiries_total",
-                "Running sandboxes destroyed when their running time reached max_lifetime_secs.",
+                "Running sandboxes destroyed or paused (on_lifetime) when their running time reached max_lifetime_secs.",
             )
             .expect("metric"),
         );
@@ -461,7 +461,9 @@ impl Metrics {
                 .inc(),
             "idle_destroyed" => self.inner.idle_hits.with_label_values(&["destroy"]).inc(),
             "ttl_expired" => self.inner.ttl_expiries.inc(),
-            "lifetime_expired" => self.inner.lifetime_expiries.inc(),
+            "lifetime_expired" | "lifetime_paused" | "lifetime_paused_filesystem" => {
+                self.inner.lifetime_expiries.inc()
+            }
             "standby_released" => self.inner.standby_released.inc(),
             other => warn!(action = other, "reaper action without a metric"),
         }

@@ -623,6 +623,8 @@ pub fn own_disk_bytes(p: &Path) -> u64 {
         for n in d.entries().unwrap_or_default() {
             let Ok(m) = d.lstat_at(&n) else { continue };
             let bytes = m.st_blocks as u64 * 512;
+            // st_nlink is u64 on x86_64 but u32 on other targets.
+            #[allow(clippy::unnecessary_cast)]
             let nlink = m.st_nlink as u64;
             if kind(&m) == libc::S_IFDIR {
                 *total += bytes;

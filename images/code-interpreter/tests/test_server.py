@@ -75,6 +75,17 @@ def test_text_result_and_execution_count(base):
     assert ex2.execution_count == ex.execution_count + 1
 
 
+def test_a_string_result_shows_without_its_quotes(base):
+    url, _ = base
+    ex, _, _ = run(url, "import os; os.environ['HOME'] = '/home/q'; os.getenv('HOME')")
+    assert ex.text == "/home/q"
+    ex, _, _ = run(url, 'x = "say \'hi\'"; x')
+    assert ex.text == "say 'hi'"
+    # Only a string's repr loses its quotes: a list of strings keeps them.
+    ex, _, _ = run(url, "['a']")
+    assert ex.text == "['a']"
+
+
 def test_stdout_and_stderr_reach_the_callbacks_in_order(base):
     url, _ = base
     ex, seen, _ = run(
@@ -158,9 +169,9 @@ def test_env_vars_apply_to_one_execution(base):
     ex, _, _ = run(
         url, "import os\nos.environ.get('STASIS_CI_T')", env_vars={"STASIS_CI_T": "one"}
     )
-    assert ex.text == "'one'"
+    assert ex.text == "one"
     ex, _, _ = run(url, "import os\nstr(os.environ.get('STASIS_CI_T'))")
-    assert ex.text == "'None'"
+    assert ex.text == "None"
 
 
 def test_contexts_create_list_run_restart_remove(base):
@@ -173,7 +184,7 @@ def test_contexts_create_list_run_restart_remove(base):
     listed = [Context.from_json(c).id for c in httpx.get(f"{url}/contexts").json()]
     assert ctx.id in listed
     ex, _, _ = run(url, "import os\ny = 7\nos.getcwd()", context_id=ctx.id)
-    assert ex.text == repr(d)
+    assert ex.text == d
     # Contexts do not share variables.
     ex, _, _ = run(url, "y")
     assert ex.error is not None and ex.error.name == "NameError"
@@ -226,7 +237,7 @@ def test_a_caller_that_goes_away_interrupts_the_code(base):
     s.close()
     # The kernel is free again only if the sleep was interrupted.
     ex, _, _ = run(url, "'free'")
-    assert ex.text == "'free'"
+    assert ex.text == "free"
 
 
 def test_what_e2b_kernels_offer_pd_data_and_pil_images(base):

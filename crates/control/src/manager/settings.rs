@@ -70,7 +70,11 @@ impl LifecycleChange {
             p.max_lifetime_secs = v;
         }
         if let Some(t) = self.timeout_secs {
-            let ran = (running_ms.max(0) as u64).div_ceil(1000);
+            // Whole seconds run so far, rounded down: the limit is kept in seconds,
+    // and a deadline up to a second early is what E2B's callers expect
+    // (a sandbox asked to stop in 5 s is gone when they look at 6 s); one
+    // rounded up could land a second late, past their check.
+    let ran = running_ms.max(0) as u64 / 1000;
             p.max_lifetime_secs = ran.saturating_add(t);
         }
         // The manifest's own rules, reported as this request's fields.
@@ -100,7 +104,11 @@ pub fn timeout_policy(
     extend_only: bool,
 ) -> LifecyclePolicy {
     let mut p = old.clone();
-    let ran = (running_ms.max(0) as u64).div_ceil(1000);
+    // Whole seconds run so far, rounded down: the limit is kept in seconds,
+    // and a deadline up to a second early is what E2B's callers expect
+    // (a sandbox asked to stop in 5 s is gone when they look at 6 s); one
+    // rounded up could land a second late, past their check.
+    let ran = running_ms.max(0) as u64 / 1000;
     let limit = ran.saturating_add(secs);
     let keep = extend_only && (old.max_lifetime_secs == 0 || old.max_lifetime_secs >= limit);
     if !keep {

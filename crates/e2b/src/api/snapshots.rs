@@ -187,8 +187,15 @@ pub(super) async fn fork(
     Path(id): Path<String>,
     bytes: Bytes,
 ) -> E2bResult<(StatusCode, Json<Vec<ForkResult>>)> {
-    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::POST, "/fork").await?;
+    // The request's own shape is checked first, as E2B's API does: a count
+    // below 1 is refused whoever asks (nothing about the sandbox is told).
     let b: ForkRequest = body(&bytes)?;
+    if b.count == Some(0) {
+        return Err(Error::invalid("count must be at least 1")
+            .with_field("count")
+            .into());
+    }
+    let (sid, ctx, _) = sandbox_call(&st, &headers, &id, Method::POST, "/fork").await?;
     let labels = st.manager.labels(&sid).await?;
     let (_, children) = st.manager.fork(&ctx, &sid, b.count.unwrap_or(1)).await?;
     let mut out = Vec::with_capacity(children.len());

@@ -59,7 +59,11 @@ test.skipIf(isDebug)('fork a killed sandbox fails', async () => {
   await expect(sbx.fork()).rejects.toThrowError(SandboxNotFoundError)
 })
 
-test('fork with count lower than 1 fails', async () => {
+// Upstream's check is the SDK's own, made before any request in later SDK
+// releases; the pinned SDK sends count 0, and stasis's 400 ("count must be at
+// least 1", tested in crates/e2b) comes back as the SDK's generic
+// SandboxError. Not applicable at this SDK version (see the README).
+test.skip('fork with count lower than 1 fails', async () => {
   await expect(Sandbox.fork('sbx-test', { count: 0, apiKey: TEST_API_KEY })).rejects.toThrowError(
     InvalidArgumentError
   )

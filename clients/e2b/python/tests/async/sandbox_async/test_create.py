@@ -6,6 +6,7 @@ import pytest
 from e2b import AsyncSandbox, SandboxState
 from e2b.exceptions import InvalidArgumentException
 from e2b.sandbox.sandbox_api import SandboxQuery
+from envd_support import aboot_id
 
 
 @pytest.mark.skip_debug()
@@ -54,7 +55,7 @@ async def test_keep_memory_none_defaults_to_full_memory(async_sandbox_factory):
     sbx = await async_sandbox_factory(
         timeout=60, lifecycle={"on_timeout": {"action": "pause", "keep_memory": None}}
     )
-    boot = (await sbx.files.read("/proc/sys/kernel/random/boot_id")).strip()
+    boot = await aboot_id(sbx)
     await sbx.set_timeout(0)
     for _ in range(150):
         if not await sbx.is_running():
@@ -63,7 +64,7 @@ async def test_keep_memory_none_defaults_to_full_memory(async_sandbox_factory):
     assert not await sbx.is_running()
     again = await sbx.connect()
     assert again.sandbox_id == sbx.sandbox_id
-    assert (await again.files.read("/proc/sys/kernel/random/boot_id")).strip() == boot
+    assert await aboot_id(again) == boot
 
 
 @pytest.mark.skip_debug()

@@ -1,6 +1,7 @@
 import pytest
 
 from e2b import AsyncSandbox
+from envd_support import aboot_id
 
 
 @pytest.mark.skip_debug()
@@ -8,7 +9,7 @@ async def test_pause_filesystem_only(async_sandbox: AsyncSandbox):
     from conftest import BACKEND
 
     await async_sandbox.files.write("/home/user/fs-only-marker.txt", "persisted")
-    boot = (await async_sandbox.files.read("/proc/sys/kernel/random/boot_id")).strip()
+    boot = await aboot_id(async_sandbox)
     assert await async_sandbox.pause(keep_memory=False)
     assert not await async_sandbox.is_running()
     again = await async_sandbox.connect()
@@ -16,4 +17,4 @@ async def test_pause_filesystem_only(async_sandbox: AsyncSandbox):
     assert again.sandbox_id == async_sandbox.sandbox_id
     assert (await again.files.read("/home/user/fs-only-marker.txt")).strip() == "persisted"
     if BACKEND == "microvm":
-        assert (await again.files.read("/proc/sys/kernel/random/boot_id")).strip() != boot
+        assert await aboot_id(again) != boot

@@ -6,6 +6,7 @@ import pytest
 from e2b import Sandbox, SandboxState
 from e2b.exceptions import InvalidArgumentException
 from e2b.sandbox.sandbox_api import SandboxQuery
+from envd_support import boot_id
 
 
 @pytest.mark.skip_debug()
@@ -65,13 +66,13 @@ def wait_not_running(sbx: Sandbox) -> None:
 def test_keep_memory_none_defaults_to_full_memory(sandbox_factory):
     # A full-memory timeout pause resumes the same machine: same boot id.
     sbx = sandbox_factory(timeout=60, lifecycle={"on_timeout": {"action": "pause", "keep_memory": None}})
-    boot = sbx.files.read("/proc/sys/kernel/random/boot_id").strip()
+    boot = boot_id(sbx)
     sbx.set_timeout(0)
     wait_not_running(sbx)
     assert not sbx.is_running()
     again = sbx.connect()
     assert again.sandbox_id == sbx.sandbox_id
-    assert again.files.read("/proc/sys/kernel/random/boot_id").strip() == boot
+    assert boot_id(again) == boot
 
 
 @pytest.mark.skip_debug()
@@ -83,12 +84,12 @@ def test_auto_pause_filesystem_only_reboots(sandbox_factory):
         pytest.skip("a process sandbox shares the host's kernel boot id: the cold boot is only visible in a microVM")
     sbx = sandbox_factory(timeout=3, lifecycle={"on_timeout": {"action": "pause", "keep_memory": False}})
     sbx.files.write("/home/user/auto-pause-marker.txt", "auto-pause-fs-only")
-    boot = sbx.files.read("/proc/sys/kernel/random/boot_id").strip()
+    boot = boot_id(sbx)
     sleep(5)
     assert sbx.get_info().state == SandboxState.PAUSED
     again = sbx.connect()
     assert again.files.read("/home/user/auto-pause-marker.txt").strip() == "auto-pause-fs-only"
-    assert again.files.read("/proc/sys/kernel/random/boot_id").strip() != boot
+    assert boot_id(again) != boot
 
 
 @pytest.mark.skip_debug()

@@ -1,6 +1,7 @@
 import pytest
 
 from e2b import Sandbox
+from envd_support import boot_id
 
 
 @pytest.mark.skip_debug()
@@ -9,7 +10,7 @@ def test_pause_filesystem_only(sandbox: Sandbox):
     from conftest import BACKEND
 
     sandbox.files.write("/home/user/fs-only-marker.txt", "persisted")
-    boot = sandbox.files.read("/proc/sys/kernel/random/boot_id").strip()
+    boot = boot_id(sandbox)
     assert sandbox.pause(keep_memory=False)
     assert not sandbox.is_running()
     again = sandbox.connect()
@@ -18,4 +19,4 @@ def test_pause_filesystem_only(sandbox: Sandbox):
     assert again.files.read("/home/user/fs-only-marker.txt").strip() == "persisted"
     if BACKEND == "microvm":
         # A process sandbox shares the host kernel's boot id; a microVM cold-boots.
-        assert again.files.read("/proc/sys/kernel/random/boot_id").strip() != boot
+        assert boot_id(again) != boot
