@@ -255,6 +255,8 @@ mod tests {
             mode: 0o100644,
             mtime: 1_700_000_000,
             symlink_target: None,
+            uid: None,
+            gid: None,
         };
         let v = serde_json::to_value(entry_of_stat(&st)).unwrap();
         assert_eq!(v["name"], "a.txt");
@@ -271,6 +273,8 @@ mod tests {
             size: 0,
             mode: 0o755,
             mtime: 0,
+            uid: None,
+            gid: None,
         };
         let e = entry_of_listing("/", &f);
         assert_eq!(
