@@ -227,6 +227,11 @@ pub(crate) async fn op(b: &MicrovmBackend, id: &SandboxId, op: FileOp) -> Result
             from: r(&from)?,
             to: r(&to)?,
         },
+        FileOp::Chown { path, uid, gid } => FileOp::Chown {
+            path: r(&path)?,
+            uid,
+            gid,
+        },
     };
     match guest::call(
         b,

@@ -155,7 +155,9 @@ impl Root {
         Ok(())
     }
 
-    /// The entry at `path` itself (a final symlink is not followed).
+    /// The entry at `path` itself (a final symlink is not followed). Its
+    /// `uid`/`gid` are the ids the daemon sees (host ids of a sandbox in a
+    /// user namespace: see [`crate::userns::Owners`] for the inside ones).
     pub fn stat(&self, path: &str) -> Result<FileStat> {
         let st = if path == "/" {
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -181,7 +183,43 @@ impl Root {
             mode: st.st_mode & 0o7777,
             mtime: st.st_mtime,
             symlink_target,
+            uid: Some(st.st_uid),
+            gid: Some(st.st_gid),
         })
+    }
+
+    /// Give the entry at `path` itself to `uid`:`gid` (ids the daemon
+    /// sees: host ids of a sandbox in a user namespace): `fchownat` with
+    /// `AT_SYMLINK_NOFOLLOW` on its parent directory's descriptor, so a
+    /// final symlink is changed and never followed. The root and mount
+    /// points (the sandbox's /proc, /dev, input mounts, which may be host
+    /// directories) answer `mount_point`.
+    pub fn chown(&self, path: &str, uid: u32, gid: u32) -> Result<()> {
+        if uid == u32::MAX || gid == u32::MAX {
+            return Err(Error::invalid(format!(
+                "{path}: uid and gid must be below {}",
+                u32::MAX
+            )));
+        }
+        let (dir, name) = self.parent_for_change(path)?;
+        match is_mount_point(dir.as_raw_fd(), &name) {
+            Ok(false) => {}
+            Ok(true) => return Err(refused(path, "is a mount point")),
+            Err(e) => return Err(op_err(e, path)),
+        }
+        let rc = unsafe {
+            libc::fchownat(
+                dir.as_raw_fd(),
+                name.as_ptr(),
+                uid,
+                gid,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(op_err(io::Error::last_os_error(), path));
+        }
+        Ok(())
     }
 
     /// Remove a file, a symlink, an empty directory, or (with `recursive`)
@@ -484,6 +522,69 @@ mod tests {
         symlink("../../../..", t.path().join("workspace/up")).unwrap();
         r.write_file("/workspace/up/escaped", b"x", None).unwrap();
         assert!(t.path().join("escaped").exists());
+    }
+
+    /// Stat and listing report owners (the ids the daemon sees); a chown
+    /// acts on the entry itself beneath the root: a final symlink is
+    /// changed, not its target, and a symlink on the way resolves inside
+    /// the root, never to the host path it names.
+    #[test]
+    fn owners_are_reported_and_changed_beneath_the_root() {
+        use std::os::unix::fs::MetadataExt;
+        let (t, r) = root();
+        let md = |p: &std::path::Path| {
+            let m = std::fs::symlink_metadata(p).unwrap();
+            (m.uid(), m.gid())
+        };
+        r.write_file("/workspace/a.txt", b"a", None).unwrap();
+        let s = r.stat("/workspace/a.txt").unwrap();
+        let own = md(&t.path().join("workspace/a.txt"));
+        assert_eq!((s.uid, s.gid), (Some(own.0), Some(own.1)));
+        let l = r.list("/workspace").unwrap();
+        assert_eq!((l[0].uid, l[0].gid), (Some(own.0), Some(own.1)));
+        assert_eq!(
+            r.chown("/workspace/a.txt", u32::MAX, 0).unwrap_err().code,
+            ErrorCode::InvalidArgument
+        );
+        assert_eq!(
+            r.chown("/workspace/nope", 1, 1).unwrap_err().code,
+            ErrorCode::NotFound
+        );
+        if unsafe { libc::geteuid() } != 0 {
+            return; // giving files away needs CAP_CHOWN
+        }
+        r.chown("/workspace/a.txt", 1000, 1001).unwrap();
+        let s = r.stat("/workspace/a.txt").unwrap();
+        assert_eq!((s.uid, s.gid), (Some(1000), Some(1001)));
+        r.mkdir("/workspace/d/e", true).unwrap();
+        r.chown("/workspace/d/e", 1000, 1000).unwrap();
+        assert_eq!(md(&t.path().join("workspace/d/e")), (1000, 1000));
+        assert_eq!(md(&t.path().join("workspace/d")), own);
+
+        // A link to a host directory: its path is not followed out of the
+        // root, and the link itself is what a chown of it changes.
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), b"k").unwrap();
+        let host = md(&outside.path().join("keep"));
+        let host_dir = md(outside.path());
+        symlink(outside.path(), t.path().join("workspace/out")).unwrap();
+        assert_eq!(
+            r.chown("/workspace/out/keep", 2000, 2000).unwrap_err().code,
+            ErrorCode::NotFound
+        );
+        r.chown("/workspace/out", 2000, 2000).unwrap();
+        assert_eq!(md(&t.path().join("workspace/out")), (2000, 2000));
+        assert_eq!(md(outside.path()), host_dir);
+        assert_eq!(md(&outside.path().join("keep")), host);
+        // A file link: the same.
+        symlink(outside.path().join("keep"), t.path().join("workspace/fl")).unwrap();
+        r.chown("/workspace/fl", 2001, 2001).unwrap();
+        assert_eq!(md(&outside.path().join("keep")), host);
+        // `..` through a link stays in the root.
+        symlink("../../../..", t.path().join("workspace/up")).unwrap();
+        std::fs::write(t.path().join("top"), b"t").unwrap();
+        r.chown("/workspace/up/top", 3000, 3000).unwrap();
+        assert_eq!(md(&t.path().join("top")), (3000, 3000));
     }
 
     #[test]

@@ -180,3 +180,30 @@ fn a_directory_does_not_replace_a_file() {
         .unwrap_err();
     assert_eq!(e.code, ErrorCode::AlreadyExists, "{}", e.message);
 }
+
+#[test]
+fn chown_of_or_below_a_mount_point_is_refused() {
+    let s = sandboxish();
+    let r = &s.root;
+    let uid = |p: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::symlink_metadata(s._dir.path().join(p))
+            .unwrap()
+            .uid()
+    };
+    let before = uid("workspace/m");
+    assert_eq!(
+        code(r.chown("/workspace/m", 4242, 4242)),
+        ErrorCode::MountPoint
+    );
+    assert_eq!(
+        code(r.chown("/workspace/m/keep", 4242, 4242)),
+        ErrorCode::MountPoint
+    );
+    assert_eq!(code(r.chown("/", 4242, 4242)), ErrorCode::MountPoint);
+    assert_eq!(uid("workspace/m"), before);
+    // An ordinary entry beside them changes.
+    r.chown("/workspace/file", 4242, 4243).unwrap();
+    assert_eq!(uid("workspace/file"), 4242);
+    s.assert_intact();
+}

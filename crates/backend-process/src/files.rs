@@ -75,7 +75,9 @@ pub(crate) async fn write_file_from(
     .map(|_| ())
 }
 
-/// Stat, remove, mkdir, rename (see [`crate::fileops`]), as the sandbox's root.
+/// Stat, remove, mkdir, rename, chown (see [`crate::fileops`]), as the
+/// sandbox's root. Owners are ids as seen inside the sandbox, translated
+/// through its user namespace's maps.
 pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>> {
     let w = sb.workdir();
     let op = match op {
@@ -94,6 +96,11 @@ pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>
             from: fsops::normalize(w, &from)?,
             to: fsops::normalize(w, &to)?,
         },
+        FileOp::Chown { path, uid, gid } => FileOp::Chown {
+            path: fsops::normalize(w, &path)?,
+            uid,
+            gid,
+        },
     };
     let pid = sb.pid().await?;
     tokio::task::spawn_blocking(move || {
@@ -108,10 +115,25 @@ pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>
             FileOp::Remove { .. } | FileOp::Rename { .. } => held()?,
             _ => MountHolders::default(),
         };
+        let owners = match &op {
+            FileOp::Stat { .. } | FileOp::Chown { .. } => Some(userns::Owners::of_pid(pid)?),
+            _ => None,
+        };
+        let owners = owners.as_ref();
         userns::as_sandbox_root(pid, || {
             let r = fsops::Root::of_pid(pid)?;
             match op {
-                FileOp::Stat { path } => r.stat(&path).map(Some),
+                FileOp::Stat { path } => {
+                    let mut st = r.stat(&path)?;
+                    if let Some(o) = owners {
+                        (st.uid, st.gid) = inside(o, st.uid, st.gid);
+                    }
+                    Ok(Some(st))
+                }
+                FileOp::Chown { path, uid, gid } => {
+                    let (u, g) = owners.map_or(Ok((uid, gid)), |o| o.host(uid, gid))?;
+                    r.chown(&path, u, g).map(|_| None)
+                }
                 FileOp::Remove { path, recursive } => {
                     r.remove(&path, recursive, &held).map(|_| None)
                 }
@@ -156,12 +178,24 @@ pub(crate) async fn read_file(sb: &Sandbox, path: &str, limit: u64) -> Result<Ve
         .map_err(|e| Error::internal(e.to_string()))?
 }
 
+/// Host ids as the sandbox sees them.
+fn inside(o: &userns::Owners, uid: Option<u32>, gid: Option<u32>) -> (Option<u32>, Option<u32>) {
+    (uid.map(|u| o.uids.inside(u)), gid.map(|g| o.gids.inside(g)))
+}
+
 pub(crate) async fn list_files(sb: &Sandbox, path: &str) -> Result<Vec<FileEntry>> {
     let p = fsops::normalize(sb.workdir(), path)?;
     let pid = sb.pid().await?;
-    tokio::task::spawn_blocking(move || fsops::Root::of_pid(pid)?.list(&p))
-        .await
-        .map_err(|e| Error::internal(e.to_string()))?
+    tokio::task::spawn_blocking(move || {
+        let owners = userns::Owners::of_pid(pid)?;
+        let mut out = fsops::Root::of_pid(pid)?.list(&p)?;
+        for e in &mut out {
+            (e.uid, e.gid) = inside(&owners, e.uid, e.gid);
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| Error::internal(e.to_string()))?
 }
 
 /// Read from the sandbox's root even while it is paused (frozen): no

@@ -296,6 +296,9 @@ impl Root {
                 size: st.st_size as u64,
                 mode: st.st_mode & 0o7777,
                 mtime: st.st_mtime,
+                // As the daemon sees them (see `Root::stat`).
+                uid: Some(st.st_uid),
+                gid: Some(st.st_gid),
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

@@ -311,6 +311,117 @@ pub fn root_of_pid(pid: i32) -> Option<u32> {
     None
 }
 
+/// The id the kernel shows for an id a user namespace does not map
+/// (`/proc/sys/kernel/overflowuid`'s default, `nobody`).
+pub const OVERFLOW_ID: u32 = 65_534;
+
+/// One of a user namespace's id maps as its `/proc/<pid>/uid_map` or
+/// `gid_map` lists it to the daemon: ranges of inside ids and the host ids
+/// they are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdRanges(Vec<(u32, u32, u32)>);
+
+impl IdRanges {
+    /// From the text of a map file (`inside host count` lines).
+    pub fn parse(text: &str) -> IdRanges {
+        IdRanges(
+            text.lines()
+                .filter_map(|l| {
+                    let f: Vec<u32> = l
+                        .split_whitespace()
+                        .filter_map(|x| x.parse().ok())
+                        .collect();
+                    (f.len() == 3).then(|| (f[0], f[1], f[2]))
+                })
+                .collect(),
+        )
+    }
+
+    /// The host's own map: every id is itself.
+    pub fn identity() -> IdRanges {
+        IdRanges(vec![(0, 0, u32::MAX)])
+    }
+
+    /// The inside id of host id `host`; [`OVERFLOW_ID`] when it is not
+    /// mapped (as the sandbox itself sees such an owner).
+    pub fn inside(&self, host: u32) -> u32 {
+        self.0
+            .iter()
+            .find(|&&(_, h, n)| host >= h && (host - h) < n)
+            .map_or(OVERFLOW_ID, |&(i, h, _)| i + (host - h))
+    }
+
+    /// The host id of inside id `inside`, if the namespace maps it.
+    pub fn host(&self, inside: u32) -> Option<u32> {
+        self.0
+            .iter()
+            .find(|&&(i, _, n)| inside >= i && (inside - i) < n)
+            .map(|&(i, h, _)| h + (inside - i))
+    }
+}
+
+/// The uid and gid maps of a sandbox's user namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owners {
+    pub uids: IdRanges,
+    pub gids: IdRanges,
+}
+
+impl Owners {
+    /// Ids unchanged (a sandbox without a user namespace).
+    pub fn identity() -> Owners {
+        Owners {
+            uids: IdRanges::identity(),
+            gids: IdRanges::identity(),
+        }
+    }
+
+    /// A sandbox's slot mapping (`inside 0..size` = `host..host+size`).
+    pub fn of_map(map: &IdMap) -> Owners {
+        let r = IdRanges(vec![(0, map.host, map.size)]);
+        Owners {
+            uids: r.clone(),
+            gids: r,
+        }
+    }
+
+    /// The maps of the user namespace of the live process `pid`, as the
+    /// kernel has them (a sandbox's PID 1 keeps its namespace, and with it
+    /// the slot's mapping, for as long as it runs).
+    pub fn of_pid(pid: i32) -> stasis_core::Result<Owners> {
+        let read = |which: &str| {
+            fs::read_to_string(format!("/proc/{pid}/{which}"))
+                .map(|t| IdRanges::parse(&t))
+                .map_err(|e| {
+                    stasis_core::Error::backend(format!("reading the sandbox's {which}: {e}"))
+                })
+        };
+        Ok(Owners {
+            uids: read("uid_map")?,
+            gids: read("gid_map")?,
+        })
+    }
+
+    /// Host `(uid, gid)` as seen inside the sandbox.
+    pub fn inside(&self, uid: u32, gid: u32) -> (u32, u32) {
+        (self.uids.inside(uid), self.gids.inside(gid))
+    }
+
+    /// Inside `(uid, gid)` as host ids; `invalid_argument` for an id the
+    /// sandbox's namespace does not map.
+    pub fn host(&self, uid: u32, gid: u32) -> stasis_core::Result<(u32, u32)> {
+        let unmapped = |what: &str, id: u32| {
+            stasis_core::Error::invalid(format!(
+                "{what} {id} is not an id of this sandbox's user namespace"
+            ))
+            .with_field(what)
+        };
+        let u = self.uids.host(uid).ok_or_else(|| unmapped("uid", uid))?;
+        let g = self.gids.host(gid).ok_or_else(|| unmapped("gid", gid))?;
+        Ok((u, g))
+    }
+}
+
 // ------------------------------------------------------------ shim side
 
 fn err(what: &str) -> String {
@@ -525,6 +636,39 @@ pub(crate) fn enter(ns: BorrowedFd<'_>) -> Result<bool, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_map_between_host_and_inside() {
+        let o = Owners::of_map(&IdMap {
+            host: 200_000,
+            size: 65_536,
+        });
+        assert_eq!(o.inside(200_000, 201_000), (0, 1000));
+        assert_eq!(o.inside(265_535, 200_001), (65_535, 1));
+        // Outside the slot (host root's files on a plain mount, another
+        // slot's ids): nobody, as the sandbox sees them.
+        assert_eq!(o.inside(0, 265_536), (OVERFLOW_ID, OVERFLOW_ID));
+        assert_eq!(o.inside(199_999, 1000), (OVERFLOW_ID, OVERFLOW_ID));
+        assert_eq!(o.host(1000, 1000).unwrap(), (201_000, 201_000));
+        let e = o.host(65_536, 0).unwrap_err();
+        assert_eq!(e.code, stasis_core::ErrorCode::InvalidArgument);
+        assert!(e.message.contains("uid 65536"), "{}", e.message);
+        assert!(o.host(0, u32::MAX).is_err());
+        // A map file as the kernel lists it, several ranges, and none.
+        let r = IdRanges::parse("         0     300000      10\n        10     500000     100\n");
+        assert_eq!((r.inside(300_009), r.inside(500_001)), (9, 11));
+        assert_eq!(
+            (r.host(9), r.host(11), r.host(110)),
+            (Some(300_009), Some(500_001), None)
+        );
+        let host = IdRanges::parse("         0          0 4294967295\n");
+        assert_eq!(host, IdRanges::identity());
+        assert_eq!((host.inside(1000), host.host(70_000)), (1000, Some(70_000)));
+        assert_eq!(IdRanges::parse("").inside(0), OVERFLOW_ID);
+        // This process's own maps (the host's, or the test's namespace).
+        let me = Owners::of_pid(std::process::id() as i32).unwrap();
+        assert!(me.uids.host(0).is_some());
+    }
 
     #[test]
     fn slots_are_distinct_persisted_and_freed() {

@@ -347,6 +347,8 @@ impl Backend for FakeBackend {
                     size: 0,
                     mode: 0o755,
                     mtime: 0,
+                    uid: None,
+                    gid: None,
                 })
                 .collect();
             for (p, f) in &sb.files {
@@ -357,6 +359,8 @@ impl Backend for FakeBackend {
                         size: f.data.len() as u64,
                         mode: f.mode,
                         mtime: 0,
+                        uid: None,
+                        gid: None,
                     });
                 }
             }

@@ -69,6 +69,12 @@ pub struct FileEntry {
     pub mode: u32,
     /// Seconds since the epoch.
     pub mtime: i64,
+    /// The owner's uid and gid as seen inside the sandbox (absent from
+    /// older guest agents).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
 }
 
 /// What `stat` tells of one path: the entry itself (a symlink is not
@@ -84,6 +90,13 @@ pub struct FileStat {
     pub mtime: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub symlink_target: Option<String>,
+    /// The owner's uid and gid as seen inside the sandbox (ids in the
+    /// sandbox's user namespace, not the host's); absent from older guest
+    /// agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gid: Option<u32>,
 }
 
 /// A file operation besides reading and writing content. Paths are absolute
@@ -110,6 +123,10 @@ pub enum FileOp {
     },
     /// POSIX rename: an existing file at `to` is replaced.
     Rename { from: String, to: String },
+    /// Give the entry itself (a final symlink is not followed) to `uid`
+    /// and `gid`, ids as seen inside the sandbox; an id the sandbox cannot
+    /// map is `invalid_argument`.
+    Chown { path: String, uid: u32, gid: u32 },
 }
 
 /// How a write treats an existing file.
@@ -426,5 +443,32 @@ mod tests {
         assert_eq!(m["K"], "b");
         assert_eq!(m["A"], "1");
         assert_eq!(merge_env([&b, &a])["K"], "a");
+    }
+
+    /// Owners are optional both ways: an older guest agent or client
+    /// without them still parses, and no ids means no fields.
+    #[test]
+    fn owners_are_optional_on_the_wire() {
+        let st: FileStat =
+            serde_json::from_str(r#"{"path":"/a","kind":"file","size":1,"mode":420,"mtime":0}"#)
+                .unwrap();
+        assert_eq!((st.uid, st.gid), (None, None));
+        let v = serde_json::to_value(&st).unwrap();
+        assert!(v.get("uid").is_none() && v.get("gid").is_none());
+        let e: FileEntry = serde_json::from_str(
+            r#"{"name":"a","kind":"dir","size":0,"mode":493,"mtime":0,"uid":1000,"gid":1000}"#,
+        )
+        .unwrap();
+        assert_eq!((e.uid, e.gid), (Some(1000), Some(1000)));
+        let op: FileOp =
+            serde_json::from_str(r#"{"op":"chown","path":"/a","uid":1000,"gid":1000}"#).unwrap();
+        assert_eq!(
+            op,
+            FileOp::Chown {
+                path: "/a".into(),
+                uid: 1000,
+                gid: 1000
+            }
+        );
     }
 }

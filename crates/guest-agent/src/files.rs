@@ -254,6 +254,8 @@ pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
                 mode: md.mode() & 0o7777,
                 mtime: md.mtime(),
                 symlink_target,
+                uid: Some(md.uid()),
+                gid: Some(md.gid()),
             }))
         }
         FileOp::Remove { path, recursive } => {
@@ -319,7 +321,52 @@ pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
             })?;
             Ok(None)
         }
+        FileOp::Chown { path, uid, gid } => {
+            chown(&path, uid, gid)?;
+            Ok(None)
+        }
     }
+}
+
+/// Give the entry at `path` itself to `uid`:`gid`: `fchownat` with
+/// `AT_SYMLINK_NOFOLLOW` on its parent directory's descriptor, so a final
+/// symlink is changed, never what it points to.
+fn chown(path: &str, uid: u32, gid: u32) -> Result<(), AgentError> {
+    use std::os::unix::ffi::OsStrExt;
+    let p = check_path(path)?;
+    if uid == u32::MAX || gid == u32::MAX {
+        return Err(AgentError::invalid(format!(
+            "{path}: uid and gid must be below {}",
+            u32::MAX
+        )));
+    }
+    let (parent, name) = match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) => (parent, name),
+        // The root itself, `..` or `.` last: changed by its path.
+        _ => (p, std::ffi::OsStr::new(".")),
+    };
+    let c =
+        |s: &[u8]| std::ffi::CString::new(s).map_err(|_| AgentError::invalid("path contains NUL"));
+    let dir = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(parent)
+        .map_err(|e| AgentError::io(parent, e))?;
+    let name = c(name.as_bytes())?;
+    use std::os::fd::AsRawFd;
+    let rc = unsafe {
+        libc::fchownat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            uid,
+            gid,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(AgentError::io(p, std::io::Error::last_os_error()));
+    }
+    Ok(())
 }
 
 pub fn list(path: &str) -> Result<Vec<FileEntry>, AgentError> {
@@ -346,6 +393,8 @@ pub fn list(path: &str) -> Result<Vec<FileEntry>, AgentError> {
             size: md.len(),
             mode: md.mode() & 0o7777,
             mtime: md.mtime(),
+            uid: Some(md.uid()),
+            gid: Some(md.gid()),
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -419,6 +468,54 @@ mod tests {
         std::os::unix::fs::symlink("/nonexistent", t.path().join("l")).unwrap();
         let st = op(FileOp::Stat { path: p(&t, "l") }).unwrap().unwrap();
         assert_eq!(st.symlink_target.as_deref(), Some("/nonexistent"));
+    }
+
+    /// Stat and listing report the owner's ids; a chown changes the entry
+    /// itself, a symlink and not what it points to.
+    #[test]
+    fn owners_are_reported_and_changed() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        write(&p(&t, "f"), b"x", false, None).unwrap();
+        let md = fs::metadata(t.path().join("f")).unwrap();
+        let st = op(FileOp::Stat { path: p(&t, "f") }).unwrap().unwrap();
+        assert_eq!((st.uid, st.gid), (Some(md.uid()), Some(md.gid())));
+        let l = list(&t.path().to_string_lossy()).unwrap();
+        assert_eq!((l[0].uid, l[0].gid), (Some(md.uid()), Some(md.gid())));
+        let e = op(FileOp::Chown {
+            path: p(&t, "f"),
+            uid: u32::MAX,
+            gid: 0,
+        })
+        .unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+        if unsafe { libc::geteuid() } != 0 {
+            return; // giving files away needs root
+        }
+        let chown = |rel: &str, id: u32| {
+            op(FileOp::Chown {
+                path: p(&t, rel),
+                uid: id,
+                gid: id + 1,
+            })
+        };
+        chown("f", 1000).unwrap();
+        let st = op(FileOp::Stat { path: p(&t, "f") }).unwrap().unwrap();
+        assert_eq!((st.uid, st.gid), (Some(1000), Some(1001)));
+        mkdir_p(&t.path().join("d/e")).unwrap();
+        chown("d/e", 1000).unwrap();
+        assert_eq!(fs::metadata(t.path().join("d/e")).unwrap().uid(), 1000);
+        assert_eq!(fs::metadata(t.path().join("d")).unwrap().uid(), 0);
+        // A symlink to a file elsewhere: the link changes, its target not.
+        fs::write(outside.path().join("keep"), b"k").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("keep"), t.path().join("l")).unwrap();
+        chown("l", 2000).unwrap();
+        let lmd = fs::symlink_metadata(t.path().join("l")).unwrap();
+        assert_eq!((lmd.uid(), lmd.gid()), (2000, 2001));
+        let kmd = fs::metadata(outside.path().join("keep")).unwrap();
+        assert_eq!((kmd.uid(), kmd.gid()), (0, 0));
+        let e = chown("nope", 1000).unwrap_err();
+        assert_eq!(e.code, "not_found");
     }
 
     /// Mount points of this system: refused without being touched (as

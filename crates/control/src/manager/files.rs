@@ -135,7 +135,8 @@ impl Manager {
         }
     }
 
-    /// Remove, mkdir or rename (a stat goes through [`Manager::stat`]).
+    /// Remove, mkdir, rename or chown (a stat goes through
+    /// [`Manager::stat`]).
     pub async fn file_op(&self, ctx: &Ctx, id: &SandboxId, op: FileOp) -> Result<()> {
         self.with_running(ctx, id, |b| async move { b.file_op(id, op).await })
             .await

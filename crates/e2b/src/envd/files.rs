@@ -15,9 +15,9 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use stasis_access::scope::Scope;
-use stasis_core::{Error, ErrorCode, FileKind, FileOp, SandboxState, WriteMode};
+use stasis_core::{Error, ErrorCode, FileKind, SandboxState, WriteMode};
 
-use super::{caller, fs_msg, Caller};
+use super::{caller, fs_msg, owners, Caller};
 use crate::E2b;
 
 /// One read of a download.
@@ -52,8 +52,8 @@ type EnvdResult<T> = std::result::Result<T, EnvdError>;
 pub struct FileQuery {
     #[serde(default)]
     pub path: Option<String>,
-    /// The user to act as; files are read and written by the daemon on the
-    /// sandbox's behalf, so it only decides nothing here (documented).
+    /// The user an upload's files and the directories it makes are given
+    /// to (see [`super::owners`]); a download reads as the daemon.
     #[serde(default)]
     pub username: Option<String>,
 }
@@ -179,6 +179,7 @@ pub async fn upload(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_ascii_lowercase();
+    let owner = owners::target(&st, &c, q.username.as_deref(), "username").await?;
     let mut written = Vec::new();
     if ct.starts_with("multipart/form-data") {
         let mut mp = Multipart::from_request(req, &())
@@ -197,7 +198,7 @@ pub async fn upload(
                 _ => return Err(Error::invalid("each part needs a filename (its path)").into()),
             };
             let spooled = st.manager.spool_upload(field).await?;
-            written.push(put(&st, &c, &path, &spooled).await?);
+            written.push(put(&st, &c, &path, &spooled, &owner).await?);
         }
     } else {
         let path = need_path(&q)?.to_string();
@@ -207,7 +208,7 @@ pub async fn upload(
         } else {
             st.manager.spool_upload(body).await?
         };
-        written.push(put(&st, &c, &path, &spooled).await?);
+        written.push(put(&st, &c, &path, &spooled, &owner).await?);
     }
     if written.is_empty() {
         return Err(Error::invalid("no file in the request").into());
@@ -272,25 +273,26 @@ where
     })
 }
 
-/// Write one spooled upload, making its parent directories first.
+/// Write one spooled upload, making its parent directories first; what
+/// it makes and the file are given to the request's user.
 async fn put(
     st: &E2b,
     c: &Caller,
     path: &str,
     spooled: &stasis_control::manager::Spooled,
+    to: &owners::Target,
 ) -> Result<WriteInfo, Error> {
     let m = &st.manager;
     if let Some((parent, _)) = path.trim_end_matches('/').rsplit_once('/') {
         if !parent.is_empty() {
-            let op = FileOp::Mkdir {
-                path: parent.to_string(),
-                parents: true,
-            };
-            m.file_op(&c.ctx, &c.id, op).await?;
+            owners::make_dirs(st, c, parent, to.owner, &to.workdir).await?;
         }
     }
     m.write_spooled(&c.ctx, &c.id, path, spooled, None, WriteMode::Overwrite)
         .await?;
+    if let Some(o) = to.owner {
+        owners::give(st, c, &owners::absolute(&to.workdir, path), o).await?;
+    }
     let s = m.stat(&c.ctx, &c.id, path).await?;
     Ok(WriteInfo {
         name: fs_msg::base_name(&s.path),

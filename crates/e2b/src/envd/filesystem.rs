@@ -15,6 +15,8 @@ use stasis_core::{Error, ErrorCode, FileKind, FileOp};
 
 use super::connect::{self, Code, MessageReader, RpcError, RpcResult};
 use super::fs_msg::*;
+use super::owners::{self, Accounts};
+use super::process_msg::user_of;
 use super::process_msg::Empty;
 use super::registry::Buffer;
 use super::{caller, Caller};
@@ -69,13 +71,18 @@ fn path_err(e: Error) -> RpcError {
 
 /// A path's entry as envd reports it: a symlink has its target's type and
 /// its target as an absolute path (a dangling one stays a symlink).
-async fn stat(st: &E2b, c: &Caller, path: &str) -> RpcResult<EntryInfo> {
+/// Owners are named from `names`, else from the accounts read after the
+/// entry was found.
+async fn stat(st: &E2b, c: &Caller, path: &str, names: Option<&Accounts>) -> RpcResult<EntryInfo> {
     let s = st
         .manager
         .stat(&c.ctx, &c.id, path)
         .await
         .map_err(path_err)?;
-    let mut e = entry_of_stat(&s);
+    let mut e = match names {
+        Some(n) => entry_of_stat(&s, n),
+        None => entry_of_stat(&s, &owners::names(st, c).await),
+    };
     if let Some(target) = s
         .symlink_target
         .as_deref()
@@ -96,7 +103,7 @@ async fn unary(st: &E2b, h: &HeaderMap, method: &str, body: &[u8]) -> RpcResult<
         "Stat" => {
             let r: PathRequest = connect::decode(body)?;
             let c = who(st, h, Scope::Read).await?;
-            let entry = stat(st, &c, &r.path).await?;
+            let entry = stat(st, &c, &r.path, None).await?;
             Ok(connect::unary(&EntryResponse { entry }))
         }
         "ListDir" => {
@@ -114,12 +121,13 @@ async fn unary(st: &E2b, h: &HeaderMap, method: &str, body: &[u8]) -> RpcResult<
                     format!("directory {} already exists", r.path),
                 ));
             }
-            let op = FileOp::Mkdir {
-                path: r.path.clone(),
-                parents: true,
-            };
-            m.file_op(&c.ctx, &c.id, op).await.map_err(path_err)?;
-            let entry = stat(st, &c, &r.path).await?;
+            // Made by (given to) the user the call names, as envd does.
+            let user = user_of(h.get("authorization").and_then(|v| v.to_str().ok()))?;
+            let t = owners::target(st, &c, user.as_deref(), "user").await?;
+            owners::make_dirs(st, &c, &r.path, t.owner, &t.workdir)
+                .await
+                .map_err(path_err)?;
+            let entry = stat(st, &c, &r.path, t.accounts.as_ref()).await?;
             Ok(connect::unary(&EntryResponse { entry }))
         }
         "Move" => {
@@ -130,7 +138,7 @@ async fn unary(st: &E2b, h: &HeaderMap, method: &str, body: &[u8]) -> RpcResult<
                 to: r.destination.clone(),
             };
             m.file_op(&c.ctx, &c.id, op).await.map_err(path_err)?;
-            let entry = stat(st, &c, &r.destination).await?;
+            let entry = stat(st, &c, &r.destination, None).await?;
             Ok(connect::unary(&EntryResponse { entry }))
         }
         "Remove" => {
@@ -193,6 +201,7 @@ async fn list_dir(st: &E2b, c: &Caller, path: &str, depth: u32) -> RpcResult<Vec
             format!("path {path} is not a directory"),
         ));
     }
+    let names = owners::names(st, c).await;
     let mut out = Vec::new();
     let mut level = vec![top.path];
     for _ in 0..depth {
@@ -205,7 +214,7 @@ async fn list_dir(st: &E2b, c: &Caller, path: &str, depth: u32) -> RpcResult<Vec
                 Err(e) => return Err(path_err(e)),
             };
             for f in entries {
-                let e = entry_of_listing(&dir, &f);
+                let e = entry_of_listing(&dir, &f, &names);
                 if f.kind == FileKind::Dir {
                     next.push(e.path.clone());
                 }
@@ -234,10 +243,12 @@ async fn translate(
     ev: &stasis_core::FileEvent,
 ) -> Vec<FsEvent> {
     let mut out = events_of(ev, r.recursive);
-    if r.include_entry {
+    let wants = |e: &FsEvent| e.kind != "EVENT_TYPE_REMOVE" && e.kind != "EVENT_TYPE_RENAME";
+    if r.include_entry && out.iter().any(wants) {
+        let names = owners::names(st, c).await;
         for e in &mut out {
-            if e.kind != "EVENT_TYPE_REMOVE" && e.kind != "EVENT_TYPE_RENAME" {
-                e.entry = stat(st, c, &join(root, &e.name)).await.ok();
+            if wants(e) {
+                e.entry = stat(st, c, &join(root, &e.name), Some(&names)).await.ok();
             }
         }
     }

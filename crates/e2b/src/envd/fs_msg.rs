@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use stasis_core::{FileEntry, FileEvent, FileEventKind, FileKind, FileStat};
 
+use super::owners::Accounts;
 use super::pbjson;
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -158,6 +159,15 @@ pub fn join(dir: &str, name: &str) -> String {
     }
 }
 
+/// An entry's owner and group names (empty when the backend does not
+/// report ids: an older guest agent).
+fn owner_of(uid: Option<u32>, gid: Option<u32>, names: &Accounts) -> (String, String) {
+    (
+        uid.map(|u| names.user_name(u)).unwrap_or_default(),
+        gid.map(|g| names.group_name(g)).unwrap_or_default(),
+    )
+}
+
 fn entry(path: String, kind: FileKind, size: u64, mode: u32, mtime: i64) -> EntryInfo {
     EntryInfo {
         name: base_name(&path),
@@ -165,7 +175,6 @@ fn entry(path: String, kind: FileKind, size: u64, mode: u32, mtime: i64) -> Entr
         size: size as i64,
         mode: mode & 0o7777,
         permissions: permissions(kind, mode),
-        // stasis's file API does not report owners: left empty.
         owner: String::new(),
         group: String::new(),
         modified_time: pbjson::timestamp(mtime),
@@ -175,14 +184,17 @@ fn entry(path: String, kind: FileKind, size: u64, mode: u32, mtime: i64) -> Entr
     }
 }
 
-pub fn entry_of_stat(st: &FileStat) -> EntryInfo {
+pub fn entry_of_stat(st: &FileStat, names: &Accounts) -> EntryInfo {
     let mut e = entry(st.path.clone(), st.kind, st.size, st.mode, st.mtime);
     e.symlink_target = st.symlink_target.clone();
+    (e.owner, e.group) = owner_of(st.uid, st.gid, names);
     e
 }
 
-pub fn entry_of_listing(dir: &str, f: &FileEntry) -> EntryInfo {
-    entry(join(dir, &f.name), f.kind, f.size, f.mode, f.mtime)
+pub fn entry_of_listing(dir: &str, f: &FileEntry, names: &Accounts) -> EntryInfo {
+    let mut e = entry(join(dir, &f.name), f.kind, f.size, f.mode, f.mtime);
+    (e.owner, e.group) = owner_of(f.uid, f.gid, names);
+    e
 }
 
 /// The absolute path a symlink at `link` pointing to `target` names
@@ -255,8 +267,14 @@ mod tests {
             mode: 0o100644,
             mtime: 1_700_000_000,
             symlink_target: None,
+            uid: Some(1000),
+            gid: Some(1000),
         };
-        let v = serde_json::to_value(entry_of_stat(&st)).unwrap();
+        let names = Accounts {
+            passwd: "root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n".into(),
+            group: "root:x:0:\nuser:x:1000:\n".into(),
+        };
+        let v = serde_json::to_value(entry_of_stat(&st, &names)).unwrap();
         assert_eq!(v["name"], "a.txt");
         assert_eq!(v["type"], "FILE_TYPE_FILE");
         assert_eq!(v["path"], "/home/user/a.txt");
@@ -265,18 +283,30 @@ mod tests {
         assert_eq!(v["permissions"], "-rw-r--r--");
         assert_eq!(v["modifiedTime"], "2023-11-14T22:13:20Z");
         assert!(v.get("symlinkTarget").is_none());
+        assert_eq!((&v["owner"], &v["group"]), (&"user".into(), &"user".into()));
+        // Ids with no name are numbers; no ids (an older guest agent): empty.
+        let old = FileStat {
+            uid: None,
+            gid: None,
+            ..st.clone()
+        };
+        let e = entry_of_stat(&old, &names);
+        assert_eq!((e.owner.as_str(), e.group.as_str()), ("", ""));
         let f = FileEntry {
             name: "d".into(),
             kind: FileKind::Dir,
             size: 0,
             mode: 0o755,
             mtime: 0,
+            uid: Some(0),
+            gid: Some(4242),
         };
-        let e = entry_of_listing("/", &f);
+        let e = entry_of_listing("/", &f, &names);
         assert_eq!(
             (e.path.as_str(), e.permissions.as_str()),
             ("/d", "drwxr-xr-x")
         );
+        assert_eq!((e.owner.as_str(), e.group.as_str()), ("root", "4242"));
         assert_eq!(permissions(FileKind::Symlink, 0o777), "Lrwxrwxrwx");
         assert_eq!(base_name("/"), "/");
         assert_eq!(base_name("/a/b/"), "b");

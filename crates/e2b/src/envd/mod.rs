@@ -19,6 +19,7 @@ pub mod connect;
 pub mod files;
 pub mod filesystem;
 mod fs_msg;
+pub mod owners;
 pub mod pbjson;
 pub mod process;
 mod process_msg;
