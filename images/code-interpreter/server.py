@@ -34,6 +34,7 @@ kernel (ipykernel) is a separate process.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -219,6 +220,7 @@ class Context:
         self.cwd = cwd
         self.lock = threading.Lock()
         self.km = None
+        self.seq = 0  # its place in the listing (Contexts.create)
         self.kc = None
 
     def describe(self) -> Dict[str, str]:
@@ -363,10 +365,15 @@ class Contexts:
         # language -> id of its default context
         self.defaults: Dict[str, str] = {}
         self.starting: Dict[str, threading.Event] = {}
+        # Contexts are listed in the order they were asked for, not the order
+        # their kernels came up: the default one warmed at start stays first
+        # even when a caller's context starts faster.
+        self.order = itertools.count()
 
     def list(self) -> List[Dict[str, str]]:
         with self.lock:
-            return [c.describe() for c in self.by_id.values()]
+            ordered = sorted(self.by_id.values(), key=lambda c: c.seq)
+            return [c.describe() for c in ordered]
 
     def get(self, ctx_id: str) -> Context:
         with self.lock:
@@ -382,6 +389,8 @@ class Contexts:
             raise HttpError(400, f"cwd {cwd!r} must be an absolute path")
         os.makedirs(cwd, exist_ok=True)
         c = Context(lang, cwd)
+        with self.lock:
+            c.seq = next(self.order)
         try:
             c.start()
         except Exception as e:

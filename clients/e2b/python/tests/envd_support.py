@@ -10,13 +10,8 @@ ports assert the same thing against the sandbox's own working directory.
 that is what they do; a process sandbox's /proc is a mount the host-side
 file API does not cross (it answers ``InvalidArgumentException``), so there
 the same file is read by a command in the sandbox.
-
-``OWNER_DIFFERS``: stasis's file API reports no owner or group, so
-``EntryInfo.owner`` / ``.group`` are empty; the tests that assert E2B's
-``user`` are kept whole and marked as an expected, strict failure.
 """
 
-import pytest
 
 
 def home(sandbox) -> str:
@@ -45,9 +40,3 @@ async def aboot_id(sandbox) -> str:
     if BACKEND == "microvm":
         return (await sandbox.files.read(BOOT_ID)).strip()
     return (await sandbox.commands.run(f"cat {BOOT_ID}")).stdout.strip()
-
-
-OWNER_DIFFERS = pytest.mark.xfail(
-    strict=True,
-    reason="stasis reports no file owner/group (EntryInfo.owner == ''); see the E2B chapter",
-)

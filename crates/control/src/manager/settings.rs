@@ -71,10 +71,10 @@ impl LifecycleChange {
         }
         if let Some(t) = self.timeout_secs {
             // Whole seconds run so far, rounded down: the limit is kept in seconds,
-    // and a deadline up to a second early is what E2B's callers expect
-    // (a sandbox asked to stop in 5 s is gone when they look at 6 s); one
-    // rounded up could land a second late, past their check.
-    let ran = running_ms.max(0) as u64 / 1000;
+            // and a deadline up to a second early is what E2B's callers expect
+            // (a sandbox asked to stop in 5 s is gone when they look at 6 s); one
+            // rounded up could land a second late, past their check.
+            let ran = running_ms.max(0) as u64 / 1000;
             p.max_lifetime_secs = ran.saturating_add(t);
         }
         // The manifest's own rules, reported as this request's fields.

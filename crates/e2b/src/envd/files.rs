@@ -121,15 +121,21 @@ pub async fn download(
         },
     );
     let disposition = format!("attachment; filename={:?}", name);
-    Ok((
+    let mut resp = (
         [
             (header::CONTENT_TYPE, "application/octet-stream".to_string()),
-            (header::CONTENT_LENGTH, size.to_string()),
             (header::CONTENT_DISPOSITION, disposition),
         ],
         Body::from_stream(body),
     )
-        .into_response())
+        .into_response();
+    // A length only when the size means it: /proc and /sys files report 0
+    // and still have content, which then goes chunked.
+    if size > 0 {
+        resp.headers_mut()
+            .insert(header::CONTENT_LENGTH, header::HeaderValue::from(size));
+    }
+    Ok(resp)
 }
 
 /// What an upload answers for each file.

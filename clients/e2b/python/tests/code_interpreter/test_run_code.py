@@ -65,16 +65,16 @@ def test_stdout_stderr_callbacks(sandbox):
 
 def test_env_vars_for_one_run(sandbox):
     r = sandbox.run_code("import os\nos.environ['ONE_RUN']", envs={"ONE_RUN": "yes"})
-    assert r.text == "'yes'"
+    assert r.text == "yes"
     r = sandbox.run_code("import os\nstr(os.environ.get('ONE_RUN'))")
-    assert r.text == "'None'"
+    assert r.text == "None"
 
 
 def test_contexts(sandbox):
     ctx = sandbox.create_code_context(cwd="/tmp")
     assert ctx.language == "python" and ctx.cwd == "/tmp"
     assert ctx.id in [c.id for c in sandbox.list_code_contexts()]
-    assert sandbox.run_code("import os\nv = 5\nos.getcwd()", context=ctx).text == "'/tmp'"
+    assert sandbox.run_code("import os\nv = 5\nos.getcwd()", context=ctx).text == "/tmp"
     # Separate kernels: the default context does not see it.
     assert sandbox.run_code("v").error.name == "NameError"
     sandbox.restart_code_context(ctx)
@@ -96,7 +96,7 @@ def test_kernel_variables_survive_pause_and_connect(sandbox):
     sandbox.run_code("import pandas as pd\ndf = pd.DataFrame({'a': [1, 2, 3]})\nkept = 'yes'")
     assert sandbox.pause() is True
     again = Sandbox.connect(sandbox.sandbox_id)
-    assert again.run_code("kept").text == "'yes'"
+    assert again.run_code("kept").text == "yes"
     assert again.run_code("int(df.a.sum())").text == "6"
 
 

@@ -2,7 +2,7 @@
 // files/read, files/info (one file here; each upstream test keeps its name).
 import { assert, expect } from 'vitest'
 import { FileNotFoundError, NotFoundError } from 'e2b'
-import { notSupported, sandboxTest } from '../../setup'
+import { sandboxTest } from '../../setup'
 
 sandboxTest('file exists', async ({ sandbox }) => {
   await sandbox.files.write('test_exists.txt', 'test')
@@ -104,7 +104,7 @@ sandboxTest('read empty file in all formats', async ({ sandbox }) => {
   expect((await drain(stream)).length).toBe(0)
 })
 
-notSupported('get info of a file', async ({ sandbox }) => {
+sandboxTest('get info of a file', async ({ sandbox }) => {
   await sandbox.files.write('test_file.txt', 'test')
   const info = await sandbox.files.getInfo('test_file.txt')
   const cwd = (await sandbox.commands.run('pwd')).stdout.trim()
@@ -123,7 +123,7 @@ sandboxTest('get info of a file that does not exist', async ({ sandbox }) => {
   await expect(sandbox.files.getInfo('test_does_not_exist.txt')).rejects.toThrow(FileNotFoundError)
 })
 
-notSupported('get info of a directory', async ({ sandbox }) => {
+sandboxTest('get info of a directory', async ({ sandbox }) => {
   await sandbox.files.makeDir('test_dir')
   const info = await sandbox.files.getInfo('test_dir')
   const cwd = (await sandbox.commands.run('pwd')).stdout.trim()

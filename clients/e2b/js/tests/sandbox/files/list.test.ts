@@ -1,5 +1,5 @@
 import { assert } from 'vitest'
-import { notSupported, sandboxTest } from '../../setup'
+import { sandboxTest } from '../../setup'
 
 const PARENT = 'test_directory'
 const HOME = '/home/user'
@@ -69,7 +69,7 @@ function assertDir(e: any, path: string) {
   assert.ok(e.modifiedTime)
 }
 
-notSupported('file entry details', async ({ sandbox }) => {
+sandboxTest('file entry details', async ({ sandbox }) => {
   const content = 'Hello, World!'
   await sandbox.files.makeDir('test-file-entry')
   await sandbox.files.write('test-file-entry/test.txt', content)
@@ -80,7 +80,7 @@ notSupported('file entry details', async ({ sandbox }) => {
   assert.isUndefined(files[0].symlinkTarget)
 })
 
-notSupported('directory entry details', async ({ sandbox }) => {
+sandboxTest('directory entry details', async ({ sandbox }) => {
   await sandbox.files.makeDir('test-entry-info')
   await sandbox.files.makeDir('test-entry-info/subdir')
   const files = await sandbox.files.list('test-entry-info', { depth: 1 })
@@ -89,7 +89,7 @@ notSupported('directory entry details', async ({ sandbox }) => {
   assertDir(files[0], 'test-entry-info/subdir')
 })
 
-notSupported('mixed entries (files and directories)', async ({ sandbox }) => {
+sandboxTest('mixed entries (files and directories)', async ({ sandbox }) => {
   const content = 'Hello, World!'
   await sandbox.files.makeDir('test-mixed-entries')
   await sandbox.files.makeDir('test-mixed-entries/subdir')

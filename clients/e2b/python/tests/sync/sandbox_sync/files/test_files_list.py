@@ -1,7 +1,7 @@
 import uuid
 
 from e2b import FileType, Sandbox
-from envd_support import OWNER_DIFFERS, home
+from envd_support import home
 
 D, F = FileType.DIR, FileType.FILE
 
@@ -44,7 +44,6 @@ def test_list_directory_error_cases(sandbox: Sandbox):
     sandbox.files.remove(parent)
 
 
-@OWNER_DIFFERS
 def test_file_entry_details(sandbox: Sandbox):
     sandbox.files.make_dir("test-file-entry")
     sandbox.files.write("test-file-entry/test.txt", "Hello, World!")
@@ -63,7 +62,6 @@ def test_file_entry_details(sandbox: Sandbox):
     assert e.group == "user"
 
 
-@OWNER_DIFFERS
 def test_directory_entry_details(sandbox: Sandbox):
     sandbox.files.make_dir("test-entry-info")
     sandbox.files.make_dir("test-entry-info/subdir")
@@ -80,7 +78,6 @@ def test_directory_entry_details(sandbox: Sandbox):
     assert e.group == "user"
 
 
-@OWNER_DIFFERS
 def test_mixed_entries(sandbox: Sandbox):
     h = home(sandbox)
     sandbox.files.make_dir("test-mixed-entries")

@@ -2,10 +2,9 @@ import pytest
 
 from e2b import FileType, Sandbox
 from e2b.exceptions import FileNotFoundException
-from envd_support import OWNER_DIFFERS, home
+from envd_support import home
 
 
-@OWNER_DIFFERS
 def test_get_info_of_file(sandbox: Sandbox):
     sandbox.files.write("test_file.txt", "test")
     info = sandbox.files.get_info("test_file.txt")
@@ -26,7 +25,6 @@ def test_get_info_of_nonexistent_file(sandbox: Sandbox):
         sandbox.files.get_info("test_does_not_exist.txt")
 
 
-@OWNER_DIFFERS
 def test_get_info_of_directory(sandbox: Sandbox):
     sandbox.files.make_dir("test_dir")
     info = sandbox.files.get_info("test_dir")
