@@ -227,6 +227,18 @@ async fn refusals_are_e2b_shaped() {
         )
         .await;
     assert_e2b_error(s, &v, 404);
+    // A fork's count below 1 is refused as the request's own fault, before
+    // the key is looked at (the SDK's tests send it with a dummy key).
+    let (s, v, _) = t
+        .call_as(
+            "e2b_00",
+            "POST",
+            "/sandboxes/sb-test/fork",
+            Some(json!({"count": 0})),
+        )
+        .await;
+    assert_e2b_error(s, &v, 400);
+    assert!(v["message"].as_str().unwrap().contains("count"));
     let (s, v) = t.call("GET", "/sandboxes/nonexisting", None).await;
     assert_e2b_error(s, &v, 404);
     let (s, v) = t.call("DELETE", "/sandboxes/not%20an%20id", None).await;
