@@ -165,7 +165,7 @@ impl Rng {
         &xs[(self.next() % xs.len() as u64) as usize]
     }
     fn chance(&mut self, n: u64) -> bool {
-        self.next() % n == 0
+        self.next().is_multiple_of(n)
     }
 }
 
@@ -215,6 +215,9 @@ fn tree(r: &mut Rng, h: &Host, base: &Path, depth: u32, files: &mut Vec<PathBuf>
 
 /// A random archive: links to the host, files under them, hardlinks and
 /// (refused in a plain archive) whiteouts.
+// The derefs pick a `&str` out of `&[&str]`: without them `pick` infers
+// `T = str` from the expected type and does not compile.
+#[allow(clippy::explicit_auto_deref)]
 fn archive(r: &mut Rng, h: &Host) -> Vec<u8> {
     let targets: Vec<String> = (0..4).map(|_| link_target(r, h)).collect();
     let mut es: Vec<E<'_>> = vec![];
