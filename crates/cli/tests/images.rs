@@ -13,26 +13,35 @@ use serde_json::{json, Value};
 
 /// An image list without the stasis base, which every daemon registers
 /// when the guest image build left it (see `build_from_the_stasis_base...`).
+/// The images every daemon registers in place when the images directory
+/// holds them: stasis's base and the code interpreter built on it.
+const BUILT_IN: [&str; 2] = ["stasis-base:bookworm", "stasis-code-interpreter:latest"];
+
 fn without_base(v: Value) -> Value {
     Value::Array(
         v.as_array()
             .unwrap()
             .iter()
-            .filter(|i| i["name"] != "stasis-base")
+            .filter(|i| {
+                let name = i["name"].as_str().unwrap_or_default();
+                !BUILT_IN.iter().any(|b| b.split(':').next() == Some(name))
+            })
             .cloned()
             .collect(),
     )
 }
 
-/// The store directory of the stasis base image, if this daemon has it.
-async fn base_dir_name(http: &Http) -> Option<String> {
-    let r = http
-        .call("GET", "/v1/images/stasis-base:bookworm", None)
-        .await;
-    (r.status == 200).then(|| {
-        let id = r.body["record"]["id"].as_str().unwrap_or_default();
-        id.trim_start_matches("sha256:").to_string()
-    })
+/// The store directories of the built-in images this daemon has.
+async fn base_dir_names(http: &Http) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in BUILT_IN {
+        let r = http.call("GET", &format!("/v1/images/{b}"), None).await;
+        if r.status == 200 {
+            let id = r.body["record"]["id"].as_str().unwrap_or_default();
+            out.push(id.trim_start_matches("sha256:").to_string());
+        }
+    }
+    out
 }
 
 fn manifest(image: &str) -> Value {
@@ -520,12 +529,12 @@ async fn gc_spares_images_in_use() {
     assert_eq!(g["images_removed"], 1, "{g}");
     assert_eq!(g["layers_removed"], 2, "{g}");
     let store = d.dir.join("images-store");
-    // Only the stasis base (registered in place by every daemon) remains.
-    let base = base_dir_name(&http).await;
+    // Only the built-in images (registered in place by every daemon) remain.
+    let base = base_dir_names(&http).await;
     let left: Vec<String> = std::fs::read_dir(store.join("images"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| Some(n) != base.as_ref())
+        .filter(|n| !base.contains(n))
         .collect();
     assert!(left.is_empty(), "{left:?}");
     assert_eq!(std::fs::read_dir(store.join("layers")).unwrap().count(), 0);

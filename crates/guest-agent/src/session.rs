@@ -276,11 +276,13 @@ impl Sessions {
             }
             return Ok(s.info());
         }
-        *lock(&s.stdin) = None;
+        // The input is closed after the kill, not before: a shell reading
+        // it would see end of file and exit 0 before the SIGKILL lands.
         if s.slot.get().is_none() {
             reaper::kill_tree(s.pid);
             s.slot.wait(Some(Duration::from_secs(5)));
         }
+        *lock(&s.stdin) = None;
         // Let the waiter thread record the exit.
         let deadline = Instant::now() + Duration::from_secs(1);
         while lock(&s.out).exit.is_none() && Instant::now() < deadline {

@@ -352,7 +352,7 @@ mod tests {
             timeout_secs: Some(30),
             ..Default::default()
         };
-        assert_eq!(t.apply(&old, 10_500).unwrap().max_lifetime_secs, 41);
+        assert_eq!(t.apply(&old, 10_500).unwrap().max_lifetime_secs, 40);
         let bad = LifecycleChange {
             paused_ttl_secs: Some(0),
             ..Default::default()
