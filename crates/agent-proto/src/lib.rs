@@ -138,6 +138,11 @@ pub enum Request {
         wait_ms: u64,
     },
     SessionList,
+    /// Close the session's standard input (its reader sees end of file).
+    /// Not for a terminal session (its input is the terminal: send ^D).
+    SessionCloseInput {
+        session: String,
+    },
     /// Change the terminal size of a session started with a PTY (the
     /// session's foreground process group gets SIGWINCH).
     SessionResize {

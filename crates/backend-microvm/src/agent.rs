@@ -295,6 +295,7 @@ fn request_name(r: &Request) -> &'static str {
         Request::SessionRead { .. } => "session_read",
         Request::SessionList => "session_list",
         Request::SessionResize { .. } => "session_resize",
+        Request::SessionCloseInput { .. } => "session_close_input",
         Request::SessionKill { .. } => "session_kill",
         Request::Sync => "sync",
         Request::Configure { .. } => "configure",

@@ -331,6 +331,22 @@ pub(crate) async fn session_resize(
     }
 }
 
+pub(crate) async fn session_close_input(b: &MicrovmBackend, vm: &Vm, session: &str) -> Result<()> {
+    let req = Request::SessionCloseInput {
+        session: session.to_string(),
+    };
+    match call(b, vm, req, None, Duration::ZERO).await {
+        Ok(r) => expect_ok(r),
+        Err(e) if e.message.contains("unknown variant `session_close_input`") => {
+            Err(Error::unsupported(format!(
+                "the guest image {:?} has an agent too old to close a session's input; rebuild it (scripts/build-guest-image.sh)",
+                vm.image.name
+            )))
+        }
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -372,6 +372,11 @@ impl Backend for MicrovmBackend {
         guest::session_resize(self, &vm, session, size).await
     }
 
+    async fn session_close_input(&self, id: &SandboxId, session: &str) -> Result<()> {
+        let vm = state::vm(self, id)?;
+        guest::session_close_input(self, &vm, session).await
+    }
+
     async fn session_write(&self, id: &SandboxId, session: &str, data: &[u8]) -> Result<()> {
         let vm = state::vm(self, id)?;
         for c in data.chunks(FILE_CHUNK) {

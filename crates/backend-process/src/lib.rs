@@ -222,6 +222,11 @@ impl Backend for ProcessBackend {
         session::resize(&sb, session, size).await
     }
 
+    async fn session_close_input(&self, id: &SandboxId, session: &str) -> Result<()> {
+        let sb = self.get(id)?;
+        session::close_input(&sb, session).await
+    }
+
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
         lifecycle::pause(self, id, out, keep_memory).await
     }

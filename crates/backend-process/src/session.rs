@@ -116,6 +116,17 @@ pub(crate) async fn list(sb: &Sandbox) -> Result<Vec<SessionInfo>> {
     }
 }
 
+pub(crate) async fn close_input(sb: &Sandbox, session: &str) -> Result<()> {
+    sb.pid().await?;
+    let req = Request::SessionCloseInput {
+        session: session.to_string(),
+    };
+    match sb.supervisor_call(req, Duration::ZERO).await? {
+        Reply::Ok => Ok(()),
+        other => Err(unexpected(other)),
+    }
+}
+
 pub(crate) async fn resize(sb: &Sandbox, session: &str, size: PtySize) -> Result<()> {
     stasis_core::exec::check_pty_size(size)?;
     sb.pid().await?;

@@ -459,6 +459,19 @@ impl Sup {
                     .map(|s| s.info())
                     .collect(),
             },
+            Request::SessionCloseInput { session } => {
+                let s = self.session(&session)?;
+                let mut stdin = s.stdin.lock().await;
+                if matches!(stdin.as_ref(), Some(Input::Pty(_))) {
+                    return Err(Error::state(format!(
+                        "session {session} has a terminal: its input cannot be closed (send ^D)"
+                    )));
+                }
+                // Dropping the pipe's end is the close; closing twice, or
+                // after the command ended, is a no-op.
+                stdin.take();
+                Reply::Ok
+            }
             Request::SessionResize { session, size } => {
                 stasis_core::exec::check_pty_size(size)?;
                 let s = self.session(&session)?;

@@ -1,7 +1,9 @@
 //! Sessions on a pseudo-terminal: the command sees a terminal (isatty,
 //! TERM, `stty size`), a resize reaches it as SIGWINCH with the new size,
 //! Ctrl-C (0x03) interrupts the foreground job of an interactive shell, the
-//! exit status is reported, and bad resizes are refused with a code.
+//! exit status is reported, and bad resizes are refused with a code. A
+//! session on pipes can have its input closed (its reader sees end of
+//! file); one on a terminal cannot.
 mod common;
 use common::*;
 
@@ -199,6 +201,34 @@ async fn keystroke_round_trip() {
         times[times.len() * 9 / 10],
         times.len()
     );
+    e.be.destroy(id, &sb.dir).await.unwrap();
+    e.cleanup_parent();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_the_input_ends_a_reader_on_pipes_and_is_refused_on_a_terminal() {
+    let e = env("close-input");
+    let sb = e.create().await;
+    let id = &sb.id;
+    let s =
+        e.be.session_start(id, spec(&["wc", "-c"], None))
+            .await
+            .unwrap();
+    e.be.session_write(id, &s.id, b"12345").await.unwrap();
+    e.be.session_close_input(id, &s.id).await.unwrap();
+    read_until(&e.be, &sb, &s.id, 0, "5").await;
+    assert_eq!(exit_code(&e.be, &sb, &s.id).await, Some(0));
+    // Again, after the command ended: nothing to close, no error.
+    e.be.session_close_input(id, &s.id).await.unwrap();
+
+    let t =
+        e.be.session_start(id, spec(&["cat"], Some(SIZE)))
+            .await
+            .unwrap();
+    let err = e.be.session_close_input(id, &t.id).await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::InvalidState, "{err:?}");
+    let err = e.be.session_close_input(id, "s-nope").await.unwrap_err();
+    assert_eq!(err.code, ErrorCode::NotFound, "{err:?}");
     e.be.destroy(id, &sb.dir).await.unwrap();
     e.cleanup_parent();
 }

@@ -432,6 +432,27 @@ impl Backend for FakeBackend {
         })
     }
 
+    async fn session_close_input(&self, id: &SandboxId, session: &str) -> Result<()> {
+        self.step("session_close_input").await?;
+        self.with_running(id, |sb| {
+            let s = sb
+                .sessions
+                .get_mut(session)
+                .ok_or_else(|| Error::not_found(format!("session {session}")))?;
+            if s.pty.is_some() {
+                return Err(Error::state(format!(
+                    "session {session} has a terminal: its input cannot be closed (send ^D)"
+                )));
+            }
+            // `cat` reads its input to the end: it ends with status 0.
+            if s.running {
+                s.running = false;
+                s.exit_code = Some(0);
+            }
+            Ok(())
+        })
+    }
+
     async fn session_read(
         &self,
         id: &SandboxId,

@@ -337,6 +337,15 @@ pub trait Backend: Send + Sync + 'static {
         signal: stasis_core::SessionSignal,
     ) -> Result<()>;
 
+    /// Close a session's standard input, so a command reading it to its end
+    /// (`cat`, `sort`, `wc`) finishes. Not for a terminal session.
+    async fn session_close_input(&self, _id: &SandboxId, _session: &str) -> Result<()> {
+        Err(stasis_core::Error::unsupported(format!(
+            "the {} backend cannot close a session's input",
+            self.kind()
+        )))
+    }
+
     /// Change the terminal size of a session started with a PTY.
     async fn session_resize(&self, _id: &SandboxId, _session: &str, _size: PtySize) -> Result<()> {
         Err(stasis_core::Error::unsupported(format!(

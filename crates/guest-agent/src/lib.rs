@@ -235,6 +235,10 @@ impl Agent {
             Request::SessionList => Reply::Sessions {
                 sessions: self.sessions.list(),
             },
+            Request::SessionCloseInput { session } => {
+                self.sessions.close_input(&session)?;
+                Reply::Ok
+            }
             Request::SessionResize { session, size } => {
                 self.sessions.resize(&session, size)?;
                 Reply::Ok

@@ -206,6 +206,20 @@ impl Sessions {
         Ok(())
     }
 
+    /// Close the input of a session without a terminal: its command reads
+    /// end of file. Closing twice, or after the command ended, is a no-op.
+    pub fn close_input(&self, id: &str) -> Result<(), AgentError> {
+        let s = self.get(id)?;
+        if lock(&s.pty).is_some() {
+            return Err(AgentError::new(
+                "invalid_state",
+                format!("session {id} has a terminal: its input cannot be closed (send ^D)"),
+            ));
+        }
+        lock(&s.stdin).take();
+        Ok(())
+    }
+
     /// Set the terminal size of a session with a PTY (its foreground
     /// process group gets SIGWINCH).
     pub fn resize(&self, id: &str, size: PtySize) -> Result<(), AgentError> {

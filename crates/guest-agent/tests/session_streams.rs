@@ -104,3 +104,42 @@ fn an_interrupt_reaches_the_program_and_a_killed_session_stays_readable() {
         r => panic!("{r:?}"),
     }
 }
+
+#[test]
+fn closing_the_input_ends_a_reader_and_later_writes_are_refused() {
+    let agent = Arc::new(Agent::new());
+    let mut c = connect(&agent);
+    let id = c.session_start(&["cat"]);
+    match c.reply(Request::SessionWrite {
+        session: id.clone(),
+        data: b"hello".to_vec(),
+    }) {
+        Reply::Ok => {}
+        r => panic!("{r:?}"),
+    }
+    for _ in 0..2 {
+        // Closing twice is no error.
+        match c.reply(Request::SessionCloseInput {
+            session: id.clone(),
+        }) {
+            Reply::Ok => {}
+            r => panic!("{r:?}"),
+        }
+    }
+    let (_, out, _, code) = read_to_end(&mut c, &id);
+    assert_eq!(code, Some(0), "cat read end of file");
+    assert_eq!(String::from_utf8_lossy(&out), "hello");
+    match c.reply(Request::SessionWrite {
+        session: id.clone(),
+        data: b"more".to_vec(),
+    }) {
+        Reply::Error { code, message } => assert_eq!(code, "invalid_state", "{message}"),
+        r => panic!("{r:?}"),
+    }
+    match c.reply(Request::SessionCloseInput {
+        session: "s-nope".into(),
+    }) {
+        Reply::Error { code, message } => assert_eq!(code, "not_found", "{message}"),
+        r => panic!("{r:?}"),
+    }
+}

@@ -464,6 +464,20 @@ impl Manager {
         .await
     }
 
+    /// Close a session's standard input (not a terminal session's); counts
+    /// as activity.
+    pub async fn session_close_input(
+        &self,
+        ctx: &Ctx,
+        id: &SandboxId,
+        session: &str,
+    ) -> Result<()> {
+        self.with_running(ctx, id, |b| async move {
+            b.session_close_input(id, session).await
+        })
+        .await
+    }
+
     pub async fn session_list(&self, ctx: &Ctx, id: &SandboxId) -> Result<Vec<SessionInfo>> {
         self.with_running(ctx, id, |b| async move { b.session_list(id).await })
             .await

@@ -6,8 +6,8 @@
 //! write to it, `SendSignal` sends it SIGTERM or SIGKILL (a SIGKILL ends
 //! the session's whole process tree), `Update` resizes its terminal. Its pid is derived from
 //! the session's id ([`pid_of`]). Output is stdout and stderr apart, in the
-//! order produced, or terminal output for a PTY. `CloseStdin` is not
-//! supported (a session's input stays open).
+//! order produced, or terminal output for a PTY. `CloseStdin` closes a
+//! session's input (its command reads end of file).
 
 use std::time::Duration;
 
@@ -132,15 +132,14 @@ async fn unary(st: &E2b, h: &HeaderMap, method: &str, body: Body) -> RpcResult<R
             }
             Ok(connect::unary(&Empty {}))
         }
-        // CloseStdin
+        // CloseStdin: the command reads end of file (not on a terminal:
+        // the session answers `failed_precondition`; send ^D there).
         _ => {
-            let _: SelectorOnly = connect::decode(&body)?;
-            who(st, h, Scope::Exec).await?;
-            Err(RpcError::new(
-                Code::Unimplemented,
-                "closing a process's stdin is not supported on stasis: its input stays open \
-                 until it exits (send the program its own end marker, or kill it)",
-            ))
+            let r: SelectorOnly = connect::decode(&body)?;
+            let c = who(st, h, Scope::Exec).await?;
+            let s = find(st, &c, r.process.as_ref()).await?;
+            m.session_close_input(&c.ctx, &c.id, &s.id).await?;
+            Ok(connect::unary(&Empty {}))
         }
     }
 }

@@ -1,6 +1,6 @@
 import { assert } from 'vitest'
 import type { CommandHandle, Sandbox } from 'e2b'
-import { notSupported, sandboxTest } from '../../setup'
+import { sandboxTest } from '../../setup'
 
 const HELLO = 'Hello, World!'
 
@@ -44,7 +44,7 @@ sandboxTest('send stdin via command handle', async ({ sandbox }) => {
   assert.equal(h.stdout, HELLO)
 })
 
-notSupported('close stdin via command handle', async ({ sandbox }) => {
+sandboxTest('close stdin via command handle', async ({ sandbox }) => {
   const h = await cat(sandbox)
   await h.sendStdin(HELLO)
   await h.closeStdin()

@@ -1,5 +1,3 @@
-import pytest
-
 from e2b import Sandbox
 
 
@@ -27,7 +25,6 @@ def test_send_stdin_via_command_handle(sandbox: Sandbox):
     assert first_stdout(cmd) == "Hello, World!"
 
 
-@pytest.mark.xfail(strict=True, reason="CloseStdin is not supported on stasis (a session's input stays open)")
 def test_close_stdin_via_command_handle(sandbox: Sandbox):
     cmd = sandbox.commands.run("cat", background=True, stdin=True)
     cmd.send_stdin("Hello, World!")
