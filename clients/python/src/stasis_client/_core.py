@@ -469,7 +469,10 @@ def op_listdir(sandbox_id: str, path: str) -> Op[list[FileEntry]]:
 
 # ----- sessions ----------------------------------------------------------------
 
-PYTHON_ARGV = ["python3", "-i", "-u", "-q"]
+# The prompts are emptied before the first one is printed (`-c` runs before
+# interactive mode starts): a prompt goes to stderr, and stderr is read apart
+# from stdout, so one printed later could land after a chunk's marker.
+PYTHON_ARGV = ["python3", "-i", "-u", "-q", "-c", "import sys as _s; _s.ps1 = _s.ps2 = ''; del _s"]
 
 # Defined once in a python session: runs a chunk of code in the session's
 # globals, prints any traceback, then a marker line that ends the chunk's
