@@ -534,7 +534,13 @@ mod tests {
         let m = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
         assert!(check_meta(&m("author", "mish")).is_ok());
         assert!(check_meta(&m("a.b-c_~", "")).is_ok());
-        for bad in [m("", "v"), m("bad key", "v"), m("k\n", "v"), m("k", "v\n"), m("k", "é")] {
+        for bad in [
+            m("", "v"),
+            m("bad key", "v"),
+            m("k\n", "v"),
+            m("k", "v\n"),
+            m("k", "é"),
+        ] {
             assert!(check_meta(&bad).is_err(), "{bad:?}");
         }
         let many: BTreeMap<_, _> = (0..=XATTR_MAX_COUNT)

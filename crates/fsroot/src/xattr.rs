@@ -156,13 +156,7 @@ pub fn replace(fd: BorrowedFd<'_>, meta: &BTreeMap<String, String>) -> io::Resul
         let name = CString::new(format!("{PREFIX}{k}"))
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         let rc = unsafe {
-            libc::fsetxattr(
-                fd.as_raw_fd(),
-                name.as_ptr(),
-                v.as_ptr().cast(),
-                v.len(),
-                0,
-            )
+            libc::fsetxattr(fd.as_raw_fd(), name.as_ptr(), v.as_ptr().cast(), v.len(), 0)
         };
         if rc != 0 {
             return Err(io::Error::last_os_error());
@@ -223,9 +217,8 @@ mod tests {
         replace(fd.as_fd(), &BTreeMap::new()).unwrap();
         assert_eq!(read(fd.as_fd()), None);
         let mut b = [0u8; 4];
-        let n = unsafe {
-            libc::fgetxattr(fd.as_raw_fd(), other.as_ptr(), b.as_mut_ptr().cast(), 4)
-        };
+        let n =
+            unsafe { libc::fgetxattr(fd.as_raw_fd(), other.as_ptr(), b.as_mut_ptr().cast(), 4) };
         assert_eq!(n, 1, "other attributes stay");
         // A directory carries metadata too.
         std::fs::create_dir(t.path().join("sub")).unwrap();

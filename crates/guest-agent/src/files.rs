@@ -687,7 +687,10 @@ mod tests {
     }
 
     fn stat_meta(path: &str) -> Option<std::collections::BTreeMap<String, String>> {
-        op(FileOp::Stat { path: path.into() }).unwrap().unwrap().xattrs
+        op(FileOp::Stat { path: path.into() })
+            .unwrap()
+            .unwrap()
+            .xattrs
     }
 
     /// Metadata set, replaced and cleared through the op, seen by stat and
@@ -722,7 +725,13 @@ mod tests {
         // Set by a program, by path: read back without the prefix.
         let c = std::ffi::CString::new(f.as_str()).unwrap();
         let rc = unsafe {
-            libc::setxattr(c.as_ptr(), c"user.e2b.author".as_ptr(), b"mish".as_ptr().cast(), 4, 0)
+            libc::setxattr(
+                c.as_ptr(),
+                c"user.e2b.author".as_ptr(),
+                b"mish".as_ptr().cast(),
+                4,
+                0,
+            )
         };
         assert_eq!(rc, 0);
         assert_eq!(stat_meta(&f), Some(meta(&[("author", "mish")])));
