@@ -221,7 +221,7 @@ impl Root {
             .map_err(|e| op_err(e, path))?
             .ok_or_else(|| {
                 Error::invalid(format!(
-                    "{path} is not a file or directory: it carries no metadata"
+                    "{path} carries no metadata: it is not a file or directory (or is on a kernel file system)"
                 ))
             })?;
         xattr::replace(fd.as_fd(), meta).map_err(|e| op_err(e, path))

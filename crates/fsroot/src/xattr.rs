@@ -22,9 +22,37 @@ pub const MAX_BYTES: usize = 64 * 1024;
 /// The most of the whole attribute name list read (all namespaces).
 const MAX_LIST: usize = 256 * 1024;
 
+/// Kernel file systems whose files carry no `user.*` attributes and may
+/// act on an open (procfs, sysfs, debugfs, tracefs, securityfs, cgroup,
+/// bpf, devpts, pstore, efivarfs, configfs): their entries are not opened.
+const KERNEL_FS: [i64; 12] = [
+    0x9fa0,      // proc
+    0x6265_6572, // sysfs
+    0x6462_6720, // debugfs
+    0x7472_6163, // tracefs
+    0x7363_6673, // securityfs
+    0x0027_e0eb, // cgroup
+    0x6367_7270, // cgroup2
+    0xcafe_4a11, // bpf
+    0x1cd1,      // devpts
+    0x6165_676c, // pstore
+    0xde5e_81e4, // efivarfs
+    0x6265_6570, // configfs
+];
+
+/// Whether the directory `dir` is on one of [`KERNEL_FS`].
+fn on_kernel_fs(dir: BorrowedFd<'_>) -> bool {
+    let mut sf: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(dir.as_raw_fd(), &mut sf) } != 0 {
+        return false;
+    }
+    KERNEL_FS.contains(&(sf.f_type as i64))
+}
+
 /// Open the entry `name` of `dir` to read or set its attributes: a regular
 /// file or a directory, never following a final symlink. `None` for a
-/// symlink or anything else (devices, FIFOs, sockets are not opened).
+/// symlink or anything else (devices, FIFOs, sockets are not opened), and
+/// for entries of kernel file systems such as /proc and /sys.
 pub fn open_entry(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Option<OwnedFd>> {
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let rc = unsafe {
@@ -38,7 +66,7 @@ pub fn open_entry(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Option<OwnedFd
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
-    if !matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFDIR) {
+    if !matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFDIR) || on_kernel_fs(dir) {
         return Ok(None);
     }
     let fd = unsafe {
@@ -245,5 +273,14 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         assert!(open_entry(d.as_fd(), c"p").unwrap().is_none());
         assert!(open_entry(d.as_fd(), c"missing").is_err());
+    }
+
+    /// Entries of /proc are not opened (nor is their metadata read).
+    #[test]
+    fn kernel_file_systems_are_left_alone() {
+        let proc: OwnedFd = std::fs::File::open("/proc/self").unwrap().into();
+        assert!(open_entry(proc.as_fd(), c"status").unwrap().is_none());
+        let t = tempfile::tempdir().unwrap();
+        assert!(!on_kernel_fs(dir(&t).as_fd()));
     }
 }

@@ -377,7 +377,7 @@ fn set_meta(
         .map_err(|e| AgentError::io(p, e))?
         .ok_or_else(|| {
             AgentError::invalid(format!(
-                "{path} is not a file or directory: it carries no metadata"
+                "{path} carries no metadata: it is not a file or directory (or is on a kernel file system)"
             ))
         })?;
     stasis_fsroot::xattr::replace(fd.as_fd(), meta).map_err(|e| AgentError::io(p, e))
