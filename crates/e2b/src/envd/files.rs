@@ -326,10 +326,21 @@ async fn put(
         owners::give(st, c, &owners::absolute(&to.workdir, path), o).await?;
     }
     let s = m.stat(&c.ctx, &c.id, path).await?;
-    let had = s.xattrs.unwrap_or_default();
-    if &had != meta {
+    // Written through a symlink: the metadata belongs to the file written.
+    let mut file = s.clone();
+    for _ in 0..8 {
+        match (&file.kind, &file.symlink_target) {
+            (FileKind::Symlink, Some(t)) => {
+                let abs = fs_msg::resolve_link(&file.path, t);
+                file = m.stat(&c.ctx, &c.id, &abs).await?;
+            }
+            _ => break,
+        }
+    }
+    let had = file.xattrs.clone().unwrap_or_default();
+    if &had != meta && file.kind != FileKind::Symlink {
         let op = FileOp::SetMeta {
-            path: s.path.clone(),
+            path: file.path.clone(),
             meta: meta.clone(),
         };
         m.file_op(&c.ctx, &c.id, op).await?;
