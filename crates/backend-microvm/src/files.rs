@@ -232,6 +232,10 @@ pub(crate) async fn op(b: &MicrovmBackend, id: &SandboxId, op: FileOp) -> Result
             uid,
             gid,
         },
+        FileOp::SetMeta { path, meta } => FileOp::SetMeta {
+            path: r(&path)?,
+            meta,
+        },
     };
     match guest::call(
         b,

@@ -1,5 +1,6 @@
-//! Stat, remove, mkdir, rename and ranged reads on a sandbox's root, with
-//! the same resolution rules as [`crate::fsops`]: every path is resolved by
+//! Stat, remove, mkdir, rename, chown, metadata (xattrs) and ranged reads
+//! on a sandbox's root, with the same resolution rules as
+//! [`crate::fsops`]: every path is resolved by
 //! `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_XDEV)` up to its parent directory,
 //! and the last component is acted on relative to that directory's fd (never
 //! followed when it is a symlink), so no operation reaches outside the root.
@@ -14,10 +15,12 @@
 //! and checks the entry is none of the directories that hold a mount of
 //! the sandbox (from its own mountinfo): those answer `mount_point`.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+use stasis_fsroot::xattr;
 
 use stasis_core::mounts::{holders, refused};
 use stasis_core::{Error, ErrorCode, FileKind, FileStat, Result};
@@ -26,6 +29,13 @@ use crate::fsops::{map_err, read_link_at, Root};
 
 /// Deepest directory tree a recursive remove descends.
 const MAX_DEPTH: u32 = 512;
+
+/// The metadata of the entry `name` in `dir` (a file or directory opened
+/// with `O_NOFOLLOW` beneath it); none on any error.
+pub(crate) fn meta_in(dir: BorrowedFd<'_>, name: &CStr) -> Option<BTreeMap<String, String>> {
+    let fd = xattr::open_entry(dir, name).ok()??;
+    xattr::read(fd.as_fd())
+}
 
 fn split(path: &str) -> Result<(&str, &str)> {
     match path.rsplit_once('/') {
@@ -159,6 +169,7 @@ impl Root {
     /// `uid`/`gid` are the ids the daemon sees (host ids of a sandbox in a
     /// user namespace: see [`crate::userns::Owners`] for the inside ones).
     pub fn stat(&self, path: &str) -> Result<FileStat> {
+        let mut xattrs = None;
         let st = if path == "/" {
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
             if unsafe { libc::fstat(self.0.as_raw_fd(), &mut st) } != 0 {
@@ -167,7 +178,11 @@ impl Root {
             st
         } else {
             let (dir, name, _) = self.parent_of(path)?;
-            fstatat(dir.as_raw_fd(), &name).map_err(|e| map_err(e, path))?
+            let st = fstatat(dir.as_raw_fd(), &name).map_err(|e| map_err(e, path))?;
+            if matches!(kind_of(st.st_mode), FileKind::File | FileKind::Dir) {
+                xattrs = meta_in(dir.as_fd(), &name);
+            }
+            st
         };
         let kind = kind_of(st.st_mode);
         let symlink_target = if kind == FileKind::Symlink {
@@ -185,7 +200,31 @@ impl Root {
             symlink_target,
             uid: Some(st.st_uid),
             gid: Some(st.st_gid),
+            xattrs,
         })
+    }
+
+    /// Replace the metadata (`user.e2b.*` attributes) of the entry at
+    /// `path` itself: opened relative to its parent's descriptor with
+    /// `O_NOFOLLOW` (a symlink, device or FIFO is `invalid_argument`), then
+    /// changed through that descriptor. The root and mount points (which
+    /// may be host directories) answer `mount_point`.
+    pub fn set_meta(&self, path: &str, meta: &BTreeMap<String, String>) -> Result<()> {
+        stasis_core::exec::check_meta(meta)?;
+        let (dir, name) = self.parent_for_change(path)?;
+        match is_mount_point(dir.as_raw_fd(), &name) {
+            Ok(false) => {}
+            Ok(true) => return Err(refused(path, "is a mount point")),
+            Err(e) => return Err(op_err(e, path)),
+        }
+        let fd = xattr::open_entry(dir.as_fd(), &name)
+            .map_err(|e| op_err(e, path))?
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{path} carries no metadata: it is not a file or directory (or is on a kernel file system)"
+                ))
+            })?;
+        xattr::replace(fd.as_fd(), meta).map_err(|e| op_err(e, path))
     }
 
     /// Give the entry at `path` itself to `uid`:`gid` (ids the daemon

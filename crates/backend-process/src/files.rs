@@ -75,8 +75,8 @@ pub(crate) async fn write_file_from(
     .map(|_| ())
 }
 
-/// Stat, remove, mkdir, rename, chown (see [`crate::fileops`]), as the
-/// sandbox's root. Owners are ids as seen inside the sandbox, translated
+/// Stat, remove, mkdir, rename, chown, set_meta (see [`crate::fileops`]),
+/// as the sandbox's root. Owners are ids as seen inside the sandbox, translated
 /// through its user namespace's maps.
 pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>> {
     let w = sb.workdir();
@@ -100,6 +100,10 @@ pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>
             path: fsops::normalize(w, &path)?,
             uid,
             gid,
+        },
+        FileOp::SetMeta { path, meta } => FileOp::SetMeta {
+            path: fsops::normalize(w, &path)?,
+            meta,
         },
     };
     let pid = sb.pid().await?;
@@ -139,6 +143,7 @@ pub(crate) async fn file_op(sb: &Sandbox, op: FileOp) -> Result<Option<FileStat>
                 }
                 FileOp::Mkdir { path, parents } => r.mkdir(&path, parents).map(|_| None),
                 FileOp::Rename { from, to } => r.rename(&from, &to, &held).map(|_| None),
+                FileOp::SetMeta { path, meta } => r.set_meta(&path, &meta).map(|_| None),
             }
         })
     })

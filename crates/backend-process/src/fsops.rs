@@ -299,6 +299,13 @@ impl Root {
                 // As the daemon sees them (see `Root::stat`).
                 uid: Some(st.st_uid),
                 gid: Some(st.st_gid),
+                xattrs: matches!(kind, FileKind::File | FileKind::Dir)
+                    .then(|| {
+                        // SAFETY: `dfd` is `dir`'s, open for this loop.
+                        let d = unsafe { std::os::fd::BorrowedFd::borrow_raw(dfd) };
+                        crate::fileops::meta_in(d, name)
+                    })
+                    .flatten(),
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));

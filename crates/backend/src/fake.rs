@@ -349,6 +349,7 @@ impl Backend for FakeBackend {
                     mtime: 0,
                     uid: None,
                     gid: None,
+                    xattrs: None,
                 })
                 .collect();
             for (p, f) in &sb.files {
@@ -361,6 +362,7 @@ impl Backend for FakeBackend {
                         mtime: 0,
                         uid: None,
                         gid: None,
+                        xattrs: None,
                     });
                 }
             }

@@ -280,8 +280,8 @@ pub trait Backend: Send + Sync + 'static {
         self.write_file_with(id, path, &data, mode, how).await
     }
 
-    /// Stat, remove, mkdir, rename, chown (see [`FileOp`]); a stat answers
-    /// `Some`.
+    /// Stat, remove, mkdir, rename, chown, set_meta (see [`FileOp`]); a
+    /// stat answers `Some`.
     async fn file_op(&self, _id: &SandboxId, _op: FileOp) -> Result<Option<FileStat>> {
         Err(stasis_core::Error::unsupported(format!(
             "the {} backend has no file operations",

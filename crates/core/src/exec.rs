@@ -75,6 +75,52 @@ pub struct FileEntry {
     pub uid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid: Option<u32>,
+    /// The entry's `user.e2b.*` extended attributes, the prefix stripped
+    /// (see [`XATTR_PREFIX`]); absent when it has none, for a symlink, or
+    /// from older guest agents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xattrs: Option<BTreeMap<String, String>>,
+}
+
+/// The extended-attribute namespace file metadata lives in: a key `k` is
+/// the attribute `user.e2b.k` (E2B's envd stores it there too, so programs
+/// in the sandbox can read and set it).
+pub const XATTR_PREFIX: &str = "user.e2b.";
+/// At most this many metadata attributes are read or set per entry.
+pub const XATTR_MAX_COUNT: usize = 64;
+/// At most this many bytes of names and values (prefix included) per entry.
+pub const XATTR_MAX_BYTES: usize = 64 * 1024;
+
+/// Whether a metadata map can be stored: keys are HTTP token characters
+/// (what E2B's SDK sends as `X-Metadata-<key>` header names), values
+/// printable ASCII, within [`XATTR_MAX_COUNT`] and [`XATTR_MAX_BYTES`].
+pub fn check_meta(meta: &BTreeMap<String, String>) -> crate::Result<()> {
+    if meta.len() > XATTR_MAX_COUNT {
+        return Err(crate::Error::invalid(format!(
+            "at most {XATTR_MAX_COUNT} metadata entries per file"
+        )));
+    }
+    let mut bytes = 0;
+    for (k, v) in meta {
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if k.is_empty() || !k.chars().all(token) {
+            return Err(crate::Error::invalid(format!(
+                "metadata key {k:?}: use only letters, digits and !#$%&'*+-.^_`|~"
+            )));
+        }
+        if !v.chars().all(|c| (' '..='~').contains(&c)) {
+            return Err(crate::Error::invalid(format!(
+                "metadata value for {k:?}: printable ASCII only"
+            )));
+        }
+        bytes += XATTR_PREFIX.len() + k.len() + v.len();
+    }
+    if bytes > XATTR_MAX_BYTES {
+        return Err(crate::Error::invalid(format!(
+            "metadata is at most {XATTR_MAX_BYTES} bytes per file"
+        )));
+    }
+    Ok(())
 }
 
 /// What `stat` tells of one path: the entry itself (a symlink is not
@@ -97,6 +143,9 @@ pub struct FileStat {
     pub uid: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gid: Option<u32>,
+    /// As [`FileEntry::xattrs`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xattrs: Option<BTreeMap<String, String>>,
 }
 
 /// A file operation besides reading and writing content. Paths are absolute
@@ -127,6 +176,15 @@ pub enum FileOp {
     /// and `gid`, ids as seen inside the sandbox; an id the sandbox cannot
     /// map is `invalid_argument`.
     Chown { path: String, uid: u32, gid: u32 },
+    /// Replace the entry's metadata (its `user.e2b.*` extended attributes,
+    /// keys without the prefix): attributes not in `meta` are removed, so an
+    /// empty map clears them. A symlink is not followed; too many or too
+    /// large entries (see [`XATTR_MAX_COUNT`]) are `invalid_argument`.
+    SetMeta {
+        path: String,
+        #[serde(default)]
+        meta: BTreeMap<String, String>,
+    },
 }
 
 /// How a write treats an existing file.
@@ -443,6 +501,53 @@ mod tests {
         assert_eq!(m["K"], "b");
         assert_eq!(m["A"], "1");
         assert_eq!(merge_env([&b, &a])["K"], "a");
+    }
+
+    /// Metadata is optional on the wire, and a set-meta op parses.
+    #[test]
+    fn xattrs_are_optional_on_the_wire() {
+        let st: FileStat =
+            serde_json::from_str(r#"{"path":"/a","kind":"file","size":1,"mode":420,"mtime":0}"#)
+                .unwrap();
+        assert_eq!(st.xattrs, None);
+        assert!(serde_json::to_value(&st).unwrap().get("xattrs").is_none());
+        let e: FileEntry = serde_json::from_str(
+            r#"{"name":"a","kind":"file","size":0,"mode":420,"mtime":0,"xattrs":{"k":"v"}}"#,
+        )
+        .unwrap();
+        assert_eq!(e.xattrs.unwrap()["k"], "v");
+        let op: FileOp =
+            serde_json::from_str(r#"{"op":"set_meta","path":"/a","meta":{"a":"1"}}"#).unwrap();
+        assert_eq!(
+            op,
+            FileOp::SetMeta {
+                path: "/a".into(),
+                meta: [("a".to_string(), "1".to_string())].into()
+            }
+        );
+        let op: FileOp = serde_json::from_str(r#"{"op":"set_meta","path":"/a"}"#).unwrap();
+        assert!(matches!(op, FileOp::SetMeta { meta, .. } if meta.is_empty()));
+    }
+
+    #[test]
+    fn metadata_is_checked() {
+        let m = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(check_meta(&m("author", "mish")).is_ok());
+        assert!(check_meta(&m("a.b-c_~", "")).is_ok());
+        for bad in [
+            m("", "v"),
+            m("bad key", "v"),
+            m("k\n", "v"),
+            m("k", "v\n"),
+            m("k", "é"),
+        ] {
+            assert!(check_meta(&bad).is_err(), "{bad:?}");
+        }
+        let many: BTreeMap<_, _> = (0..=XATTR_MAX_COUNT)
+            .map(|i| (format!("k{i}"), String::new()))
+            .collect();
+        assert!(check_meta(&many).is_err());
+        assert!(check_meta(&m("k", &"x".repeat(XATTR_MAX_BYTES))).is_err());
     }
 
     /// Owners are optional both ways: an older guest agent or client

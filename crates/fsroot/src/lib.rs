@@ -500,3 +500,5 @@ impl Dir {
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;
+
+pub mod xattr;

@@ -247,6 +247,7 @@ pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
                 .then(|| fs::read_link(p).ok())
                 .flatten()
                 .map(|t| t.to_string_lossy().into_owned());
+            let xattrs = meta_of(p);
             Ok(Some(FileStat {
                 path,
                 kind,
@@ -256,6 +257,7 @@ pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
                 symlink_target,
                 uid: Some(md.uid()),
                 gid: Some(md.gid()),
+                xattrs,
             }))
         }
         FileOp::Remove { path, recursive } => {
@@ -325,7 +327,60 @@ pub fn op(op: FileOp) -> Result<Option<FileStat>, AgentError> {
             chown(&path, uid, gid)?;
             Ok(None)
         }
+        FileOp::SetMeta { path, meta } => {
+            set_meta(&path, &meta)?;
+            Ok(None)
+        }
     }
+}
+
+/// The parent directory of `p` (opened as a path, symlinks in it followed
+/// as any program would) and its last component; the root is its own
+/// parent's `.`.
+fn parent_and_name(p: &Path) -> Result<(fs::File, std::ffi::CString), AgentError> {
+    use std::os::unix::ffi::OsStrExt;
+    let (parent, name) = match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) => (parent, name),
+        _ => (p, std::ffi::OsStr::new(".")),
+    };
+    let dir = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(parent)
+        .map_err(|e| AgentError::io(parent, e))?;
+    let name = std::ffi::CString::new(name.as_bytes())
+        .map_err(|_| AgentError::invalid("path contains NUL"))?;
+    Ok((dir, name))
+}
+
+/// The entry's metadata (its `user.e2b.*` attributes); none for a symlink
+/// (not followed), a special file, or on any error.
+fn meta_of(p: &Path) -> Option<std::collections::BTreeMap<String, String>> {
+    use std::os::fd::AsFd;
+    let (dir, name) = parent_and_name(p).ok()?;
+    let fd = stasis_fsroot::xattr::open_entry(dir.as_fd(), &name).ok()??;
+    stasis_fsroot::xattr::read(fd.as_fd())
+}
+
+/// Replace the metadata of the entry at `path` itself (see
+/// [`FileOp::SetMeta`]): opened through its parent's descriptor with
+/// `O_NOFOLLOW`, so a final symlink is refused, never followed.
+fn set_meta(
+    path: &str,
+    meta: &std::collections::BTreeMap<String, String>,
+) -> Result<(), AgentError> {
+    use std::os::fd::AsFd;
+    let p = check_path(path)?;
+    stasis_core::exec::check_meta(meta).map_err(|e| AgentError::invalid(e.to_string()))?;
+    let (dir, name) = parent_and_name(p)?;
+    let fd = stasis_fsroot::xattr::open_entry(dir.as_fd(), &name)
+        .map_err(|e| AgentError::io(p, e))?
+        .ok_or_else(|| {
+            AgentError::invalid(format!(
+                "{path} carries no metadata: it is not a file or directory (or is on a kernel file system)"
+            ))
+        })?;
+    stasis_fsroot::xattr::replace(fd.as_fd(), meta).map_err(|e| AgentError::io(p, e))
 }
 
 /// Give the entry at `path` itself to `uid`:`gid`: `fchownat` with
@@ -369,9 +424,28 @@ fn chown(path: &str, uid: u32, gid: u32) -> Result<(), AgentError> {
     Ok(())
 }
 
+/// The metadata of `name` in the directory `dir` (none without a `dir`).
+fn meta_in(
+    dir: &Option<fs::File>,
+    name: &std::ffi::OsStr,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    use std::os::fd::AsFd;
+    use std::os::unix::ffi::OsStrExt;
+    let name = std::ffi::CString::new(name.as_bytes()).ok()?;
+    let fd = stasis_fsroot::xattr::open_entry(dir.as_ref()?.as_fd(), &name).ok()??;
+    stasis_fsroot::xattr::read(fd.as_fd())
+}
+
 pub fn list(path: &str) -> Result<Vec<FileEntry>, AgentError> {
     let p = check_path(path)?;
     let rd = fs::read_dir(p).map_err(|e| AgentError::io(p, e))?;
+    // The entries' metadata is read through this descriptor of the listed
+    // directory (each entry opened with O_NOFOLLOW beneath it).
+    let dir = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(p)
+        .ok();
     let mut out = Vec::new();
     for e in rd {
         let e = e.map_err(|e| AgentError::io(p, e))?;
@@ -395,6 +469,9 @@ pub fn list(path: &str) -> Result<Vec<FileEntry>, AgentError> {
             mtime: md.mtime(),
             uid: Some(md.uid()),
             gid: Some(md.gid()),
+            xattrs: (ft.is_file() || ft.is_dir())
+                .then(|| meta_in(&dir, &e.file_name()))
+                .flatten(),
         });
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -600,5 +677,98 @@ mod tests {
         })
         .join()
         .unwrap();
+    }
+
+    fn meta(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn stat_meta(path: &str) -> Option<std::collections::BTreeMap<String, String>> {
+        op(FileOp::Stat { path: path.into() })
+            .unwrap()
+            .unwrap()
+            .xattrs
+    }
+
+    /// Metadata set, replaced and cleared through the op, seen by stat and
+    /// by the listing; an attribute a program sets shows up too.
+    #[test]
+    fn metadata_is_set_replaced_and_cleared() {
+        let t = tempfile::tempdir().unwrap();
+        let f = p(&t, "f.txt");
+        write(&f, b"x", false, None).unwrap();
+        assert_eq!(stat_meta(&f), None);
+        let set = |m: &[(&str, &str)]| {
+            op(FileOp::SetMeta {
+                path: f.clone(),
+                meta: meta(m),
+            })
+        };
+        if set(&[("author", "mish")]).is_err() {
+            eprintln!("no user xattrs here: skipped");
+            return;
+        }
+        assert_eq!(stat_meta(&f), Some(meta(&[("author", "mish")])));
+        set(&[("purpose", "upload"), ("tag", "b")]).unwrap();
+        assert_eq!(
+            stat_meta(&f),
+            Some(meta(&[("purpose", "upload"), ("tag", "b")]))
+        );
+        let listed = list(&p(&t, "")).unwrap();
+        let e = listed.iter().find(|e| e.name == "f.txt").unwrap();
+        assert_eq!(e.xattrs, Some(meta(&[("purpose", "upload"), ("tag", "b")])));
+        set(&[]).unwrap();
+        assert_eq!(stat_meta(&f), None);
+        // Set by a program, by path: read back without the prefix.
+        let c = std::ffi::CString::new(f.as_str()).unwrap();
+        let rc = unsafe {
+            libc::setxattr(
+                c.as_ptr(),
+                c"user.e2b.author".as_ptr(),
+                b"mish".as_ptr().cast(),
+                4,
+                0,
+            )
+        };
+        assert_eq!(rc, 0);
+        assert_eq!(stat_meta(&f), Some(meta(&[("author", "mish")])));
+        // Bad keys are refused before anything is touched.
+        let e = set(&[("bad key", "v")]).unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+        assert_eq!(stat_meta(&f), Some(meta(&[("author", "mish")])));
+    }
+
+    /// A final symlink is neither followed to its target (here outside
+    /// the tree) when reading nor when setting.
+    #[test]
+    fn metadata_does_not_follow_a_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let out = tempfile::tempdir().unwrap();
+        let target = p(&out, "target");
+        write(&target, b"x", false, None).unwrap();
+        if op(FileOp::SetMeta {
+            path: target.clone(),
+            meta: meta(&[("k", "outside")]),
+        })
+        .is_err()
+        {
+            eprintln!("no user xattrs here: skipped");
+            return;
+        }
+        let link = p(&t, "link");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert_eq!(stat_meta(&link), None);
+        let listed = list(&p(&t, "")).unwrap();
+        assert_eq!(listed[0].xattrs, None);
+        let e = op(FileOp::SetMeta {
+            path: link.clone(),
+            meta: meta(&[("k", "changed")]),
+        })
+        .unwrap_err();
+        assert_eq!(e.code, "invalid_argument");
+        assert_eq!(stat_meta(&target), Some(meta(&[("k", "outside")])));
     }
 }

@@ -135,7 +135,7 @@ impl Manager {
         }
     }
 
-    /// Remove, mkdir, rename or chown (a stat goes through
+    /// Remove, mkdir, rename, chown or set_meta (a stat goes through
     /// [`Manager::stat`]).
     pub async fn file_op(&self, ctx: &Ctx, id: &SandboxId, op: FileOp) -> Result<()> {
         self.with_running(ctx, id, |b| async move { b.file_op(id, op).await })

@@ -13,9 +13,10 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 use stasis_access::scope::Scope;
-use stasis_core::{Error, ErrorCode, FileKind, SandboxState, WriteMode};
+use stasis_core::{Error, ErrorCode, FileKind, FileOp, SandboxState, WriteMode};
 
 use super::{caller, fs_msg, owners, Caller};
 use crate::E2b;
@@ -145,6 +146,35 @@ pub struct WriteInfo {
     #[serde(rename = "type")]
     pub kind: &'static str,
     pub path: String,
+    /// The file's metadata after the upload (absent when it has none).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// The header prefix of file metadata: the SDK sends each key `k` as a
+/// header `X-Metadata-k` (names arrive lowercased, so keys are lowercase,
+/// as envd stores them).
+const METADATA_HEADER: &str = "x-metadata-";
+
+/// The metadata an upload carries in its `X-Metadata-<key>` headers, to be
+/// stored on every file it writes (a repeated key: its last value). Keys
+/// and values are checked as the SDK checks them (HTTP token keys,
+/// printable ASCII values), and within 64 entries / 64 KiB.
+pub fn metadata_of(headers: &HeaderMap) -> Result<BTreeMap<String, String>, Error> {
+    let mut meta = BTreeMap::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix(METADATA_HEADER) else {
+            continue;
+        };
+        let value = value.to_str().map_err(|_| {
+            Error::invalid(format!(
+                "metadata value for {key:?}: values must be printable US-ASCII"
+            ))
+        })?;
+        meta.insert(key.to_string(), value.to_string());
+    }
+    stasis_core::exec::check_meta(&meta)?;
+    Ok(meta)
 }
 
 /// `POST /files`: one file as the body (`application/octet-stream`, path
@@ -157,15 +187,7 @@ pub async fn upload(
 ) -> EnvdResult<Response> {
     let headers = req.headers().clone();
     let c = caller(&st, &headers, Scope::Exec).await?;
-    if headers
-        .keys()
-        .any(|k| k.as_str().starts_with("x-metadata-"))
-    {
-        return Err(Error::unsupported(
-            "file metadata (X-Metadata-* headers) is not supported on stasis: write the file without it",
-        )
-        .into());
-    }
+    let meta = metadata_of(&headers)?;
     let encoding = headers
         .get(header::CONTENT_ENCODING)
         .and_then(|v| v.to_str().ok())
@@ -204,7 +226,7 @@ pub async fn upload(
                 _ => return Err(Error::invalid("each part needs a filename (its path)").into()),
             };
             let spooled = st.manager.spool_upload(field).await?;
-            written.push(put(&st, &c, &path, &spooled, &owner).await?);
+            written.push(put(&st, &c, &path, &spooled, &owner, &meta).await?);
         }
     } else {
         let path = need_path(&q)?.to_string();
@@ -214,7 +236,7 @@ pub async fn upload(
         } else {
             st.manager.spool_upload(body).await?
         };
-        written.push(put(&st, &c, &path, &spooled, &owner).await?);
+        written.push(put(&st, &c, &path, &spooled, &owner, &meta).await?);
     }
     if written.is_empty() {
         return Err(Error::invalid("no file in the request").into());
@@ -280,13 +302,17 @@ where
 }
 
 /// Write one spooled upload, making its parent directories first; what
-/// it makes and the file are given to the request's user.
+/// it makes and the file are given to the request's user. The file's
+/// metadata becomes `meta`: set when given, and cleared when the file it
+/// overwrote had some and the upload has none (as envd does), so a
+/// plain upload of a new file costs nothing more.
 async fn put(
     st: &E2b,
     c: &Caller,
     path: &str,
     spooled: &stasis_control::manager::Spooled,
     to: &owners::Target,
+    meta: &BTreeMap<String, String>,
 ) -> Result<WriteInfo, Error> {
     let m = &st.manager;
     if let Some((parent, _)) = path.trim_end_matches('/').rsplit_once('/') {
@@ -300,10 +326,30 @@ async fn put(
         owners::give(st, c, &owners::absolute(&to.workdir, path), o).await?;
     }
     let s = m.stat(&c.ctx, &c.id, path).await?;
+    // Written through a symlink: the metadata belongs to the file written.
+    let mut file = s.clone();
+    for _ in 0..8 {
+        match (&file.kind, &file.symlink_target) {
+            (FileKind::Symlink, Some(t)) => {
+                let abs = fs_msg::resolve_link(&file.path, t);
+                file = m.stat(&c.ctx, &c.id, &abs).await?;
+            }
+            _ => break,
+        }
+    }
+    let had = file.xattrs.clone().unwrap_or_default();
+    if &had != meta && file.kind != FileKind::Symlink {
+        let op = FileOp::SetMeta {
+            path: file.path.clone(),
+            meta: meta.clone(),
+        };
+        m.file_op(&c.ctx, &c.id, op).await?;
+    }
     Ok(WriteInfo {
         name: fs_msg::base_name(&s.path),
         kind: "file",
         path: s.path,
+        metadata: meta.clone(),
     })
 }
 
@@ -349,6 +395,61 @@ mod tests {
             vec![Ok(Bytes::copy_from_slice(&gz[..gz.len() / 2]))];
         let out: Vec<_> = gunzip(futures::stream::iter(cut)).collect().await;
         assert!(out.iter().any(|o| o.is_err()));
+    }
+
+    #[test]
+    fn metadata_comes_from_its_headers() {
+        let mut h = HeaderMap::new();
+        assert!(metadata_of(&h).unwrap().is_empty());
+        h.insert("content-type", "text/plain".parse().unwrap());
+        // As the SDK sends them: `X-Metadata-<key>`; names arrive lowercased.
+        h.insert("X-Metadata-Author", "mish".parse().unwrap());
+        h.insert("x-metadata-purpose", "an upload".parse().unwrap());
+        h.insert("x-metadata-a.b_c~", "".parse().unwrap());
+        let m = metadata_of(&h).unwrap();
+        let want: BTreeMap<String, String> =
+            [("author", "mish"), ("purpose", "an upload"), ("a.b_c~", "")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        assert_eq!(m, want);
+        // An empty key, a value that is not printable ASCII: 400s.
+        let mut bad = HeaderMap::new();
+        bad.insert("x-metadata-", "v".parse().unwrap());
+        let e = metadata_of(&bad).unwrap_err();
+        assert_eq!(e.code, ErrorCode::InvalidArgument);
+        assert_eq!(status_of(e.code), 400);
+        let mut bad = HeaderMap::new();
+        bad.insert(
+            "x-metadata-k",
+            header::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+        );
+        assert!(metadata_of(&bad).is_err());
+        let mut bad = HeaderMap::new();
+        bad.insert("x-metadata-k", "tab\there".parse().unwrap());
+        assert!(metadata_of(&bad).is_err());
+        // Too many entries.
+        let mut many = HeaderMap::new();
+        for i in 0..65 {
+            let n = header::HeaderName::from_bytes(format!("x-metadata-k{i}").as_bytes()).unwrap();
+            many.insert(n, "v".parse().unwrap());
+        }
+        assert!(metadata_of(&many).is_err());
+    }
+
+    #[test]
+    fn upload_answers_carry_metadata_only_when_there_is_some() {
+        let mut w = WriteInfo {
+            name: "a.txt".into(),
+            kind: "file",
+            path: "/home/user/a.txt".into(),
+            metadata: BTreeMap::new(),
+        };
+        let v = serde_json::to_value(&w).unwrap();
+        assert!(v.get("metadata").is_none());
+        w.metadata.insert("author".into(), "mish".into());
+        let v = serde_json::to_value(&w).unwrap();
+        assert_eq!(v["metadata"], serde_json::json!({"author": "mish"}));
     }
 
     #[test]

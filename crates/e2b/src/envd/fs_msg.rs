@@ -188,12 +188,14 @@ pub fn entry_of_stat(st: &FileStat, names: &Accounts) -> EntryInfo {
     let mut e = entry(st.path.clone(), st.kind, st.size, st.mode, st.mtime);
     e.symlink_target = st.symlink_target.clone();
     (e.owner, e.group) = owner_of(st.uid, st.gid, names);
+    e.metadata = st.xattrs.clone().unwrap_or_default();
     e
 }
 
 pub fn entry_of_listing(dir: &str, f: &FileEntry, names: &Accounts) -> EntryInfo {
     let mut e = entry(join(dir, &f.name), f.kind, f.size, f.mode, f.mtime);
     (e.owner, e.group) = owner_of(f.uid, f.gid, names);
+    e.metadata = f.xattrs.clone().unwrap_or_default();
     e
 }
 
@@ -269,6 +271,7 @@ mod tests {
             symlink_target: None,
             uid: Some(1000),
             gid: Some(1000),
+            xattrs: None,
         };
         let names = Accounts {
             passwd: "root:x:0:0::/root:/bin/sh\nuser:x:1000:1000::/home/user:/bin/sh\n".into(),
@@ -283,6 +286,15 @@ mod tests {
         assert_eq!(v["permissions"], "-rw-r--r--");
         assert_eq!(v["modifiedTime"], "2023-11-14T22:13:20Z");
         assert!(v.get("symlinkTarget").is_none());
+        // No metadata: no field (the SDK reads undefined).
+        assert!(v.get("metadata").is_none());
+        let meta: BTreeMap<String, String> = [("author".to_string(), "mish".to_string())].into();
+        let with = FileStat {
+            xattrs: Some(meta.clone()),
+            ..st.clone()
+        };
+        let v = serde_json::to_value(entry_of_stat(&with, &names)).unwrap();
+        assert_eq!(v["metadata"], serde_json::json!({"author": "mish"}));
         assert_eq!((&v["owner"], &v["group"]), (&"user".into(), &"user".into()));
         // Ids with no name are numbers; no ids (an older guest agent): empty.
         let old = FileStat {
@@ -300,6 +312,7 @@ mod tests {
             mtime: 0,
             uid: Some(0),
             gid: Some(4242),
+            xattrs: Some(meta.clone()),
         };
         let e = entry_of_listing("/", &f, &names);
         assert_eq!(
@@ -307,6 +320,7 @@ mod tests {
             ("/d", "drwxr-xr-x")
         );
         assert_eq!((e.owner.as_str(), e.group.as_str()), ("root", "4242"));
+        assert_eq!(e.metadata, meta);
         assert_eq!(permissions(FileKind::Symlink, 0o777), "Lrwxrwxrwx");
         assert_eq!(base_name("/"), "/");
         assert_eq!(base_name("/a/b/"), "b");

@@ -1,7 +1,7 @@
 // Upstream: files/contentEncoding and files/metadata.
 import { assert, expect } from 'vitest'
 import { InvalidArgumentError, type WriteEntry } from 'e2b'
-import { notSupported, sandboxTest } from '../../setup'
+import { sandboxTest } from '../../setup'
 
 sandboxTest('write and read file with gzip content encoding', async ({ sandbox }) => {
   const content = 'This is a test file with gzip encoding.'
@@ -34,7 +34,7 @@ sandboxTest('read file as bytes with gzip content encoding', async ({ sandbox })
 const META = { author: 'mish', purpose: 'upload' }
 
 for (const octet of [false, true]) {
-  notSupported(`write file with metadata${octet ? ' using octet-stream' : ''}`, async ({ sandbox }) => {
+  sandboxTest(`write file with metadata${octet ? ' using octet-stream' : ''}`, async ({ sandbox }) => {
     const name = octet ? 'test_metadata_octet.txt' : 'test_metadata.txt'
     const info = await sandbox.files.write(name, 'This is a test file with metadata.', {
       metadata: META,
@@ -52,7 +52,7 @@ sandboxTest('write file without metadata', async ({ sandbox }) => {
   assert.isUndefined((await sandbox.files.getInfo('test_no_metadata.txt')).metadata)
 })
 
-notSupported('writeFiles applies metadata to every file', async ({ sandbox }) => {
+sandboxTest('writeFiles applies metadata to every file', async ({ sandbox }) => {
   const metadata = { source: 'test-suite' }
   const infos = await sandbox.files.writeFiles(
     [
@@ -68,7 +68,7 @@ notSupported('writeFiles applies metadata to every file', async ({ sandbox }) =>
   }
 })
 
-notSupported('metadata is surfaced when listing', async ({ sandbox }) => {
+sandboxTest('metadata is surfaced when listing', async ({ sandbox }) => {
   await sandbox.files.makeDir('metadata_list_dir')
   await sandbox.files.write('metadata_list_dir/listed.txt', 'content', { metadata: { tag: 'listed' } })
   const entry = (await sandbox.files.list('metadata_list_dir')).find((e) => e.name === 'listed.txt')
@@ -76,20 +76,20 @@ notSupported('metadata is surfaced when listing', async ({ sandbox }) => {
   assert.deepEqual(entry?.metadata, { tag: 'listed' })
 })
 
-notSupported('metadata is surfaced after rename', async ({ sandbox }) => {
+sandboxTest('metadata is surfaced after rename', async ({ sandbox }) => {
   await sandbox.files.write('metadata_rename_old.txt', 'content', { metadata: { stage: 'renamed' } })
   const info = await sandbox.files.rename('metadata_rename_old.txt', 'metadata_rename_new.txt')
   assert.deepEqual(info.metadata, { stage: 'renamed' })
 })
 
-notSupported('overwriting a file clears stale metadata', async ({ sandbox }) => {
+sandboxTest('overwriting a file clears stale metadata', async ({ sandbox }) => {
   await sandbox.files.write('metadata_overwrite.txt', 'first', { metadata: { author: 'mish' } })
   const info = await sandbox.files.write('metadata_overwrite.txt', 'second')
   assert.isUndefined(info.metadata)
   assert.isUndefined((await sandbox.files.getInfo('metadata_overwrite.txt')).metadata)
 })
 
-notSupported('metadata set via xattrs is surfaced in getInfo', async ({ sandbox }) => {
+sandboxTest('metadata set via xattrs is surfaced in getInfo', async ({ sandbox }) => {
   await sandbox.files.write('metadata_xattr.txt', 'content')
   const path = (await sandbox.commands.run('realpath metadata_xattr.txt')).stdout.trim()
   // Set out of band, in the namespace uploads use; read back without it.
