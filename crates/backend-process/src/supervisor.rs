@@ -336,9 +336,13 @@ fn read_from(b: &SessBuf, offset: u64) -> SessionOutput {
 /// session's leaf) and its process group: what a ^C on a terminal does to
 /// the foreground job. The shim itself is left alone, so it still records
 /// how the command ended.
-fn signal_session(pids: &[i32], shim_pid: i32, sig: i32) {
+/// Whether a process to signal was found (the shim's child: none yet right
+/// after a start, while the shim is still forking it).
+fn signal_session(pids: &[i32], shim_pid: i32, sig: i32) -> bool {
+    let mut found = false;
     for &pid in pids {
         if parent_of(pid) == Some(shim_pid) {
+            found = true;
             // SAFETY: kill(2) on a process (and its group: it called setsid)
             // of this sandbox's session leaf.
             unsafe {
@@ -347,6 +351,7 @@ fn signal_session(pids: &[i32], shim_pid: i32, sig: i32) {
             }
         }
     }
+    found
 }
 
 /// The parent pid of `pid` (from `/proc/<pid>/stat`; the name in it may hold
@@ -494,7 +499,16 @@ impl Sup {
                 let sig = SessionSignal::from_number(signal.unwrap_or(9))?;
                 if sig != SessionSignal::Kill {
                     if let Some(shim) = s.shim_pid {
-                        signal_session(&self.cg.procs(&s.leaf), shim, sig.number());
+                        // A signal sent right after the start (a ^C at once)
+                        // waits for the command to exist instead of being
+                        // lost: up to 2 s, while the session runs.
+                        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+                        while !signal_session(&self.cg.procs(&s.leaf), shim, sig.number())
+                            && s.buf.lock().unwrap().running
+                            && std::time::Instant::now() < deadline
+                        {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
                     }
                     return Ok(Reply::Ok);
                 }

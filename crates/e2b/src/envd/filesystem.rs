@@ -164,7 +164,17 @@ async fn unary(st: &E2b, h: &HeaderMap, method: &str, body: &[u8]) -> RpcResult<
         "GetWatcherEvents" => {
             let r: WatcherRequest = connect::decode(body)?;
             let c = who(st, h, Scope::Read).await?;
-            let events = st.envd.take_events(&c.id, &c.ctx.tenant, &r.watcher_id)?;
+            // Nothing yet: wait a moment for events in flight (a change made
+            // just before this poll is still on its way from the sandbox's
+            // watch), then answer what there is, maybe nothing.
+            let mut events = st.envd.take_events(&c.id, &c.ctx.tenant, &r.watcher_id)?;
+            for _ in 0..6 {
+                if !events.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                events = st.envd.take_events(&c.id, &c.ctx.tenant, &r.watcher_id)?;
+            }
             Ok(connect::unary(&GetWatcherEventsResponse { events }))
         }
         "RemoveWatcher" => {
