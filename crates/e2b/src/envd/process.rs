@@ -234,12 +234,24 @@ async fn follow(
         return;
     }
     loop {
+        // Following output neither resumes the sandbox nor keeps it awake:
+        // once it is paused (or gone) the stream ends as the connection
+        // ending, which the SDKs check against `/health`.
         let out = match st
             .manager
-            .session_read(&c.ctx, &c.id, &session, offset, wait)
+            .session_read_attached(&c.ctx, &c.id, &session, offset, wait)
             .await
         {
-            Ok(o) => o,
+            Ok(Some(o)) => o,
+            Ok(None) => {
+                let _ = tx
+                    .send(Err(RpcError::lost(format!(
+                        "sandbox {} stopped running before the process ended",
+                        c.id
+                    ))))
+                    .await;
+                return;
+            }
             Err(e) => {
                 let _ = tx.send(Err(ended(&st, &c, e).await)).await;
                 return;
