@@ -477,17 +477,23 @@ PYTHON_ARGV = ["python3", "-i", "-u", "-q", "-c", "import sys as _s; _s.ps1 = _s
 # Defined once in a python session: runs a chunk of code in the session's
 # globals, prints any traceback, then a marker line that ends the chunk's
 # output and says whether it raised.
+# The chunk's stderr (and its traceback) goes to stdout while it runs: the
+# session reads the two streams apart, so only one stream keeps the
+# output in order with the marker.
 _PY_SETUP = (
     "import sys as __stasis_sys\n"
     "__stasis_sys.ps1 = __stasis_sys.ps2 = ''\n"
     "def __stasis_run(src, marker):\n"
     "    import traceback\n"
     "    ok = True\n"
+    "    err, __stasis_sys.stderr = __stasis_sys.stderr, __stasis_sys.stdout\n"
     "    try:\n"
     "        exec(compile(src, '<session>', 'exec'), globals())\n"
     "    except BaseException:\n"
     "        traceback.print_exc()\n"
     "        ok = False\n"
+    "    finally:\n"
+    "        __stasis_sys.stderr = err\n"
     "    __stasis_sys.stdout.flush(); __stasis_sys.stderr.flush()\n"
     "    print('\\n' + marker + ('ok' if ok else 'err'), flush=True)\n"
     "\n"
