@@ -61,38 +61,58 @@ passed=$(($(sum passed) + install_passed))
 failed=$(($(sum failed) + install_failed + hung))
 ((install_failed == 0)) || ((status != 0)) || status=1
 # Each suite below runs against the daemon binary built above, bounded by
-# its own timeout, and its counts join the total. `suite NAME STYLE LIMIT
-# CMD...`: STYLE says how the runner prints its counts (pytest's summary
-# line, node's TAP `# pass N`, or the SDK runner's `sdk-suite: N passed`).
-# A runner that fails without printing a count counts one failure.
+# its own timeout, and its counts join the total. The suites run in two
+# lanes at once (each suite starts its own daemons on ports of its own; the
+# suites wait on sandboxes more than they compute, so two lanes roughly halve
+# the phase on two cores); a lane runs its suites one after another, so the
+# two microVM-heavy suites of a lane never overlap each other. Each suite's
+# output is kept apart and printed whole once both lanes are done.
+# Each suite has a count STYLE: how its runner prints its counts
+# (pytest's summary line, node's TAP `# pass N`, vitest's `Tests N passed`,
+# or the SDK runner's `sdk-suite: N passed`). A runner that fails without
+# printing a count counts one failure.
 phase_start=$SECONDS
 phase() { echo "test: $1 took $((SECONDS - phase_start)) s" >&2; phase_start=$SECONDS; }
+suites_dir=$(mktemp -d)
+suite_order=()
+# `suite NAME LIMIT CMD...`: run one suite into $suites_dir/NAME.{log,rc,secs}
+# (in a lane's subshell).
 suite() {
-    local name=$1 style=$2 limit=$3
-    shift 3
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
     set +e
-    STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "$limit" "$@" 2>&1 | tee "$log"
-    local st=${PIPESTATUS[0]}
+    STASIS_BIN="$REPO/target/debug/stasis" timeout --kill-after=30 "$limit" "$@" >"$suites_dir/$name.log" 2>&1
+    echo $? >"$suites_dir/$name.rc"
     set -e
-    local line p=0 f=0
+    echo $((SECONDS - t0)) >"$suites_dir/$name.secs"
+    echo "test: $name finished (exit $(cat "$suites_dir/$name.rc")) after $((SECONDS - t0)) s" >&2
+}
+# Fold one finished suite's counts into the total.
+tally() {
+    local name=$1 style=$2 limit=$3
+    local slog="$suites_dir/$name.log"
+    cat "$slog"
+    local st line p=0 f=0
+    st=$(cat "$suites_dir/$name.rc" 2>/dev/null || echo 1)
     case $style in
         pytest)
-            line=$({ grep -E '[0-9]+ (passed|failed|error)' "$log" || true; } | tail -1)
+            line=$({ grep -E '[0-9]+ (passed|failed|error)' "$slog" || true; } | tail -1)
             p=$({ grep -oE '[0-9]+ passed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
             f=$({ grep -oE '[0-9]+ (failed|error)' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
             ;;
         tap)
-            line=$({ grep -E '^# (pass|fail) [0-9]+' "$log" || true; } | tail -1)
-            p=$({ grep -E '^# pass [0-9]+' "$log" || true; } | awk '{s+=$3} END {print s+0}')
-            f=$({ grep -E '^# (fail|cancelled) [0-9]+' "$log" || true; } | awk '{s+=$3} END {print s+0}')
+            line=$({ grep -E '^# (pass|fail) [0-9]+' "$slog" || true; } | tail -1)
+            p=$({ grep -E '^# pass [0-9]+' "$slog" || true; } | awk '{s+=$3} END {print s+0}')
+            f=$({ grep -E '^# (fail|cancelled) [0-9]+' "$slog" || true; } | awk '{s+=$3} END {print s+0}')
             ;;
         vitest)
-            line=$({ grep -E 'Tests +[0-9]+ (passed|failed)' "$log" || true; } | tail -1)
+            line=$({ grep -E 'Tests +[0-9]+ (passed|failed)' "$slog" || true; } | tail -1)
             p=$({ grep -oE '[0-9]+ passed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
             f=$({ grep -oE '[0-9]+ failed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
             ;;
         sdk)
-            line=$({ grep -E '^sdk-suite: [0-9]+ passed' "$log" || true; } | tail -1)
+            line=$({ grep -E '^sdk-suite: [0-9]+ passed' "$slog" || true; } | tail -1)
             p=$({ grep -oE '[0-9]+ passed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
             f=$({ grep -oE '[0-9]+ failed' <<<"$line" || true; } | awk '{s+=$1} END {print s+0}')
             ;;
@@ -103,55 +123,76 @@ suite() {
         if ((st == 124 || st == 137)); then
             echo "test: $name did not finish within $limit" >&2
         fi
+        echo "test: $name exited $st ($p passed, $f failed counted)" >&2
         ((f > 0)) || failed=$((failed + 1))
         ((status != 0)) || status=$st
     fi
-    phase "$name"
+    echo "test: $name took $(cat "$suites_dir/$name.secs" 2>/dev/null || echo '?') s" >&2
 }
-# The web console in headless Chromium (tests/console: Selenium driving
-# Debian's chromium).
-suite console pytest "${STASIS_CONSOLE_TIMEOUT:-8m}" \
-    "$REPO/.venv/bin/python" -m pytest tests/console -q -p no:cacheprovider
-# The Python client's tests.
-suite python-client pytest "${STASIS_PYTEST_TIMEOUT:-15m}" \
-    "$REPO/.venv/bin/python" -m pytest clients/python/tests -q -p no:cacheprovider
-# The code interpreter's server against a real Jupyter kernel (no sandbox),
-# its stream parsed by the E2B SDK's own parser.
-suite code-interpreter pytest "${STASIS_CODE_INTERPRETER_TIMEOUT:-5m}" \
-    "$REPO/.venv/bin/python" -m pytest images/code-interpreter/tests -q -p no:cacheprovider
-# The Agents SDK's own pause/resume integration test against the stasis
-# provider, on both backends (clients/python/sdk_suite).
-suite agents-sdk-integration sdk "${STASIS_SDK_SUITE_TIMEOUT:-10m}" \
-    "$REPO/.venv/bin/python" clients/python/sdk_suite/run.py --backend all
-# The Agents SDK's generic sandbox tests, ported onto the stasis provider
-# (clients/python/sdk_suite/ported; one sandbox per backend).
-suite agents-sdk-ported-python pytest "${STASIS_SDK_PORTED_TIMEOUT:-10m}" \
-    "$REPO/.venv/bin/python" -m pytest clients/python/sdk_suite/ported -q -p no:cacheprovider
-# The TypeScript client's tests (node --test, both backends).
-suite typescript-client tap "${STASIS_NPM_TEST_TIMEOUT:-15m}" \
-    npm --prefix clients/typescript test
-# The E2B JavaScript SDK's own tests, ported (clients/e2b/js): the whole
-# suite on the process backend, a bounded part on the microVM one.
-suite e2b-js-process vitest "${STASIS_E2B_JS_TIMEOUT:-15m}" \
-    env NO_COLOR=1 npm --prefix clients/e2b/js test
-suite e2b-js-microvm vitest "${STASIS_E2B_JS_MICROVM_TIMEOUT:-8m}" \
-    env NO_COLOR=1 STASIS_E2B_BACKEND=microvm npm --prefix clients/e2b/js test -- \
-    tests/sandbox/commands/run.test.ts tests/sandbox/snapshot.test.ts
-# The Agents SDK's own sandbox tests, ported onto the TypeScript provider
-# (clients/typescript/sdk_suite: vitest, one daemon per backend, microVM on a
-# bounded subset unless STASIS_TS_TESTS_FULL=1); run.mjs prints "# pass N" /
-# "# fail N" per backend.
-suite agents-sdk-ported-typescript tap "${STASIS_TS_SDK_SUITE_TIMEOUT:-15m}" \
-    npm --prefix clients/typescript run sdk-suite
-# The E2B Python SDK's own control-plane tests, ported (clients/e2b/python):
-# everything on the process backend, the tests marked `microvm` on the
-# microVM one (all skipped without a guest image).
-suite e2b-python-process pytest "${STASIS_E2B_PY_TIMEOUT:-15m}" \
-    env STASIS_E2B_BACKEND=process "$REPO/.venv/bin/python" -m pytest \
-    -c clients/e2b/python/pytest.ini clients/e2b/python/tests -q
-suite e2b-python-microvm pytest "${STASIS_E2B_PY_MICROVM_TIMEOUT:-8m}" \
-    env STASIS_E2B_BACKEND=microvm "$REPO/.venv/bin/python" -m pytest \
-    -c clients/e2b/python/pytest.ini clients/e2b/python/tests -q
+declare -A suite_style suite_limit
+plan() { suite_order+=("$1"); suite_style[$1]=$2; suite_limit[$1]=$3; }
+# The lanes' plan: name, count style, time limit (the commands are below).
+plan e2b-js-process vitest "${STASIS_E2B_JS_TIMEOUT:-15m}"
+plan e2b-python-microvm pytest "${STASIS_E2B_PY_MICROVM_TIMEOUT:-8m}"
+plan agents-sdk-ported-python pytest "${STASIS_SDK_PORTED_TIMEOUT:-10m}"
+plan console pytest "${STASIS_CONSOLE_TIMEOUT:-8m}"
+plan code-interpreter pytest "${STASIS_CODE_INTERPRETER_TIMEOUT:-5m}"
+plan e2b-python-process pytest "${STASIS_E2B_PY_TIMEOUT:-15m}"
+plan e2b-js-microvm vitest "${STASIS_E2B_JS_MICROVM_TIMEOUT:-8m}"
+plan typescript-client tap "${STASIS_NPM_TEST_TIMEOUT:-15m}"
+plan python-client pytest "${STASIS_PYTEST_TIMEOUT:-15m}"
+plan agents-sdk-integration sdk "${STASIS_SDK_SUITE_TIMEOUT:-10m}"
+plan agents-sdk-ported-typescript tap "${STASIS_TS_SDK_SUITE_TIMEOUT:-15m}"
+run() { suite "$1" "${suite_limit[$1]}" "${@:2}"; }
+lane_a() {
+    # The E2B JavaScript SDK's own tests, ported (clients/e2b/js): the whole
+    # suite on the process backend.
+    run e2b-js-process env NO_COLOR=1 npm --prefix clients/e2b/js test
+    # The E2B Python SDK's own tests, ported (clients/e2b/python): the tests
+    # marked `microvm` on the microVM backend.
+    run e2b-python-microvm env STASIS_E2B_BACKEND=microvm "$REPO/.venv/bin/python" -m pytest \
+        -c clients/e2b/python/pytest.ini clients/e2b/python/tests -q
+    # The Agents SDK's generic sandbox tests, ported onto the stasis provider
+    # (clients/python/sdk_suite/ported; one sandbox per backend).
+    run agents-sdk-ported-python "$REPO/.venv/bin/python" -m pytest clients/python/sdk_suite/ported -q -p no:cacheprovider
+    # The web console in headless Chromium (tests/console: Selenium driving
+    # Debian's chromium).
+    run console "$REPO/.venv/bin/python" -m pytest tests/console -q -p no:cacheprovider
+    # The code interpreter's server against a real Jupyter kernel (no
+    # sandbox), its stream parsed by the E2B SDK's own parser.
+    run code-interpreter "$REPO/.venv/bin/python" -m pytest images/code-interpreter/tests -q -p no:cacheprovider
+}
+lane_b() {
+    # The E2B Python SDK's own tests, ported: everything on the process backend.
+    run e2b-python-process env STASIS_E2B_BACKEND=process "$REPO/.venv/bin/python" -m pytest \
+        -c clients/e2b/python/pytest.ini clients/e2b/python/tests -q
+    # The E2B JavaScript SDK's tests on the microVM backend: a bounded part.
+    run e2b-js-microvm env NO_COLOR=1 STASIS_E2B_BACKEND=microvm npm --prefix clients/e2b/js test -- \
+        tests/sandbox/commands/run.test.ts tests/sandbox/snapshot.test.ts
+    # The TypeScript client's tests (node --test, both backends).
+    run typescript-client npm --prefix clients/typescript test
+    # The Python client's tests.
+    run python-client "$REPO/.venv/bin/python" -m pytest clients/python/tests -q -p no:cacheprovider
+    # The Agents SDK's own pause/resume integration test against the stasis
+    # provider, on both backends (clients/python/sdk_suite).
+    run agents-sdk-integration "$REPO/.venv/bin/python" clients/python/sdk_suite/run.py --backend all
+    # The Agents SDK's own sandbox tests, ported onto the TypeScript provider
+    # (clients/typescript/sdk_suite: vitest, one daemon per backend, microVM
+    # on a bounded subset unless STASIS_TS_TESTS_FULL=1); run.mjs prints
+    # "# pass N" / "# fail N" per backend.
+    run agents-sdk-ported-typescript npm --prefix clients/typescript run sdk-suite
+}
+lane_a &
+lane_a_pid=$!
+lane_b &
+lane_b_pid=$!
+wait "$lane_a_pid" || true
+wait "$lane_b_pid" || true
+for name in "${suite_order[@]}"; do
+    tally "$name" "${suite_style[$name]}" "${suite_limit[$name]}"
+done
+rm -rf "$suites_dir"
+phase "the suites (two lanes)"
 rm -f "$log"
 # The source layout counts as one test: no Rust file over 850 lines, no import
 # circle between a crate's modules (scripts/layout-allow.txt names the known
