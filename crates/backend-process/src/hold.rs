@@ -59,10 +59,16 @@ impl Holds {
 /// The sandbox was frozen just now: hold it for the longer of `window`
 /// (its standby window, when the server gave one) and the backend's
 /// `frozen_window`, or for good when its manifest keeps it frozen.
-pub(crate) fn start(be: &ProcessBackend, id: &SandboxId, keep_frozen: bool, window: Option<Duration>) {
+pub(crate) fn start(
+    be: &ProcessBackend,
+    id: &SandboxId,
+    keep_frozen: bool,
+    window: Option<Duration>,
+) {
     let now = now_ms();
     let window = window.unwrap_or_default().max(be.cfg.frozen_window);
-    let until_ms = (!keep_frozen).then(|| now.saturating_add(window.as_millis().min(i64::MAX as u128) as i64));
+    let until_ms =
+        (!keep_frozen).then(|| now.saturating_add(window.as_millis().min(i64::MAX as u128) as i64));
     be.holds.insert(
         id,
         Hold {
@@ -96,7 +102,11 @@ pub(crate) async fn release(be: &ProcessBackend, id: &SandboxId) -> stasis_core:
 /// (None: whatever its hold). Decided under the sandbox's run lock, which
 /// a resume (that thaws it and drops the hold) and a pause (that starts a
 /// new one) also take.
-async fn end(be: &ProcessBackend, id: &SandboxId, due_at: Option<i64>) -> stasis_core::Result<bool> {
+async fn end(
+    be: &ProcessBackend,
+    id: &SandboxId,
+    due_at: Option<i64>,
+) -> stasis_core::Result<bool> {
     let Ok(sb) = be.get(id) else {
         be.holds.remove(id);
         return Ok(false);

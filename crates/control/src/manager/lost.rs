@@ -84,11 +84,19 @@ impl Manager {
     /// (`pause_downgraded`, saying what was lost) and the metrics show; its
     /// next resume starts it afresh from its files. Returns the record, or
     /// None when it is not paused any more (a resume got there first).
-    pub(super) async fn pause_downgraded(&self, id: &SandboxId, why: &str) -> Option<SandboxRecord> {
+    pub(super) async fn pause_downgraded(
+        &self,
+        id: &SandboxId,
+        why: &str,
+    ) -> Option<SandboxRecord> {
         let reason = format!(
             "{why}: its processes and their memory were ended on the node, its files are kept"
         );
-        match self.meta.set_pause_kind(id, PauseKind::Filesystem, &reason).await {
+        match self
+            .meta
+            .set_pause_kind(id, PauseKind::Filesystem, &reason)
+            .await
+        {
             Ok(rec) => {
                 self.metrics.reaped("pause_downgraded");
                 let ctx = Ctx::system(rec.tenant.clone());
@@ -98,7 +106,8 @@ impl Manager {
                     "lost": "processes and their memory (sessions, background jobs)",
                     "kept": "files",
                 });
-                self.audit(&ctx, "pause_downgraded", id.as_str(), detail).await;
+                self.audit(&ctx, "pause_downgraded", id.as_str(), detail)
+                    .await;
                 Some(rec)
             }
             Err(e) => {

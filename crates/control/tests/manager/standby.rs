@@ -141,14 +141,26 @@ async fn a_release_that_loses_the_memory_downgrades_the_pause() {
     let m = env.manager().await;
     let rec = running_with(&m, with_standby(1)).await;
     idle_pause(&m, &rec.id).await;
-    assert_eq!(record(&m, &rec.id).await.pause_kind, Some(PauseKind::Memory));
+    assert_eq!(
+        record(&m, &rec.id).await.pause_kind,
+        Some(PauseKind::Memory)
+    );
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let done = m.reap_once().await.unwrap();
-    assert!(done.contains(&(rec.id.clone(), "pause_downgraded")), "{done:?}");
+    assert!(
+        done.contains(&(rec.id.clone(), "pause_downgraded")),
+        "{done:?}"
+    );
     let r = record(&m, &rec.id).await;
     assert_eq!(r.state, SandboxState::Paused);
     assert_eq!(r.pause_kind, Some(PauseKind::Filesystem));
-    assert!(r.reason.as_deref().unwrap_or("").contains("frozen window ended"), "{r:?}");
+    assert!(
+        r.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("frozen window ended"),
+        "{r:?}"
+    );
     let audit = m
         .meta()
         .audit_list(Some(&r.tenant), Some(r.id.as_str()), 100)
@@ -172,7 +184,10 @@ async fn a_release_that_loses_the_memory_downgrades_the_pause() {
     assert_eq!(record(&m, &b.id).await.pause_kind, Some(PauseKind::Memory));
     let r = m.evict(&ctx(), &b.id).await.unwrap();
     assert_eq!(r.pause_kind, Some(PauseKind::Filesystem));
-    assert!(r.reason.as_deref().unwrap_or("").contains("evicted"), "{r:?}");
+    assert!(
+        r.reason.as_deref().unwrap_or("").contains("evicted"),
+        "{r:?}"
+    );
     // A backend whose store copy keeps the memory never downgrades.
     env.fake.set_release_loses_memory(false);
     let c = running_with(&m, with_standby(60)).await;
