@@ -58,6 +58,11 @@ pub struct ProcessConfig {
     /// attached to it once PID 1 runs. `None`: loopback only, and manifests
     /// that allow destinations are refused.
     pub egress: Option<Arc<dyn Egress>>,
+    /// How long a memory pause keeps the sandbox's processes frozen on the
+    /// host (or its standby window, if longer): past it they end and the
+    /// pause becomes filesystem-only, unless the manifest asks
+    /// `lifecycle.keep_frozen` (see [`crate::hold`]).
+    pub frozen_window: Duration,
 }
 
 impl std::fmt::Debug for ProcessConfig {
@@ -90,9 +95,13 @@ impl Default for ProcessConfig {
             images_dir: None,
             image_store: None,
             egress: None,
+            frozen_window: Duration::from_secs(DEFAULT_FROZEN_SECS),
         }
     }
 }
+
+/// Default of [`ProcessConfig::frozen_window`]: ten minutes.
+pub const DEFAULT_FROZEN_SECS: u64 = 600;
 
 /// Prefix of a daemon's own group under the shared parent. It starts with a
 /// dot: sandbox ids never do, and daemons of earlier versions, which took

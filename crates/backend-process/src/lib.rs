@@ -41,6 +41,7 @@ mod exec;
 mod fileops;
 mod files;
 pub mod fsops;
+mod hold;
 mod launch;
 pub mod layer;
 mod lifecycle;
@@ -76,7 +77,7 @@ use stasis_core::{
     SandboxId, SessionInfo, SessionOutput, SessionSpec, SnapshotId, WriteMode,
 };
 
-pub use config::ProcessConfig;
+pub use config::{ProcessConfig, DEFAULT_FROZEN_SECS};
 pub use probes::probe;
 pub use rootfs::{FS_TAR, HOST_ROOT_ALLOW, HOST_ROOT_MASK};
 pub use sandbox::ProcessBackend;
@@ -228,7 +229,50 @@ impl Backend for ProcessBackend {
     }
 
     async fn pause(&self, id: &SandboxId, out: &Path, keep_memory: bool) -> Result<Vec<Artifact>> {
-        lifecycle::pause(self, id, out, keep_memory).await
+        lifecycle::pause(self, id, out, keep_memory, None).await
+    }
+
+    /// A memory pause whose frozen processes stay for `keep_for` (the
+    /// sandbox's standby window) when that is longer than the backend's
+    /// `frozen_window`.
+    async fn pause_standby(
+        &self,
+        id: &SandboxId,
+        out: &Path,
+        keep_for: Duration,
+    ) -> Result<Vec<Artifact>> {
+        lifecycle::pause(self, id, out, true, Some(keep_for)).await
+    }
+
+    fn standby(&self, id: &SandboxId) -> Option<stasis_backend::Standby> {
+        hold::standby(self, id)
+    }
+
+    fn standby_all(&self) -> Vec<(SandboxId, stasis_backend::Standby)> {
+        self.holds
+            .all()
+            .into_iter()
+            .filter_map(|(id, _)| hold::standby(self, &id).map(|s| (id, s)))
+            .collect()
+    }
+
+    /// Ends the frozen processes: the memory is gone with them.
+    async fn release_standby(&self, id: &SandboxId) -> Result<bool> {
+        hold::release(self, id).await
+    }
+
+    /// The store holds a paused sandbox's files only: its frozen processes
+    /// are its memory, and they end with the release.
+    fn memory_survives_release(&self) -> bool {
+        false
+    }
+
+    async fn evict(&self, spec: &SandboxSpec) -> Result<()> {
+        hold::release(self, &spec.id).await.map(|_| ())
+    }
+
+    async fn housekeeping(&self) -> Vec<SandboxId> {
+        hold::housekeeping(self).await
     }
 
     async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {

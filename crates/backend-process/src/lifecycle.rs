@@ -4,6 +4,7 @@
 //! cleaning up what sandboxes the server no longer knows left behind.
 
 use std::path::Path;
+use std::time::Duration;
 
 use stasis_backend::{Artifact, PauseLeftovers, Recovered, SandboxSpec};
 use stasis_core::{Error, ErrorCode, Result, SandboxId};
@@ -12,7 +13,7 @@ use crate::rootfs::{self, FS_TAR};
 use crate::sandbox::{alive, ProcessBackend, Run};
 use crate::start;
 use crate::sys::blocking;
-use crate::{disk, net, userns};
+use crate::{disk, hold, net, userns};
 
 pub(crate) async fn build(
     be: &ProcessBackend,
@@ -56,6 +57,7 @@ pub(crate) async fn pause(
     id: &SandboxId,
     out: &Path,
     keep_memory: bool,
+    window: Option<Duration>,
 ) -> Result<Vec<Artifact>> {
     let sb = be.get(id)?;
     let mut run = sb.run.lock().await;
@@ -75,6 +77,8 @@ pub(crate) async fn pause(
                 if let Run::Running { frozen, .. } = &mut *run {
                     *frozen = true;
                 }
+                let keep = sb.spec.manifest.lifecycle.keep_frozen;
+                hold::start(be, id, keep, window);
                 Ok(a)
             }
             Err(e) => {
@@ -115,10 +119,12 @@ pub(crate) async fn resume(
                     blocking(move || cg.thaw()).await?;
                     *frozen = false;
                 }
+                be.holds.remove(&spec.id);
                 return Ok(());
             }
         }
         // Not alive: rebuild. Leftovers go first.
+        be.holds.remove(&spec.id);
         start::stop(be, &sb, &mut run).await?;
     }
     let tar = Some(artifacts.join(FS_TAR)).filter(|p| p.is_file());
@@ -188,6 +194,7 @@ pub(crate) async fn restore(
 }
 
 pub(crate) async fn destroy(be: &ProcessBackend, id: &SandboxId, dir: &Path) -> Result<()> {
+    be.holds.remove(id);
     let sb = be.sandboxes.lock().unwrap().remove(id);
     let dir = match &sb {
         Some(sb) => sb.spec.dir.clone(),
@@ -252,7 +259,11 @@ pub(crate) async fn recover(be: &ProcessBackend, spec: &SandboxSpec) -> Result<R
                 frozen,
             };
             // A frozen sandbox (paused with memory) stays paused: the
-            // server keeps it so and the next resume thaws it.
+            // server keeps it so and the next resume thaws it. Its hold
+            // starts again from now (the daemon did not keep the old one).
+            if frozen {
+                hold::start(be, &spec.id, spec.manifest.lifecycle.keep_frozen, None);
+            }
             Ok(if frozen {
                 Recovered::NotRunning
             } else {

@@ -22,6 +22,8 @@ pub struct ProcessBackend {
     pub(crate) cfg: ProcessConfig,
     pub(crate) cg: std::result::Result<Cgroups, String>,
     pub(crate) sandboxes: Mutex<HashMap<SandboxId, Arc<Sandbox>>>,
+    /// How long each frozen sandbox stays on the host (see [`crate::hold`]).
+    pub(crate) holds: crate::hold::Holds,
 }
 
 impl ProcessBackend {
@@ -30,6 +32,7 @@ impl ProcessBackend {
             cg: Cgroups::detect(),
             cfg,
             sandboxes: Mutex::new(HashMap::new()),
+            holds: Default::default(),
         }
     }
 

@@ -645,10 +645,7 @@ impl Sup {
             None => {
                 let out = child.stdout.take().expect("piped stdout");
                 let err = child.stderr.take().expect("piped stderr");
-                vec![
-                    pump(s2.clone(), Stream::Stdout, out, cap),
-                    pump(s2, Stream::Stderr, err, cap),
-                ]
+                vec![pump(s2, out, err, cap)]
             }
         };
         let s3 = session.clone();
@@ -683,19 +680,34 @@ impl Sup {
     }
 }
 
-/// Copy one output pipe of a session into its buffer until EOF.
+/// Copy a session's stdout and stderr pipes into its buffer until both are
+/// at EOF, in one task that reads stdout first whenever both are readable:
+/// a program writes its output and then its next prompt or diagnostic
+/// (`print` then the REPL's `>>> `), so both pending at one wake-up were
+/// written in that order; two readers racing each other would interleave
+/// them at random.
 fn pump(
     s: Arc<Session>,
-    stream: Stream,
-    mut rd: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    mut out: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    mut err: impl tokio::io::AsyncRead + Unpin + Send + 'static,
     cap: usize,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match rd.read(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => s.push(stream, &buf[..n], cap),
+        let mut ob = vec![0u8; 64 * 1024];
+        let mut eb = vec![0u8; 64 * 1024];
+        let (mut out_open, mut err_open) = (true, true);
+        while out_open || err_open {
+            // Both reads are cancel-safe: the one not taken consumed nothing.
+            tokio::select! {
+                biased;
+                r = out.read(&mut ob), if out_open => match r {
+                    Ok(0) | Err(_) => out_open = false,
+                    Ok(n) => s.push(Stream::Stdout, &ob[..n], cap),
+                },
+                r = err.read(&mut eb), if err_open => match r {
+                    Ok(0) | Err(_) => err_open = false,
+                    Ok(n) => s.push(Stream::Stderr, &eb[..n], cap),
+                },
             }
         }
     })

@@ -72,6 +72,9 @@ struct State {
     ports: BTreeMap<(SandboxId, u16), std::net::SocketAddr>,
     /// Sandboxes held in standby (see `standby`).
     standby: BTreeMap<SandboxId, standby::Held>,
+    /// What `memory_survives_release` answers (false: a release stands for
+    /// frozen processes ending, as on the process backend).
+    release_loses_memory: bool,
 }
 
 /// The in-memory backend; clones share one state.
@@ -123,6 +126,12 @@ impl FakeBackend {
     /// Every step reached (entries and `.done`s), in order.
     pub fn calls(&self) -> Vec<String> {
         self.lock().calls.clone()
+    }
+
+    /// Make a standby's release lose the memory (as the process backend's
+    /// frozen processes do) instead of keeping it in the store's copy.
+    pub fn set_release_loses_memory(&self, lost: bool) {
+        self.lock().release_loses_memory = lost;
     }
 
     /// Report the backend unavailable (`Capabilities::available` false).
@@ -598,6 +607,10 @@ impl Backend for FakeBackend {
     async fn release_standby(&self, id: &SandboxId) -> Result<bool> {
         self.step("release_standby").await?;
         Ok(self.lock().standby.remove(id).is_some())
+    }
+
+    fn memory_survives_release(&self) -> bool {
+        !self.lock().release_loses_memory
     }
 
     async fn housekeeping(&self) -> Vec<SandboxId> {

@@ -419,6 +419,16 @@ pub trait Backend: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Whether a paused sandbox whose standby this backend released (by
+    /// [`Backend::housekeeping`], [`Backend::release_standby`] or
+    /// [`Backend::evict`]) still resumes with its memory. A backend whose
+    /// store copy holds the memory (a VM's RAM image) says true; one whose
+    /// held compute *is* the memory (frozen processes) says false, and the
+    /// server then records the pause as filesystem-only.
+    fn memory_survives_release(&self) -> bool {
+        true
+    }
+
     /// Drop what this host holds of a paused sandbox beyond the store's copy
     /// (its standby, its local pause files), so that its next resume comes
     /// from the store: frees the node's RAM and disk. Idempotent.

@@ -44,6 +44,12 @@ pub struct ScaleArgs {
     /// Samples of each latency (list pages, resume + exec).
     #[arg(long, default_value_t = 10)]
     samples: usize,
+    /// The daemon's `--frozen-secs` (process backend): the paused figures
+    /// are taken once every frozen sandbox has been let go (0: at the
+    /// reaper's next pass); the figures right after the pause, with the
+    /// processes still frozen, are reported as `paused_frozen`.
+    #[arg(long, default_value_t = 0)]
+    frozen_secs: u64,
 }
 
 /// The host's view of a daemon and what runs under it.
@@ -117,7 +123,10 @@ fn disk_bytes(p: &Path) -> u64 {
 async fn start(a: &ScaleArgs, dir: &Path) -> Result<(TempDaemon, Host, f64)> {
     let images = a.images.clone().unwrap_or_else(crate::demo::default_images);
     let img = images.display().to_string();
+    let frozen = a.frozen_secs.to_string();
     let mut extra = vec![
+        "--frozen-secs",
+        &frozen,
         "--images",
         &img,
         "--accel",
@@ -233,6 +242,15 @@ pub async fn scale(a: ScaleArgs) -> Result<Value> {
     })
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let (procs_frozen, kb_frozen) = host.sandbox_processes();
+    // Until the node holds no frozen sandbox any more (the window ends and
+    // the reaper lets them go), within the window and a minute.
+    let held_deadline = Instant::now() + Duration::from_secs(a.frozen_secs + 60);
+    let mut held = metric(&c, "stasis_standby{what=\"sandboxes\"}").await;
+    while held.is_some_and(|h| h > 0.0) && Instant::now() < held_deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        held = metric(&c, "stasis_standby{what=\"sandboxes\"}").await;
+    }
     let rss = host.rss_kb();
     let (procs, kb) = host.sandbox_processes();
     let avail = mem_available_kb();
@@ -315,6 +333,12 @@ pub async fn scale(a: ScaleArgs) -> Result<Value> {
             "host_ram_kb_per_sandbox_memavailable": per(avail0.saturating_sub(avail) as f64, n),
             "local_disk_kb_per_sandbox": per(disk as f64 / 1024.0, n),
             "store_kb_per_sandbox": per(store as f64 / 1024.0, n),
+        },
+        "frozen_secs": a.frozen_secs,
+        "still_held_at_measure": held,
+        "paused_frozen": {
+            "host_processes_per_sandbox": per(procs_frozen.saturating_sub(procs0) as f64, n),
+            "host_processes_rss_kb_per_sandbox": per(kb_frozen as f64, n),
         },
         "running": {
             "host_processes_per_sandbox": per(procs_running.saturating_sub(procs0) as f64, n),

@@ -106,6 +106,14 @@ pub struct ServeArgs {
     /// the one that entered standby first is released.
     #[arg(long, default_value_t = 2048)]
     standby_max_mb: u64,
+    /// Process backend: how long a memory-paused sandbox keeps its
+    /// processes frozen on this node (or its standby window, if longer).
+    /// Past it they end, freeing their RAM and host processes, and the
+    /// pause becomes filesystem-only (`pause_kind: filesystem`, audited as
+    /// `pause_downgraded`): its next resume starts afresh from its files. A
+    /// manifest's `lifecycle.keep_frozen` keeps them for the whole pause.
+    #[arg(long, default_value_t = stasis_backend_process::DEFAULT_FROZEN_SECS, value_parser = clap::value_parser!(u64).range(0..=7 * 86400))]
+    frozen_secs: u64,
     /// TCG translation buffer (MiB) of a restored microVM (a fork): its
     /// largest memory not shared with its siblings. 0: as a booted guest's.
     #[arg(long, env = "STASIS_TCG_TB_MB_RESTORE", default_value_t = 0)]
@@ -273,6 +281,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     };
     cfg.standby = Duration::from_secs(a.standby_secs);
     cfg.standby_max_bytes = a.standby_max_mb.saturating_mul(1 << 20);
+    cfg.frozen_window = Duration::from_secs(a.frozen_secs);
     cfg.tcg_tb_mb_restore = (a.tcg_tb_mb_restore > 0).then_some(a.tcg_tb_mb_restore);
     cfg.scrub_rate = a.scrub_rate;
     cfg.drain_on_stop = a.drain_on_stop_secs.map(Duration::from_secs);

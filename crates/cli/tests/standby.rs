@@ -99,3 +99,77 @@ async fn standby_eviction_under_the_ram_cap_never_loses_a_sandbox() {
         h.ok("DELETE", &format!("/v1/sandboxes/{id}"), None).await;
     }
 }
+
+/// The process backend's frozen processes, through the real daemon: with
+/// `--frozen-secs 0` a memory pause is let go at the reaper's next pass (no
+/// process or cgroup left for it on the host), the record says
+/// `pause_kind: filesystem` with the reason, the audit says what was lost,
+/// and the next request starts it afresh from its files. A sandbox whose
+/// manifest asks `keep_frozen` keeps its processes (a background job's pid
+/// survives the pause).
+#[tokio::test]
+async fn frozen_processes_are_let_go_and_the_pause_says_so() {
+    let d = Daemon::start(&["--frozen-secs", "0"]).await;
+    let h = d.http();
+    let id = h
+        .create(json!({"backend": "process", "lifecycle": {"on_idle": "nothing"}}))
+        .await;
+    h.sh(&id, "echo kept > /workspace/f").await;
+    let p = h
+        .ok("POST", &format!("/v1/sandboxes/{id}/pause"), None)
+        .await;
+    assert_eq!(p["pause_kind"], "memory", "{p}");
+    let mut rec = serde_json::Value::Null;
+    for _ in 0..100 {
+        rec = h.ok("GET", &format!("/v1/sandboxes/{id}"), None).await;
+        if rec["pause_kind"] == "filesystem" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(rec["state"], "paused", "{rec}");
+    assert_eq!(rec["pause_kind"], "filesystem", "{rec}");
+    assert!(
+        rec["reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains("frozen window ended"),
+        "{rec}"
+    );
+    assert!(rec.get("standby").is_none_or(|s| s.is_null()), "{rec}");
+    let audit = h.ok("GET", &format!("/v1/audit?target={id}"), None).await;
+    let text = audit.to_string();
+    assert!(text.contains("pause_downgraded"), "{text}");
+    let metrics = h.call("GET", "/metrics", None).await.body;
+    let metrics = metrics.as_str().unwrap_or_default();
+    assert!(
+        metrics.contains("stasis_pauses_downgraded_total 1"),
+        "{metrics}"
+    );
+    // Fresh processes, the same files.
+    assert_eq!(h.sh(&id, "cat /workspace/f").await, "kept\n");
+
+    // keep_frozen: the same background process after the pause.
+    let kept = h
+        .create(
+            json!({"backend": "process", "lifecycle": {"on_idle": "nothing", "keep_frozen": true}}),
+        )
+        .await;
+    h.sh(
+        &kept,
+        "nohup sh -c 'echo $$ > /tmp/pid; exec sleep 100000' >/dev/null 2>&1 & sleep 0.3",
+    )
+    .await;
+    let pid = h.sh(&kept, "cat /tmp/pid").await;
+    h.ok("POST", &format!("/v1/sandboxes/{kept}/pause"), None)
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let rec = h.ok("GET", &format!("/v1/sandboxes/{kept}"), None).await;
+    assert_eq!(rec["pause_kind"], "memory", "{rec}");
+    assert!(rec["standby"]["ram_bytes"].as_u64().is_some(), "{rec}");
+    assert_eq!(
+        h.sh(&kept, "cat /tmp/pid; kill -0 $(cat /tmp/pid) && echo alive")
+            .await,
+        format!("{pid}alive\n")
+    );
+}

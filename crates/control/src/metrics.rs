@@ -26,6 +26,7 @@
 //! | `stasis_metrics_source_errors_total` | counter | `source` (meta, store): a part of a scrape that could not be read |
 //! | `stasis_standby` | gauge | `what` (sandboxes, ram_bytes): paused sandboxes this node holds in standby, and the host RAM they hold |
 //! | `stasis_standby_released_total` | counter | standbys ended by their window or the node's RAM cap |
+//! | `stasis_pauses_downgraded_total` | counter | memory pauses that became filesystem-only: the node ended the frozen processes that held the memory (process backend, `--frozen-secs`) |
 //! | `stasis_resumes_total` | counter | `path` (standby, local, store): which way resumes went |
 //! | `stasis_store_scrub_chunks_total` | counter | `result` (verified: read back and checked; damaged: failed the check; repaired: put back from a local copy) |
 
@@ -118,6 +119,7 @@ struct Inner {
     egress: IntCounterVec,
     standby: IntGaugeVec,
     standby_released: IntCounter,
+    pauses_downgraded: IntCounter,
     resumes: IntCounterVec,
     scrub: IntCounterVec,
     store_cache: StdMutex<Option<StoreCache>>,
@@ -335,6 +337,14 @@ impl Metrics {
             )
             .expect("metric"),
         );
+        let pauses_downgraded = reg(
+            &r,
+            IntCounter::new(
+                "stasis_pauses_downgraded_total",
+                "Memory pauses that became filesystem-only: the node ended the frozen processes that held the memory.",
+            )
+            .expect("metric"),
+        );
         let resumes = reg(
             &r,
             IntCounterVec::new(
@@ -385,6 +395,7 @@ impl Metrics {
                 egress,
                 standby,
                 standby_released,
+                pauses_downgraded,
                 resumes,
                 scrub,
                 store_cache: StdMutex::new(None),
@@ -465,6 +476,7 @@ impl Metrics {
                 self.inner.lifetime_expiries.inc()
             }
             "standby_released" => self.inner.standby_released.inc(),
+            "pause_downgraded" => self.inner.pauses_downgraded.inc(),
             other => warn!(action = other, "reaper action without a metric"),
         }
     }

@@ -118,6 +118,15 @@ pub struct LifecyclePolicy {
     /// pause grants (0: the limit is lifted). Left out when 0.
     #[serde(skip_serializing_if = "is_zero")]
     pub renew_secs: u64,
+    /// Process backend: keep a memory-paused sandbox's processes frozen on
+    /// the node for as long as it stays paused, instead of ending them once
+    /// its standby window (or the node's `--frozen-secs`) is over, which
+    /// turns the pause into a filesystem-only one. Costs the node the
+    /// frozen processes' RAM for the whole pause (the cost report counts
+    /// it). The microVM backend keeps memory in every pause's snapshot and
+    /// ignores it. Left out when false, so digests stay.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub keep_frozen: bool,
 }
 
 /// The policy's deadlines on the daemon's millisecond clock. Checked: a
@@ -160,6 +169,7 @@ impl Default for LifecyclePolicy {
             standby_secs: None,
             on_lifetime: OnLifetime::Destroy,
             renew_secs: 0,
+            keep_frozen: false,
         }
     }
 }

@@ -159,13 +159,11 @@ impl Sessions {
             cv: Condvar::new(),
             slot,
         });
-        for (stream, rd) in readers {
-            let s = sess.clone();
-            std::thread::Builder::new()
-                .name(format!("{id}-{stream:?}"))
-                .spawn(move || pump(s, stream, File::from(rd)))
-                .map_err(|e| AgentError::internal(format!("thread: {e}")))?;
-        }
+        let s = sess.clone();
+        std::thread::Builder::new()
+            .name(format!("{id}-out"))
+            .spawn(move || pump(s, readers))
+            .map_err(|e| AgentError::internal(format!("thread: {e}")))?;
         let s = sess.clone();
         std::thread::Builder::new()
             .name(format!("{id}-wait"))
@@ -306,21 +304,60 @@ impl Sessions {
     }
 }
 
-fn pump(s: Arc<Session>, stream: Stream, mut rd: File) {
+/// Copy a session's output pipes into its buffer until each is at EOF, in
+/// one thread: whenever several are readable at once, they are read in the
+/// order given (stdout before stderr). A program writes its output and then
+/// its next prompt or diagnostic (`print` then the REPL's `>>> `), so both
+/// pending at one wake-up were written in that order; two readers racing
+/// each other would interleave them at random.
+fn pump(s: Arc<Session>, readers: Vec<(Stream, OwnedFd)>) {
+    use std::os::fd::AsRawFd;
+    let mut files: Vec<(Stream, File, bool)> = readers
+        .into_iter()
+        .map(|(stream, fd)| (stream, File::from(fd), true))
+        .collect();
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        match rd.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => {
-                lock(&s.out).buf.push(stream, &buf[..n], SESSION_BUFFER);
-                s.cv.notify_all();
+    while files.iter().any(|f| f.2) {
+        let mut fds: Vec<libc::pollfd> = files
+            .iter()
+            .map(|(_, f, open)| libc::pollfd {
+                // A closed one is left out (negative fds are ignored).
+                fd: if *open { f.as_raw_fd() } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfds.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if r < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
+            break;
+        }
+        for (i, pfd) in fds.iter().enumerate() {
+            if pfd.revents == 0 || !files[i].2 {
+                continue;
+            }
+            let (stream, f, open) = &mut files[i];
+            match f.read(&mut buf) {
+                Ok(0) => *open = false,
+                Ok(n) => lock(&s.out).buf.push(*stream, &buf[..n], SESSION_BUFFER),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => *open = false,
+            }
+            if !*open {
+                lock(&s.out).open -= 1;
+            }
+            s.cv.notify_all();
         }
     }
-    lock(&s.out).open -= 1;
-    s.cv.notify_all();
+    // A poll failure leaves the rest unread: they count as closed.
+    let left = files.iter().filter(|f| f.2).count() as u8;
+    if left > 0 {
+        lock(&s.out).open -= left;
+        s.cv.notify_all();
+    }
 }
 
 /// Let SIGINT and SIGQUIT act on a session without a terminal (the agent

@@ -88,6 +88,9 @@ pub struct DaemonConfig {
     pub standby: Duration,
     /// Host RAM sandboxes in standby may hold together (`--standby-max-mb`).
     pub standby_max_bytes: u64,
+    /// How long a memory-paused process sandbox keeps its processes frozen
+    /// (`--frozen-secs`); past it they end and the pause is filesystem-only.
+    pub frozen_window: Duration,
     /// TCG translation buffer (MiB) of a restored microVM
     /// (`--tcg-tb-mb-restore`; None: as a booted guest's).
     pub tcg_tb_mb_restore: Option<u32>,
@@ -141,6 +144,7 @@ impl DaemonConfig {
             egress: stasis_net::EgressConfig::default(),
             standby: Duration::from_secs(crate::manager::DEFAULT_STANDBY_SECS),
             standby_max_bytes: 2 << 30,
+            frozen_window: Duration::from_secs(stasis_backend_process::DEFAULT_FROZEN_SECS),
             tcg_tb_mb_restore: None,
             region: Default::default(),
             scrub_rate: crate::scrub::DEFAULT_RATE,
@@ -232,6 +236,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         pcfg.shim_program = prog.clone();
         pcfg.shim_args = args.clone();
     }
+    pcfg.frozen_window = cfg.frozen_window;
     pcfg.hide_paths.push(data_dir.clone());
     pcfg.state_dir = Some(data_dir.join("sandboxes"));
     if let Some(u) = pcfg.userns.as_mut() {

@@ -637,6 +637,12 @@ impl Manager {
         }
         self.audit(ctx, "evict", rec.id.as_str(), serde_json::json!({}))
             .await;
+        if !backend.memory_survives_release() && rec.pause_kind == Some(PauseKind::Memory) {
+            return Ok(self
+                .pause_downgraded(&rec.id, "it was evicted")
+                .await
+                .unwrap_or(rec));
+        }
         Ok(rec)
     }
 

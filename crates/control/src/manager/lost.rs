@@ -3,10 +3,10 @@
 //! filesystem-only pause when its writable layer survives on the host, else
 //! Failed.
 
-use stasis_core::{now_ms, BackendKind, Result, SandboxState};
+use stasis_core::{now_ms, BackendKind, Result, SandboxId, SandboxState};
 use stasis_meta::{Patch, PauseKind, SandboxRecord};
 
-use super::Manager;
+use super::{Ctx, Manager};
 
 impl Manager {
     /// A sandbox whose compute is gone (`why`: a daemon restart, a dead VM).
@@ -74,5 +74,46 @@ impl Manager {
             .state
         };
         Ok(to_state)
+    }
+}
+
+impl Manager {
+    /// A paused sandbox's node ended the frozen processes that held its
+    /// memory (`why`: its frozen window ended, it was evicted): the pause is
+    /// filesystem-only from now on, which its record, the audit
+    /// (`pause_downgraded`, saying what was lost) and the metrics show; its
+    /// next resume starts it afresh from its files. Returns the record, or
+    /// None when it is not paused any more (a resume got there first).
+    pub(super) async fn pause_downgraded(
+        &self,
+        id: &SandboxId,
+        why: &str,
+    ) -> Option<SandboxRecord> {
+        let reason = format!(
+            "{why}: its processes and their memory were ended on the node, its files are kept"
+        );
+        match self
+            .meta
+            .set_pause_kind(id, PauseKind::Filesystem, &reason)
+            .await
+        {
+            Ok(rec) => {
+                self.metrics.reaped("pause_downgraded");
+                let ctx = Ctx::system(rec.tenant.clone());
+                let detail = serde_json::json!({
+                    "why": why,
+                    "pause_kind": PauseKind::Filesystem,
+                    "lost": "processes and their memory (sessions, background jobs)",
+                    "kept": "files",
+                });
+                self.audit(&ctx, "pause_downgraded", id.as_str(), detail)
+                    .await;
+                Some(rec)
+            }
+            Err(e) => {
+                tracing::info!(sandbox = %id, "pause kind not changed: {}", e.message);
+                None
+            }
+        }
     }
 }

@@ -198,10 +198,18 @@ impl Manager {
             }
         }
         // The backends' own upkeep: standbys past their window released.
+        // Where the released compute was the memory (frozen processes), the
+        // pause is now filesystem-only, and recorded so.
         for b in self.backends.values() {
+            let lost = !b.memory_survives_release();
             for id in b.housekeeping().await {
                 self.metrics.reaped("standby_released");
-                done.push((id, "standby_released"));
+                if lost {
+                    self.pause_downgraded(&id, "its frozen window ended").await;
+                    done.push((id, "pause_downgraded"));
+                } else {
+                    done.push((id, "standby_released"));
+                }
             }
         }
         if now - self.last_gc_ms.load(Ordering::Relaxed) >= self.cfg.gc_interval.as_millis() as i64

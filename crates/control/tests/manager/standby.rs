@@ -129,3 +129,69 @@ async fn a_pause_that_fails_after_the_hold_continues_the_held_sandbox() {
     assert!(m.standby_all().is_empty());
     assert_eq!(run(&m, &rec.id, &["get", "k"]).await, "memory\n");
 }
+
+/// Where a release ends the memory (the process backend's frozen
+/// processes), the window's end and an eviction each turn the pause into a
+/// filesystem-only one: recorded, audited with what was lost, counted; the
+/// sandbox still resumes from its files.
+#[tokio::test]
+async fn a_release_that_loses_the_memory_downgrades_the_pause() {
+    let env = Env::process();
+    env.fake.set_release_loses_memory(true);
+    let m = env.manager().await;
+    let rec = running_with(&m, with_standby(1)).await;
+    idle_pause(&m, &rec.id).await;
+    assert_eq!(
+        record(&m, &rec.id).await.pause_kind,
+        Some(PauseKind::Memory)
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let done = m.reap_once().await.unwrap();
+    assert!(
+        done.contains(&(rec.id.clone(), "pause_downgraded")),
+        "{done:?}"
+    );
+    let r = record(&m, &rec.id).await;
+    assert_eq!(r.state, SandboxState::Paused);
+    assert_eq!(r.pause_kind, Some(PauseKind::Filesystem));
+    assert!(
+        r.reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("frozen window ended"),
+        "{r:?}"
+    );
+    let audit = m
+        .meta()
+        .audit_list(Some(&r.tenant), Some(r.id.as_str()), 100)
+        .await
+        .unwrap();
+    let entry = audit
+        .iter()
+        .find(|e| e.action == "pause_downgraded")
+        .expect("audited");
+    assert_eq!(entry.detail["pause_kind"], "filesystem");
+    assert!(entry.detail["lost"].as_str().unwrap().contains("memory"));
+    let text = m.metrics().render(m.meta(), m.snapshots()).await.unwrap();
+    assert!(text.contains("stasis_pauses_downgraded_total 1"), "{text}");
+    // It still resumes (from the store's copy).
+    m.resume(&ctx(), &rec.id).await.unwrap();
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Running);
+
+    // An eviction of a memory pause ends the memory at once.
+    let b = running_with(&m, with_standby(60)).await;
+    m.pause(&ctx(), &b.id, None).await.unwrap();
+    assert_eq!(record(&m, &b.id).await.pause_kind, Some(PauseKind::Memory));
+    let r = m.evict(&ctx(), &b.id).await.unwrap();
+    assert_eq!(r.pause_kind, Some(PauseKind::Filesystem));
+    assert!(
+        r.reason.as_deref().unwrap_or("").contains("evicted"),
+        "{r:?}"
+    );
+    // A backend whose store copy keeps the memory never downgrades.
+    env.fake.set_release_loses_memory(false);
+    let c = running_with(&m, with_standby(60)).await;
+    m.pause(&ctx(), &c.id, None).await.unwrap();
+    let r = m.evict(&ctx(), &c.id).await.unwrap();
+    assert_eq!(r.pause_kind, Some(PauseKind::Memory));
+}
