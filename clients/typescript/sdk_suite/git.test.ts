@@ -1,30 +1,42 @@
 // Ported from openai-agents-js packages/agents-core/test/sandboxes/unixLocal.git.test.ts
 // (MIT, see README.md): the UnixLocal construction is replaced by the
-// stasis provider. The repositories are made on this machine (file:// URLs),
-// as upstream does. Every behavioural assertion is kept.
+// stasis provider. The provider clones `git_repo` entries inside the
+// sandbox, through its egress policy (docs/src/agents-sdk.md), so the
+// repositories, made on this machine as upstream makes them, are served to
+// the sandbox instead of named by file:// URLs a sandbox cannot reach: they
+// are made under the directory a loopback `git daemon` exports
+// (globalSetup.mjs), named by their git://127.0.0.1:PORT/... URL, and the
+// sandbox's network policy allows that one address. Every behavioural
+// assertion is kept.
 import { execFile } from 'node:child_process';
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, relative } from 'node:path';
 import { promisify } from 'node:util';
-import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, inject, it } from 'vitest';
 import { Manifest } from '@openai/agents/sandbox';
-import { destroyAll, stasisSandboxClient } from './harness.js';
+import { destroyAll, stasisSandboxClient as harnessClient } from './harness.js';
 
 const execFileAsync = promisify(execFile);
 
 afterAll(destroyAll);
 
-// Skipped until the TypeScript provider clones `git_repo` entries: the
-// Python provider lets the SDK clone inside the sandbox through its egress
-// policy (docs/src/agents-sdk.md); these fixtures are file:// repositories
-// on the client's machine, which a sandbox cannot reach, so the TypeScript
-// side needs that choice and a served fixture first. Named in the README.
-describe.skip('StasisSandboxClient git repository entries (UnixLocal suite)', () => {
+const GIT = inject('git');
+
+/** The URL a sandbox clones a fixture repository from (upstream: `file://${repository}`). */
+function served(repository: string): string {
+  return `git://127.0.0.1:${GIT!.port}/${relative(GIT!.base, repository)}`;
+}
+
+/** The provider, with a network policy that lets the sandbox reach the fixture server. */
+function stasisSandboxClient() {
+  return harnessClient({ manifest: { network: { allow: [`127.0.0.1:${GIT!.port}`] } } });
+}
+
+describe.skipIf(!GIT)('StasisSandboxClient git repository entries (UnixLocal suite)', () => {
   let rootDir: string;
 
   beforeEach(async () => {
-    rootDir = await mkdtemp(join(tmpdir(), 'agents-core-sandbox-test-'));
+    rootDir = await mkdtemp(join(GIT!.base, 'agents-core-sandbox-test-'));
   });
 
   afterEach(async () => {
@@ -36,7 +48,7 @@ describe.skip('StasisSandboxClient git repository entries (UnixLocal suite)', ()
     await mkdir(repository, { recursive: true });
     await createGitRepository(repository, 'nested repo\n');
     const client = stasisSandboxClient();
-    const session = await client.create(new Manifest({ entries: { 'deps/app': { type: 'git_repo', repo: `file://${repository}` } } }));
+    const session = await client.create(new Manifest({ entries: { 'deps/app': { type: 'git_repo', repo: served(repository) } } }));
     expect(await session.pathExists('deps/app/README.md')).toBe(true);
   });
 
@@ -45,7 +57,7 @@ describe.skip('StasisSandboxClient git repository entries (UnixLocal suite)', ()
     await mkdir(repository, { recursive: true });
     await createGitRepository(repository, 'repo root\n');
     const client = stasisSandboxClient();
-    const session = await client.create(new Manifest({ entries: { app: { type: 'git_repo', repo: `file://${repository}`, subpath: '' } } }));
+    const session = await client.create(new Manifest({ entries: { app: { type: 'git_repo', repo: served(repository), subpath: '' } } }));
     const output = await session.execCommand({ cmd: 'cat /workspace/app/README.md', shell: '/bin/sh', login: false, yieldTimeMs: 2_000 });
     expect(output).toContain('repo root');
   });
@@ -57,7 +69,7 @@ describe.skip('StasisSandboxClient git repository entries (UnixLocal suite)', ()
     const { stdout: commitSha } = await execFileAsync('git', ['rev-parse', 'HEAD'], { cwd: repository });
     const client = stasisSandboxClient();
     const session = await client.create(
-      new Manifest({ entries: { app: { type: 'git_repo', repo: `file://${repository}`, ref: commitSha.trim() } } }),
+      new Manifest({ entries: { app: { type: 'git_repo', repo: served(repository), ref: commitSha.trim() } } }),
     );
     const output = await session.execCommand({ cmd: 'cat /workspace/app/README.md', shell: '/bin/sh', login: false, yieldTimeMs: 2_000 });
     expect(output).toContain('commit ref');

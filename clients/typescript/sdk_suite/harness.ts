@@ -11,6 +11,8 @@ import { StasisSandboxClient, type StasisSandboxClientOptions, type StasisSandbo
 declare module 'vitest' {
   export interface ProvidedContext {
     stasis: { backend: string; baseUrl: string; tokenFile?: string };
+    /** The loopback git server of git.test.ts (globalSetup.mjs); null without git on this machine. */
+    git: { base: string; port: number } | null;
   }
 }
 

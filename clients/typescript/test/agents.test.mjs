@@ -8,7 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { promisify } from 'node:util';
 
 import { applyDiff } from '@openai/agents';
-import { Manifest, SandboxArchiveError, SandboxInvalidManifestPathError, SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, file } from '@openai/agents/sandbox';
+import { Manifest, SandboxArchiveError, SandboxInvalidManifestPathError, SandboxUnsupportedFeatureError, SandboxWorkspaceReadNotFoundError, file, inContainerMountStrategy, s3Mount } from '@openai/agents/sandbox';
 
 import { StasisClient } from '../dist/index.js';
 import { StasisSandboxClient, StasisSandboxSession } from '../dist/agents/index.js';
@@ -255,7 +255,7 @@ for (const backend of backends()) {
         SandboxUnsupportedFeatureError,
       );
       await assert.rejects(
-        provider.create({ manifest: new Manifest({ entries: { src: { type: 'git_repo', repo: 'file:///nowhere' } } }), options: OPTIONS }),
+        provider.create({ manifest: new Manifest({ entries: { data: s3Mount({ bucket: 'b', mountStrategy: inContainerMountStrategy() }) } }), options: OPTIONS }),
         SandboxUnsupportedFeatureError,
       );
       // A local source outside the working directory and the grants.

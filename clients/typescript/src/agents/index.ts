@@ -10,8 +10,10 @@
  *
  * How the SDK's interfaces map onto stasis (README: "Agents SDK provider"):
  * - `create()` creates a stasis sandbox whose workdir is the manifest's
- *   root, writes the manifest's file and dir entries through the files API,
- *   and (by default) a stasis run for idempotent tool calls.
+ *   root, writes the manifest's file and dir entries through the files API
+ *   (git_repo entries are cloned by git inside the sandbox, through its
+ *   egress policy: git.ts), and (by default) a stasis run for idempotent
+ *   tool calls.
  * - `serializeSessionState()` (the runner calls it when it saves a RunState,
  *   e.g. on an approval interruption) takes a native stasis snapshot (memory
  *   and files) and, when the run is interrupted, pauses the sandbox: no
@@ -101,6 +103,7 @@ import type { ConnectionOptions } from '../http.js';
 import type { Run } from '../runs.js';
 import type { Sandbox, Session } from '../sandbox.js';
 import type { CallOutcome, FileStat } from '../types.js';
+import { materializeGitRepo } from './git.js';
 import { checkConcurrencyLimits, concurrencyLimit, readLocalDir, readLocalFile, runLimited, type LocalSourceRules } from './local.js';
 import { PortRelay } from './relay.js';
 import {
@@ -716,7 +719,8 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
   /**
    * The entries of `manifest`, written with their permissions: file and dir
    * entries from their content, local_file and local_dir entries uploaded
-   * from this machine (by the SDK's rules: see local.ts).
+   * from this machine (by the SDK's rules: see local.ts), git_repo entries
+   * cloned inside the sandbox through its egress policy (see git.ts).
    */
   private async writeEntries(manifest: Manifest): Promise<void> {
     const dirModes: [string, number][] = [];
@@ -748,9 +752,14 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
           await this.sbx.files.write(`${absolutePath}/${f.rel}`, f.bytes, { mode: f.mode });
         });
         if (entry.permissions) dirModes.push([absolutePath, mode]);
+      } else if (entry.type === 'git_repo') {
+        // Cloned inside the sandbox, through its egress policy (git.ts).
+        await this.checkMaterializationTarget(absolutePath, manifest.root);
+        await materializeGitRepo({ sbx: this.sbx, env: this.state.environment, realpath: (p) => realpath(this.sbx, p) }, absolutePath, entry);
+        dirModes.push([absolutePath, mode]);
       } else {
         throw new SandboxUnsupportedFeatureError(
-          `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file or local_dir entries, or stasis mounts in the stasis manifest`,
+          `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file, local_dir or git_repo entries, or stasis mounts in the stasis manifest`,
           { provider: BACKEND_ID, entryType: entry.type },
         );
       }
@@ -764,6 +773,21 @@ export class StasisSandboxSession implements SandboxSession<StasisSandboxSession
     if (!mounts) return;
     for (const { logicalPath, entry } of manifest.mountTargetsForMaterialization()) {
       if (mountHandled(this.localSources, entry)) await this.localSources.materializeMount!({ logicalPath, entry, session: this });
+    }
+  }
+
+  /**
+   * An entry's destination must not lead out of the workspace root through
+   * a symlink already in the sandbox (the SDK's materialization rule).
+   */
+  private async checkMaterializationTarget(absolutePath: string, root: string): Promise<void> {
+    const resolved = await realpath(this.sbx, absolutePath);
+    if (!isUnder(resolved, await realpath(this.sbx, root))) {
+      const logical = absolutePath.slice(root.replace(/\/+$/, '').length + 1);
+      throw new SandboxInvalidManifestPathError(`Sandbox materialization path "${logical || '.'}" escapes the workspace root.`, {
+        path: logical,
+        resolvedPath: resolved,
+      });
     }
   }
 
@@ -1446,9 +1470,9 @@ function checkManifest(manifest: Manifest, stasisManifest: Record<string, unknow
   }
   for (const { absolutePath, entry } of manifest.iterEntries()) {
     refuseUnsupportedEntry(absolutePath, entry);
-    if (!['file', 'dir', 'local_file', 'local_dir'].includes(entry.type) && !mountHandled(settings, entry) && !isLocalBind(entry)) {
+    if (!['file', 'dir', 'local_file', 'local_dir', 'git_repo'].includes(entry.type) && !mountHandled(settings, entry) && !isLocalBind(entry)) {
       throw new SandboxUnsupportedFeatureError(
-        `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file or local_dir entries, or stasis mounts in the stasis manifest`,
+        `stasis does not materialize ${entry.type} manifest entries (${absolutePath}); use file, dir, local_file, local_dir or git_repo entries, or stasis mounts in the stasis manifest`,
         { provider: BACKEND_ID, entryType: entry.type },
       );
     }
