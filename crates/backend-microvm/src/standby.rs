@@ -323,10 +323,21 @@ const EVICTED: [&str; 5] = [
 
 /// Disk space a paused sandbox holds that [`evict`] would free (allocated
 /// blocks, hard links counted once, nothing followed); 0 while it runs.
+/// The RAM image a restored guest maps (`base.ram`, one file for every
+/// restore of its snapshot on this node, see `shared_ram`) counts as this
+/// sandbox's share of it: its size over its link count. (The pause's own
+/// files may still be linked into the upload stage when this is asked: they
+/// count in full.)
 pub(crate) fn local_bytes(b: &MicrovmBackend, spec: &SandboxSpec) -> u64 {
     if b.vms.lock().unwrap().contains_key(&spec.id) {
         return 0;
     }
-    let paths: Vec<_> = EVICTED.iter().map(|f| spec.dir.join(f)).collect();
-    stasis_backend::fsafe::allocated_nofollow(&paths)
+    let base_ram = crate::qemu::BASE_RAM;
+    let own: Vec<_> = EVICTED
+        .iter()
+        .filter(|f| **f != base_ram)
+        .map(|f| spec.dir.join(f))
+        .collect();
+    stasis_backend::fsafe::allocated_nofollow(&own)
+        + stasis_backend::fsafe::allocated_share_nofollow(&spec.dir.join(base_ram))
 }

@@ -61,10 +61,12 @@ async fn an_evicted_paused_vm_keeps_at_most_16_mb() {
     let out = root.path().join("pause");
     std::fs::create_dir(&out).unwrap();
     b.pause(&a.id, &out, true).await.expect("pause");
-    // The server stores the stage, binds the local files, then drops it.
+    // The server stores the stage, binds the local files, asks what they
+    // hold (the stage still linking them), then drops the stage.
     b.pause_stored(&a, &SnapshotId::generate()).await;
-    std::fs::remove_dir_all(&out).unwrap();
     let kept = b.local_bytes(&a);
+    std::fs::remove_dir_all(&out).unwrap();
+    assert_eq!(b.local_bytes(&a), kept, "the stage's links change nothing");
     let dir_before = allocated(&a.dir, &mut HashSet::new());
     eprintln!("FIGURE paused: local_bytes {kept}, sandbox dir {dir_before} bytes");
     assert!(kept > 8 << 20, "the RAM file and disk count: {kept}");

@@ -111,6 +111,16 @@ pub fn allocated_nofollow(paths: &[std::path::PathBuf]) -> u64 {
     paths.iter().map(|p| walk(p, &mut seen, 0)).sum()
 }
 
+/// The share of a regular file `path` (not followed) linked from several
+/// places (a RAM image several sandboxes map): its allocated bytes over its
+/// link count. Anything else, or missing: 0.
+pub fn allocated_share_nofollow(path: &Path) -> u64 {
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_file() => md.blocks() * 512 / md.nlink().max(1),
+        _ => 0,
+    }
+}
+
 /// An empty directory at `path` that this process made and owns: whatever
 /// was there is removed (not followed), the directory is made with `mkdir`
 /// (which fails rather than follow a name re-created in between), and
@@ -193,6 +203,13 @@ mod tests {
         assert_eq!(allocated_nofollow(&names), want);
         assert!(want >= 160 * 1024);
         assert_eq!(allocated_nofollow(&[sb.join("missing")]), 0);
+        // Linked from elsewhere too (a shared RAM image): half of it is ours.
+        std::fs::write(sb.join("base"), vec![1u8; 256 * 1024]).unwrap();
+        std::fs::hard_link(sb.join("base"), d.path().join("kept")).unwrap();
+        let base = blocks(&sb.join("base"));
+        assert_eq!(allocated_share_nofollow(&sb.join("base")), base / 2);
+        assert_eq!(allocated_share_nofollow(&sb.join("disk")), 0, "a symlink");
+        assert_eq!(allocated_share_nofollow(&sb.join("missing")), 0);
     }
 
     #[test]
