@@ -356,4 +356,24 @@ mod tests {
         let e = absolute_path("--images", std::path::Path::new("")).unwrap_err();
         assert!(e.message.contains("--images"), "{e}");
     }
+
+    #[test]
+    fn the_local_pause_cap_is_given_in_mib_and_defaults_to_the_free_disk() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: ServeArgs,
+        }
+        let cfg = |extra: &[&str]| {
+            let d = tempfile::tempdir().unwrap();
+            let dir = d.path().to_str().unwrap().to_string();
+            let mut argv = vec!["stasis", "--insecure-dev-key", "--data-dir", &dir];
+            argv.extend_from_slice(extra);
+            let t = <T as clap::Parser>::try_parse_from(argv).unwrap();
+            serve_config(&t.a).unwrap().local_pause_max_bytes
+        };
+        assert_eq!(cfg(&[]), None, "unset: half the free disk, at start");
+        assert_eq!(cfg(&["--local-pause-max-mb", "0"]), Some(0));
+        assert_eq!(cfg(&["--local-pause-max-mb", "3"]), Some(3 << 20));
+    }
 }
