@@ -173,3 +173,33 @@ async fn a_restarted_daemon_counts_what_its_paused_sandboxes_keep() {
     assert_eq!(m.local_pause_bytes_of(&b), Some(EACH));
     resumes_intact(&m, &a).await;
 }
+
+#[tokio::test]
+async fn a_pause_not_yet_stored_is_never_evicted() {
+    let env = Env::process();
+    env.fake.set_local_bytes(EACH);
+    let m = env
+        .manager_with(|c| c.local_pause_max_bytes = Some(0))
+        .await;
+    let rec = running(&m).await;
+    // The daemon dies after the backend saved the pause, before the store
+    // has it: the sandbox is Pausing, its state only in the stage.
+    env.fake.crash_at("pause.done");
+    crash(&env.fake, m.pause(&ctx(), &rec.id, None)).await;
+    drop(m);
+    env.fake.clear_faults();
+    let m = env
+        .manager_with(|c| c.local_pause_max_bytes = Some(0))
+        .await;
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Pausing);
+    let done = m.reap_once().await.unwrap();
+    assert!(evicted(&done).is_empty(), "{done:?}");
+    assert_eq!(evict_calls(&env), 0);
+    // Reconcile stores and records the pause: now it counts, and goes.
+    m.reconcile().await.unwrap();
+    assert_eq!(state(&m, &rec.id).await, SandboxState::Paused);
+    assert_eq!(m.local_pause_bytes(), EACH);
+    let done = m.reap_once().await.unwrap();
+    assert_eq!(evicted(&done), vec![rec.id.clone()], "{done:?}");
+    resumes_intact(&m, &rec.id).await;
+}
