@@ -487,6 +487,10 @@ impl Backend for MicrovmBackend {
         standby::evict(self, spec).await
     }
 
+    fn local_bytes(&self, spec: &SandboxSpec) -> u64 {
+        standby::local_bytes(self, spec)
+    }
+
     async fn housekeeping(&self) -> Vec<SandboxId> {
         standby::housekeeping(self).await
     }

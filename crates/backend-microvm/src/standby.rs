@@ -304,14 +304,40 @@ pub(crate) async fn evict(b: &MicrovmBackend, spec: &SandboxSpec) -> Result<()> 
     }
     local::unbind(&spec.dir);
     b.accepted.lock().unwrap().remove(&spec.id);
-    for f in [
-        crate::qemu::RAM_FILE,
-        crate::qemu::BASE_RAM,
-        DISK,
-        crate::qemu::BASE_DISK,
-        local::LOCAL_DIR,
-    ] {
+    for f in EVICTED {
         stasis_backend::fsafe::remove_nofollow(&spec.dir.join(f))?;
     }
     Ok(())
+}
+
+/// What [`evict`] removes from the sandbox directory: the guest's RAM file,
+/// the RAM beneath it, the disk chain and the local pause files. What stays
+/// (logs, `vm.json`, the guest config record) is a few KiB.
+const EVICTED: [&str; 5] = [
+    crate::qemu::RAM_FILE,
+    crate::qemu::BASE_RAM,
+    DISK,
+    crate::qemu::BASE_DISK,
+    local::LOCAL_DIR,
+];
+
+/// Disk space a paused sandbox holds that [`evict`] would free (allocated
+/// blocks, hard links counted once, nothing followed); 0 while it runs.
+/// The RAM image a restored guest maps (`base.ram`, one file for every
+/// restore of its snapshot on this node, see `shared_ram`) counts as this
+/// sandbox's share of it: its size over its link count. (The pause's own
+/// files may still be linked into the upload stage when this is asked: they
+/// count in full.)
+pub(crate) fn local_bytes(b: &MicrovmBackend, spec: &SandboxSpec) -> u64 {
+    if b.vms.lock().unwrap().contains_key(&spec.id) {
+        return 0;
+    }
+    let base_ram = crate::qemu::BASE_RAM;
+    let own: Vec<_> = EVICTED
+        .iter()
+        .filter(|f| **f != base_ram)
+        .map(|f| spec.dir.join(f))
+        .collect();
+    stasis_backend::fsafe::allocated_nofollow(&own)
+        + stasis_backend::fsafe::allocated_share_nofollow(&spec.dir.join(base_ram))
 }

@@ -283,6 +283,16 @@ impl Backend for ProcessBackend {
         lifecycle::resume_needs_artifacts(self, &spec.id).await
     }
 
+    /// No disk to report: a paused sandbox here keeps its writable layer
+    /// (`upper/`, the live tree a resume continues, frozen or not), which
+    /// is its working state rather than a copy of the stored pause, and
+    /// `evict` leaves it (it only ends the frozen processes, RAM that
+    /// `--frozen-secs` bounds); counting it would only make the node's cap
+    /// on local disk evict in vain.
+    fn local_bytes(&self, _spec: &SandboxSpec) -> u64 {
+        0
+    }
+
     async fn snapshot(&self, id: &SandboxId, out: &Path) -> Result<Vec<Artifact>> {
         lifecycle::snapshot(self, id, out).await
     }

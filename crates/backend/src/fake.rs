@@ -75,6 +75,10 @@ struct State {
     /// What `memory_survives_release` answers (false: a release stands for
     /// frozen processes ending, as on the process backend).
     release_loses_memory: bool,
+    /// What a stored pause leaves on the "host" (`set_local_bytes`).
+    local_per_pause: u64,
+    /// Paused sandboxes holding local pause state, and its size.
+    local: BTreeMap<SandboxId, u64>,
 }
 
 /// The in-memory backend; clones share one state.
@@ -132,6 +136,13 @@ impl FakeBackend {
     /// frozen processes do) instead of keeping it in the store's copy.
     pub fn set_release_loses_memory(&self, lost: bool) {
         self.lock().release_loses_memory = lost;
+    }
+
+    /// From now on every stored pause leaves `bytes` of local pause state
+    /// on the "host" (`Backend::local_bytes`) until the sandbox resumes, is
+    /// evicted or destroyed; 0 (the default): nothing.
+    pub fn set_local_bytes(&self, bytes: u64) {
+        self.lock().local_per_pause = bytes;
     }
 
     /// Report the backend unavailable (`Capabilities::available` false).
@@ -560,6 +571,7 @@ impl Backend for FakeBackend {
 
     async fn resume(&self, spec: &SandboxSpec, artifacts: &Path) -> Result<()> {
         self.step("resume").await?;
+        self.lock().local.remove(&spec.id);
         let continued = standby::resume(&mut self.lock(), spec, artifacts);
         if continued {
             self.step("resume.standby").await?;
@@ -587,9 +599,32 @@ impl Backend for FakeBackend {
     }
 
     async fn pause_stored(&self, spec: &SandboxSpec, snapshot: &SnapshotId) {
-        if let Some(h) = self.lock().standby.get_mut(&spec.id) {
+        let mut st = self.lock();
+        if let Some(h) = st.standby.get_mut(&spec.id) {
             h.snapshot = Some(snapshot.clone());
         }
+        let n = st.local_per_pause;
+        if n > 0 {
+            st.local.insert(spec.id.clone(), n);
+        }
+    }
+
+    fn local_bytes(&self, spec: &SandboxSpec) -> u64 {
+        self.lock().local.get(&spec.id).copied().unwrap_or(0)
+    }
+
+    async fn evict(&self, spec: &SandboxSpec) -> Result<()> {
+        self.step("evict").await?;
+        let mut st = self.lock();
+        if st.sandboxes.get(&spec.id).is_some_and(|sb| sb.running) {
+            return Err(Error::state(format!(
+                "sandbox {} runs: only a paused sandbox's local state can be dropped",
+                spec.id
+            )));
+        }
+        st.standby.remove(&spec.id);
+        st.local.remove(&spec.id);
+        Ok(())
     }
 
     fn standby(&self, id: &SandboxId) -> Option<Standby> {
@@ -639,6 +674,7 @@ impl Backend for FakeBackend {
             let mut st = self.lock();
             st.sandboxes.remove(id);
             st.standby.remove(id);
+            st.local.remove(id);
         }
         self.step("destroy.done").await
     }

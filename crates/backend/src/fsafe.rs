@@ -83,6 +83,44 @@ pub fn remove_nofollow(path: &Path) -> Result<()> {
     }
 }
 
+/// Disk space (allocated blocks, `st_blocks * 512`) held by what `paths`
+/// name, never following a symlink: a regular file counts its blocks, a real
+/// directory its entries (depth-first, not followed), anything else
+/// nothing; a file reached twice (hard links) counts once. Missing: 0.
+pub fn allocated_nofollow(paths: &[std::path::PathBuf]) -> u64 {
+    fn walk(p: &Path, seen: &mut std::collections::HashSet<(u64, u64)>, depth: u32) -> u64 {
+        let Ok(md) = std::fs::symlink_metadata(p) else {
+            return 0;
+        };
+        let ft = md.file_type();
+        if ft.is_file() {
+            if seen.insert((md.dev(), md.ino())) {
+                return md.blocks() * 512;
+            }
+            return 0;
+        }
+        if !ft.is_dir() || depth > 8 {
+            return 0;
+        }
+        let Ok(rd) = std::fs::read_dir(p) else {
+            return 0;
+        };
+        rd.flatten().map(|e| walk(&e.path(), seen, depth + 1)).sum()
+    }
+    let mut seen = std::collections::HashSet::new();
+    paths.iter().map(|p| walk(p, &mut seen, 0)).sum()
+}
+
+/// The share of a regular file `path` (not followed) linked from several
+/// places (a RAM image several sandboxes map): its allocated bytes over its
+/// link count. Anything else, or missing: 0.
+pub fn allocated_share_nofollow(path: &Path) -> u64 {
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_file() => md.blocks() * 512 / md.nlink().max(1),
+        _ => 0,
+    }
+}
+
 /// An empty directory at `path` that this process made and owns: whatever
 /// was there is removed (not followed), the directory is made with `mkdir`
 /// (which fails rather than follow a name re-created in between), and
@@ -145,6 +183,33 @@ mod tests {
         // No temporary is left behind.
         let names: Vec<_> = std::fs::read_dir(&sb).unwrap().collect();
         assert_eq!(names.len(), 2);
+    }
+
+    #[test]
+    fn allocated_counts_blocks_once_and_never_follows() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        std::fs::write(&outside, vec![1u8; 64 * 1024]).unwrap();
+        let sb = d.path().join("sb");
+        std::fs::create_dir_all(sb.join("local")).unwrap();
+        std::fs::write(sb.join("ram"), vec![1u8; 128 * 1024]).unwrap();
+        std::fs::hard_link(sb.join("ram"), sb.join("local/ram-link")).unwrap();
+        std::fs::write(sb.join("local/state"), vec![1u8; 32 * 1024]).unwrap();
+        std::os::unix::fs::symlink(&outside, sb.join("local/planted")).unwrap();
+        std::os::unix::fs::symlink(&outside, sb.join("disk")).unwrap();
+        let blocks = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+        let want = blocks(&sb.join("ram")) + blocks(&sb.join("local/state"));
+        let names = ["ram", "local", "disk", "missing"].map(|n| sb.join(n));
+        assert_eq!(allocated_nofollow(&names), want);
+        assert!(want >= 160 * 1024);
+        assert_eq!(allocated_nofollow(&[sb.join("missing")]), 0);
+        // Linked from elsewhere too (a shared RAM image): half of it is ours.
+        std::fs::write(sb.join("base"), vec![1u8; 256 * 1024]).unwrap();
+        std::fs::hard_link(sb.join("base"), d.path().join("kept")).unwrap();
+        let base = blocks(&sb.join("base"));
+        assert_eq!(allocated_share_nofollow(&sb.join("base")), base / 2);
+        assert_eq!(allocated_share_nofollow(&sb.join("disk")), 0, "a symlink");
+        assert_eq!(allocated_share_nofollow(&sb.join("missing")), 0);
     }
 
     #[test]

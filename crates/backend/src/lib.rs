@@ -436,6 +436,16 @@ pub trait Backend: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Disk space (allocated bytes, `st_blocks * 512`) this host holds of a
+    /// paused sandbox that [`Backend::evict`] would free: its local pause
+    /// files, kept RAM file, disk chain (0 when none, or when the backend
+    /// keeps nothing `evict` can drop). The server calls it once a pause is
+    /// stored and caches the answer to keep the node under its cap on local
+    /// pause state. Cheap: a few `lstat`s, never reading the files.
+    fn local_bytes(&self, _spec: &SandboxSpec) -> u64 {
+        0
+    }
+
     /// Periodic work of the backend (the server's reaper calls it on every
     /// pass): standbys past their window released, node caps enforced.
     /// Returns the sandboxes whose standby it released.

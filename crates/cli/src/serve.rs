@@ -114,6 +114,13 @@ pub struct ServeArgs {
     /// manifest's `lifecycle.keep_frozen` keeps them for the whole pause.
     #[arg(long, default_value_t = stasis_backend_process::DEFAULT_FROZEN_SECS, value_parser = clap::value_parser!(u64).range(0..=7 * 86400))]
     frozen_secs: u64,
+    /// Disk (MiB) this node's paused sandboxes may keep beyond their stored
+    /// snapshots (a microVM's RAM file, disk chain, local pause files, also
+    /// in standby); past it the least recently paused are evicted (their
+    /// next resume comes from the store). 0: evict each pause once stored.
+    /// Default: half the space free on the data dir's filesystem at start.
+    #[arg(long, value_name = "MIB")]
+    local_pause_max_mb: Option<u64>,
     /// TCG translation buffer (MiB) of a restored microVM (a fork): its
     /// largest memory not shared with its siblings. 0: as a booted guest's.
     #[arg(long, env = "STASIS_TCG_TB_MB_RESTORE", default_value_t = 0)]
@@ -282,6 +289,7 @@ fn serve_config(a: &ServeArgs) -> Result<stasis_server::daemon::DaemonConfig> {
     cfg.standby = Duration::from_secs(a.standby_secs);
     cfg.standby_max_bytes = a.standby_max_mb.saturating_mul(1 << 20);
     cfg.frozen_window = Duration::from_secs(a.frozen_secs);
+    cfg.local_pause_max_bytes = a.local_pause_max_mb.map(|mb| mb.saturating_mul(1 << 20));
     cfg.tcg_tb_mb_restore = (a.tcg_tb_mb_restore > 0).then_some(a.tcg_tb_mb_restore);
     cfg.scrub_rate = a.scrub_rate;
     cfg.drain_on_stop = a.drain_on_stop_secs.map(Duration::from_secs);
@@ -347,5 +355,25 @@ mod tests {
         assert_eq!(p, d.path().canonicalize().unwrap().join("a"));
         let e = absolute_path("--images", std::path::Path::new("")).unwrap_err();
         assert!(e.message.contains("--images"), "{e}");
+    }
+
+    #[test]
+    fn the_local_pause_cap_is_given_in_mib_and_defaults_to_the_free_disk() {
+        #[derive(clap::Parser)]
+        struct T {
+            #[command(flatten)]
+            a: ServeArgs,
+        }
+        let cfg = |extra: &[&str]| {
+            let d = tempfile::tempdir().unwrap();
+            let dir = d.path().to_str().unwrap().to_string();
+            let mut argv = vec!["stasis", "--insecure-dev-key", "--data-dir", &dir];
+            argv.extend_from_slice(extra);
+            let t = <T as clap::Parser>::try_parse_from(argv).unwrap();
+            serve_config(&t.a).unwrap().local_pause_max_bytes
+        };
+        assert_eq!(cfg(&[]), None, "unset: half the free disk, at start");
+        assert_eq!(cfg(&["--local-pause-max-mb", "0"]), Some(0));
+        assert_eq!(cfg(&["--local-pause-max-mb", "3"]), Some(3 << 20));
     }
 }

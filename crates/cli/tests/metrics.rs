@@ -275,6 +275,15 @@ async fn lifecycle_cycle_moves_counters_by_exactly_one() {
             && s.labels.get("op").map(String::as_str) == Some("restore")));
     assert_eq!(before.types["stasis_leases_taken_over_total"], "counter");
     assert_eq!(before.get("stasis_leases_taken_over_total", &[]), 0.0);
+    // The node's cap on local pause state: by default half the free disk.
+    assert_eq!(before.types["stasis_local_pause_bytes"], "gauge");
+    assert_eq!(before.types["stasis_local_pause_cap_bytes"], "gauge");
+    assert_eq!(
+        before.types["stasis_local_pause_evictions_total"],
+        "counter"
+    );
+    assert!(before.get("stasis_local_pause_cap_bytes", &[]) > 0.0);
+    assert_eq!(before.get("stasis_local_pause_bytes", &[]), 0.0);
     for op in OPS {
         assert_eq!(before.ops(op, "ok"), 0.0, "{op}");
         assert_eq!(before.ops(op, "error"), 0.0, "{op}");
@@ -301,6 +310,8 @@ async fn lifecycle_cycle_moves_counters_by_exactly_one() {
     let paused = scrape(&d).await;
     assert_eq!(paused.sandboxes("running"), 0.0);
     assert_eq!(paused.sandboxes("paused"), 1.0);
+    // A process-backend pause keeps nothing evict could drop.
+    assert_eq!(paused.get("stasis_local_pause_bytes", &[]), 0.0);
     // The pause snapshot is in the store: raw holds the 2 MB written, and the
     // stored (compressed, encrypted) bytes are there too.
     let raw = paused.get(

@@ -27,6 +27,9 @@
 //! | `stasis_standby` | gauge | `what` (sandboxes, ram_bytes): paused sandboxes this node holds in standby, and the host RAM they hold |
 //! | `stasis_standby_released_total` | counter | standbys ended by their window or the node's RAM cap |
 //! | `stasis_pauses_downgraded_total` | counter | memory pauses that became filesystem-only: the node ended the frozen processes that held the memory (process backend, `--frozen-secs`) |
+//! | `stasis_local_pause_bytes` | gauge | disk this node's paused sandboxes keep beyond their stored snapshots (local pause files, RAM files, disk chains; standby included) |
+//! | `stasis_local_pause_cap_bytes` | gauge | the node's cap on it (`--local-pause-max-mb`) |
+//! | `stasis_local_pause_evictions_total` | counter | paused sandboxes whose local state the cap evicted (least recently paused first) |
 //! | `stasis_resumes_total` | counter | `path` (standby, local, store): which way resumes went |
 //! | `stasis_store_scrub_chunks_total` | counter | `result` (verified: read back and checked; damaged: failed the check; repaired: put back from a local copy) |
 
@@ -120,6 +123,9 @@ struct Inner {
     standby: IntGaugeVec,
     standby_released: IntCounter,
     pauses_downgraded: IntCounter,
+    local_pause_bytes: prometheus::IntGauge,
+    local_pause_cap: prometheus::IntGauge,
+    local_pause_evictions: IntCounter,
     resumes: IntCounterVec,
     scrub: IntCounterVec,
     store_cache: StdMutex<Option<StoreCache>>,
@@ -345,6 +351,30 @@ impl Metrics {
             )
             .expect("metric"),
         );
+        let local_pause_bytes = reg(
+            &r,
+            prometheus::IntGauge::new(
+                "stasis_local_pause_bytes",
+                "Disk this node's paused sandboxes keep beyond their stored snapshots (local pause files, RAM files, disk chains).",
+            )
+            .expect("metric"),
+        );
+        let local_pause_cap = reg(
+            &r,
+            prometheus::IntGauge::new(
+                "stasis_local_pause_cap_bytes",
+                "The node's cap on the local pause state of its paused sandboxes.",
+            )
+            .expect("metric"),
+        );
+        let local_pause_evictions = reg(
+            &r,
+            IntCounter::new(
+                "stasis_local_pause_evictions_total",
+                "Paused sandboxes whose local state was evicted by the node's cap (least recently paused first).",
+            )
+            .expect("metric"),
+        );
         let resumes = reg(
             &r,
             IntCounterVec::new(
@@ -396,6 +426,9 @@ impl Metrics {
                 standby,
                 standby_released,
                 pauses_downgraded,
+                local_pause_bytes,
+                local_pause_cap,
+                local_pause_evictions,
                 resumes,
                 scrub,
                 store_cache: StdMutex::new(None),
@@ -500,6 +533,18 @@ impl Metrics {
         let g = &self.inner.standby;
         g.with_label_values(&["sandboxes"]).set(sandboxes as i64);
         g.with_label_values(&["ram_bytes"]).set(ram_bytes as i64);
+    }
+
+    /// The local pause state this node holds and its cap, bytes.
+    pub fn set_local_pause(&self, bytes: u64, cap: u64) {
+        let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        self.inner.local_pause_bytes.set(clamp(bytes));
+        self.inner.local_pause_cap.set(clamp(cap));
+    }
+
+    /// The node's cap evicted a paused sandbox's local state.
+    pub fn local_pause_evicted(&self) {
+        self.inner.local_pause_evictions.inc();
     }
 
     /// This node took over a sandbox's lease from another node.

@@ -19,6 +19,8 @@ mod drain;
 mod images;
 #[path = "manager/lease.rs"]
 mod lease;
+#[path = "manager/local_cap.rs"]
+mod local_cap;
 #[path = "manager/network.rs"]
 mod network;
 #[path = "manager/ports.rs"]

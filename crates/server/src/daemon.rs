@@ -91,6 +91,11 @@ pub struct DaemonConfig {
     /// How long a memory-paused process sandbox keeps its processes frozen
     /// (`--frozen-secs`); past it they end and the pause is filesystem-only.
     pub frozen_window: Duration,
+    /// Disk this node's paused sandboxes may keep beyond their stored
+    /// snapshots before the least recently paused are evicted
+    /// (`--local-pause-max-mb`; 0: evicted once stored). None: half the
+    /// space free on the data dir's filesystem at start.
+    pub local_pause_max_bytes: Option<u64>,
     /// TCG translation buffer (MiB) of a restored microVM
     /// (`--tcg-tb-mb-restore`; None: as a booted guest's).
     pub tcg_tb_mb_restore: Option<u32>,
@@ -145,6 +150,7 @@ impl DaemonConfig {
             standby: Duration::from_secs(crate::manager::DEFAULT_STANDBY_SECS),
             standby_max_bytes: 2 << 30,
             frozen_window: Duration::from_secs(stasis_backend_process::DEFAULT_FROZEN_SECS),
+            local_pause_max_bytes: None,
             tcg_tb_mb_restore: None,
             region: Default::default(),
             scrub_rate: crate::scrub::DEFAULT_RATE,
@@ -283,6 +289,7 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
     mc.max_file_bytes = cfg.max_file_bytes;
     mc.reaper_interval = cfg.reaper_interval;
     mc.standby = cfg.standby;
+    mc.local_pause_max_bytes = cfg.local_pause_max_bytes;
     cfg.inflight.validate()?;
     mc.inflight = cfg.inflight;
     mc.allow_mounts = crate::mounts::allowed_roots(&cfg.allow_mounts)?;
@@ -291,6 +298,10 @@ pub async fn open_at(cfg: &DaemonConfig, bound: SocketAddr) -> Result<Daemon> {
         meta,
         Snapshots::new(store).with_gc_grace(cfg.gc_grace),
         backends,
+    );
+    info!(
+        cap_bytes = manager.local_pause_cap(),
+        "cap on the local disk paused sandboxes keep"
     );
     let base = cfg.images_dir.join(crate::images::BASE_ROOTFS);
     if base.is_dir() {

@@ -623,7 +623,20 @@ impl Manager {
     /// snapshot (standby, local pause files): frees the node's RAM and disk;
     /// its next resume comes from the store. Audited.
     pub async fn evict(&self, ctx: &Ctx, id: &SandboxId) -> Result<SandboxRecord> {
-        let (_guard, rec) = self.exclusive(ctx, id).await?;
+        let (guard, rec) = self.exclusive(ctx, id).await?;
+        self.do_evict(ctx, rec, serde_json::json!({}), guard).await
+    }
+
+    /// [`Manager::evict`] under the sandbox's exclusive lock (`_guard`),
+    /// audited with `detail`.
+    pub(super) async fn do_evict(
+        &self,
+        ctx: &Ctx,
+        rec: SandboxRecord,
+        detail: serde_json::Value,
+        _guard: OwnedRwLockWriteGuard<()>,
+    ) -> Result<SandboxRecord> {
+        let id = &rec.id;
         if rec.state != SandboxState::Paused {
             return Err(Error::state(format!(
                 "sandbox {id} is {}: only a paused sandbox's node state can be dropped",
@@ -632,11 +645,11 @@ impl Manager {
         }
         let backend = self.backend(rec.backend)?.clone();
         backend.evict(&self.spec(&rec)).await?;
+        self.forget_local(&rec.id);
         if let Some(c) = self.cluster() {
             c.note_local_pause(&rec.id, None);
         }
-        self.audit(ctx, "evict", rec.id.as_str(), serde_json::json!({}))
-            .await;
+        self.audit(ctx, "evict", rec.id.as_str(), detail).await;
         if !backend.memory_survives_release() && rec.pause_kind == Some(PauseKind::Memory) {
             return Ok(self
                 .pause_downgraded(&rec.id, "it was evicted")

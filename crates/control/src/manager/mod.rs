@@ -29,6 +29,7 @@
 //! - `network`: reading and changing a sandbox's network policy at runtime;
 //! - `recovery`: reconcile after a crash;
 //! - `reaper`: the idle, TTL, lifetime and checkpoint policies;
+//! - `local_cap`: the node's cap on local pause state (evicting the oldest);
 //! - `drain`: a node that stops taking sandboxes and pauses its own to the store.
 
 use std::collections::HashMap;
@@ -57,6 +58,7 @@ mod files;
 mod guest;
 mod lease;
 mod lifecycle;
+mod local_cap;
 mod lost;
 mod network;
 mod pause_recovery;
@@ -70,6 +72,7 @@ mod templates;
 pub use drain::{DrainReport, DrainStatus};
 pub use files::{file_limit_error, Spooled};
 pub use guest::MAX_SESSION_WAIT;
+pub use local_cap::half_free_bytes;
 pub use network::{EgressCounters, NetworkStatus};
 pub use pause_recovery::{decide, Action as PauseRecovery, Found as PauseFound};
 pub use recovery::ReconcileReport;
@@ -116,6 +119,12 @@ pub struct ManagerConfig {
     /// Standby window after an idle pause for sandboxes whose manifest sets
     /// none (`lifecycle.standby_secs`); 0 = off.
     pub standby: Duration,
+    /// Disk this node's paused sandboxes may keep beyond their stored
+    /// snapshots (local pause files, kept RAM files, disk chains); past it
+    /// the least recently paused are evicted (`local_cap`). 0: evicted as
+    /// soon as stored. None: half the space free on the data dir's
+    /// filesystem when the manager starts.
+    pub local_pause_max_bytes: Option<u64>,
 }
 
 impl ManagerConfig {
@@ -130,6 +139,7 @@ impl ManagerConfig {
             allow_mounts: Vec::new(),
             inflight: Default::default(),
             standby: Duration::from_secs(DEFAULT_STANDBY_SECS),
+            local_pause_max_bytes: None,
         }
     }
 }
@@ -172,6 +182,10 @@ pub struct Manager {
     metrics: Metrics,
     /// Set while the node drains: it starts no sandbox (see `drain`).
     draining: std::sync::atomic::AtomicBool,
+    /// This node's paused sandboxes with local state (see `local_cap`).
+    local: StdMutex<local_cap::Table>,
+    /// The cap on their sum, bytes (resolved at start).
+    local_cap: u64,
 }
 
 fn elapsed_ms(start: std::time::Instant) -> u64 {
@@ -186,6 +200,14 @@ impl Manager {
         backends: Vec<Arc<dyn Backend>>,
     ) -> Arc<Self> {
         let backends = backends.into_iter().map(|b| (b.kind(), b)).collect();
+        let local_cap = cfg.local_pause_max_bytes.unwrap_or_else(|| {
+            half_free_bytes(&cfg.data_dir).unwrap_or_else(|| {
+                warn!(dir = %cfg.data_dir.display(), "free disk unknown: no cap on local pause state");
+                u64::MAX
+            })
+        });
+        let metrics = Metrics::new();
+        metrics.set_local_pause(0, local_cap);
         Arc::new(Manager {
             cfg,
             meta,
@@ -197,8 +219,10 @@ impl Manager {
             images: std::sync::OnceLock::new(),
             egress: std::sync::OnceLock::new(),
             region: std::sync::OnceLock::new(),
-            metrics: Metrics::new(),
+            metrics,
             draining: std::sync::atomic::AtomicBool::new(false),
+            local: StdMutex::new(Default::default()),
+            local_cap,
         })
     }
 
@@ -263,6 +287,24 @@ impl Manager {
     }
 
     async fn transition_state(
+        &self,
+        id: &SandboxId,
+        from: SandboxState,
+        to: SandboxState,
+        patch: Patch,
+    ) -> Result<SandboxRecord> {
+        let rec = self.transition_fenced(id, from, to, patch).await?;
+        if from == SandboxState::Paused && to != SandboxState::Paused {
+            // Resumed or going: its local state no longer counts as paused.
+            self.forget_local(id);
+        } else if from == SandboxState::Resuming && to == SandboxState::Paused {
+            // A resume that did not happen: what is left here counts again.
+            self.seed_local(&rec);
+        }
+        Ok(rec)
+    }
+
+    async fn transition_fenced(
         &self,
         id: &SandboxId,
         from: SandboxState,

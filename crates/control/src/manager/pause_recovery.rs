@@ -362,6 +362,8 @@ impl Manager {
         if let Ok(b) = self.backend(rec.backend) {
             b.pause_stored(&self.spec(rec), snap).await;
         }
+        // ... and counts toward the node's cap on local pause state.
+        self.note_local(&out, snap);
         let old = intent
             .and_then(|i| i.previous.clone())
             .or_else(|| rec.pause_snapshot.clone());

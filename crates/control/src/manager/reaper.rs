@@ -212,6 +212,10 @@ impl Manager {
                 }
             }
         }
+        // The node's cap on local pause state: the oldest evicted past it.
+        for id in self.enforce_local_cap().await {
+            done.push((id, "local_evicted"));
+        }
         if now - self.last_gc_ms.load(Ordering::Relaxed) >= self.cfg.gc_interval.as_millis() as i64
         {
             self.last_gc_ms.store(now, Ordering::Relaxed);

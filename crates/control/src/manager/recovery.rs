@@ -154,6 +154,7 @@ impl Manager {
                             let _ = backend.destroy(&rec.id, &spec.dir).await;
                         }
                         self.tidy_paused(rec, &spec).await;
+                        self.seed_local(rec);
                         SandboxState::Paused
                     }
                     Action::FinishDestroy => self.finish_destroy(rec.clone()).await?.state,
