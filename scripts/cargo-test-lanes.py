@@ -51,6 +51,7 @@ MICROVM = [
     ("stasis-guest-agent", "vm"),
     ("stasis-backend-microvm", "pty"),
     ("stasis-backend-microvm", "fork_bench"),
+    ("stasis-backend-microvm", "local_cap"),
 ]
 # Binaries of the other lane known to be long, run first so the lane ends
 # near the microVM one.

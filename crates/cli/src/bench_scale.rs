@@ -50,6 +50,12 @@ pub struct ScaleArgs {
     /// processes still frozen, are reported as `paused_frozen`.
     #[arg(long, default_value_t = 0)]
     frozen_secs: u64,
+    /// The daemon's `--local-pause-max-mb` (its cap on the local disk of
+    /// paused sandboxes; 0 evicts each pause's local state once stored):
+    /// the paused figures then show what a node keeps after eviction.
+    /// Unset: the daemon's default (half the free disk).
+    #[arg(long)]
+    local_pause_max_mb: Option<u64>,
 }
 
 /// The host's view of a daemon and what runs under it.
@@ -124,6 +130,7 @@ async fn start(a: &ScaleArgs, dir: &Path) -> Result<(TempDaemon, Host, f64)> {
     let images = a.images.clone().unwrap_or_else(crate::demo::default_images);
     let img = images.display().to_string();
     let frozen = a.frozen_secs.to_string();
+    let cap = a.local_pause_max_mb.map(|m| m.to_string());
     let mut extra = vec![
         "--frozen-secs",
         &frozen,
@@ -138,6 +145,9 @@ async fn start(a: &ScaleArgs, dir: &Path) -> Result<(TempDaemon, Host, f64)> {
     ];
     if a.backend == "fake" {
         extra.push("--bench-fake-backend");
+    }
+    if let Some(cap) = &cap {
+        extra.extend(["--local-pause-max-mb", cap.as_str()]);
     }
     if let Some(m) = &a.meta {
         extra.extend(["--meta", m.as_str(), "--node-id", "bench"]);
@@ -335,6 +345,7 @@ pub async fn scale(a: ScaleArgs) -> Result<Value> {
             "store_kb_per_sandbox": per(store as f64 / 1024.0, n),
         },
         "frozen_secs": a.frozen_secs,
+        "local_pause_max_mb": a.local_pause_max_mb,
         "still_held_at_measure": held,
         "paused_frozen": {
             "host_processes_per_sandbox": per(procs_frozen.saturating_sub(procs0) as f64, n),
