@@ -29,7 +29,8 @@ async fn microvm_pause_resume_mid_execution_and_fork() {
         .create(json!({"backend": "microvm", "lifecycle": {"on_idle": "nothing"}}))
         .await;
     // A counter that runs in the background, and an interpreter with state.
-    h.sh(&id, "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &").await;
+    // (Renamed into place: a reader never sees the file truncated.)
+    h.sh(&id, "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &").await;
     let s = h
         .ok(
             "POST",

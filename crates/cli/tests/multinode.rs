@@ -438,7 +438,7 @@ async fn failover_microvm_memory() {
     let id = h0
         .create(json!({"backend": "microvm", "lifecycle": {"on_idle": "nothing"}}))
         .await;
-    h0.sh(&id, "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &").await;
+    h0.sh(&id, "nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv /tmp/count.new /tmp/count; sleep 0.1; done' >/dev/null 2>&1 &").await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let boot_id = h0.sh(&id, "cat /proc/sys/kernel/random/boot_id").await;
     let p = h0
