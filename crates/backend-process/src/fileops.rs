@@ -18,24 +18,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use stasis_fsroot::xattr;
 
 use stasis_core::mounts::{holders, refused};
 use stasis_core::{Error, ErrorCode, FileKind, FileStat, Result};
 
-use crate::fsops::{map_err, read_link_at, Root};
+use crate::fsops::{map_err, meta_in, read_link_at, Root};
 
 /// Deepest directory tree a recursive remove descends.
 const MAX_DEPTH: u32 = 512;
-
-/// The metadata of the entry `name` in `dir` (a file or directory opened
-/// with `O_NOFOLLOW` beneath it); none on any error.
-pub(crate) fn meta_in(dir: BorrowedFd<'_>, name: &CStr) -> Option<BTreeMap<String, String>> {
-    let fd = xattr::open_entry(dir, name).ok()??;
-    xattr::read(fd.as_fd())
-}
 
 fn split(path: &str) -> Result<(&str, &str)> {
     match path.rsplit_once('/') {

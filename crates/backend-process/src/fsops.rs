@@ -303,7 +303,7 @@ impl Root {
                     .then(|| {
                         // SAFETY: `dfd` is `dir`'s, open for this loop.
                         let d = unsafe { std::os::fd::BorrowedFd::borrow_raw(dfd) };
-                        crate::fileops::meta_in(d, name)
+                        meta_in(d, name)
                     })
                     .flatten(),
             });
@@ -318,6 +318,16 @@ pub(crate) fn read_link_at(dir: &OwnedFd, name: &str) -> Option<String> {
     let d = stasis_fsroot::Dir::from_fd(dir.try_clone().ok()?, stasis_fsroot::Resolve::InRoot);
     let t = d.read_link_at(std::ffi::OsStr::new(name)).ok()?;
     Some(t.to_string_lossy().into_owned())
+}
+
+/// The metadata (`user.e2b.*` xattrs) of the entry `name` in `dir` (a file
+/// or directory opened with `O_NOFOLLOW` beneath it); none on any error.
+pub(crate) fn meta_in(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> Option<std::collections::BTreeMap<String, String>> {
+    let fd = stasis_fsroot::xattr::open_entry(dir, name).ok()??;
+    stasis_fsroot::xattr::read(fd.as_fd())
 }
 
 #[cfg(test)]

@@ -18,43 +18,13 @@
 //! server records the loss; see `Backend::memory_survives_release`). A
 //! resume then starts the sandbox afresh from its files.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use stasis_backend::Standby;
 use stasis_core::{now_ms, SandboxId};
 
-use crate::sandbox::{ProcessBackend, Run};
+use crate::sandbox::{Hold, ProcessBackend, Run};
 use crate::start;
-
-/// A frozen sandbox's hold on the host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Hold {
-    pub since_ms: i64,
-    /// When its processes end; None: kept until resumed or destroyed
-    /// (`lifecycle.keep_frozen`).
-    pub until_ms: Option<i64>,
-}
-
-/// The table of holds, by sandbox.
-#[derive(Default)]
-pub(crate) struct Holds(std::sync::Mutex<HashMap<SandboxId, Hold>>);
-
-impl Holds {
-    pub(crate) fn get(&self, id: &SandboxId) -> Option<Hold> {
-        self.0.lock().unwrap().get(id).copied()
-    }
-    pub(crate) fn all(&self) -> Vec<(SandboxId, Hold)> {
-        let map = self.0.lock().unwrap();
-        map.iter().map(|(k, v)| (k.clone(), *v)).collect()
-    }
-    pub(crate) fn remove(&self, id: &SandboxId) {
-        self.0.lock().unwrap().remove(id);
-    }
-    fn insert(&self, id: &SandboxId, hold: Hold) {
-        self.0.lock().unwrap().insert(id.clone(), hold);
-    }
-}
 
 /// The sandbox was frozen just now: hold it for the longer of `window`
 /// (its standby window, when the server gave one) and the backend's

@@ -23,7 +23,7 @@ pub struct ProcessBackend {
     pub(crate) cg: std::result::Result<Cgroups, String>,
     pub(crate) sandboxes: Mutex<HashMap<SandboxId, Arc<Sandbox>>>,
     /// How long each frozen sandbox stays on the host (see [`crate::hold`]).
-    pub(crate) holds: crate::hold::Holds,
+    pub(crate) holds: Holds,
 }
 
 impl ProcessBackend {
@@ -243,4 +243,33 @@ impl Sandbox {
 /// PID 1 and the supervisor both still run.
 pub(crate) fn alive(sup: &SupervisorHandle, init_fd: &std::os::fd::OwnedFd) -> bool {
     sup.alive() && !supervisor_client::exited(init_fd)
+}
+
+/// A frozen sandbox's hold on the host (see [`crate::hold`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Hold {
+    pub since_ms: i64,
+    /// When its processes end; None: kept until resumed or destroyed
+    /// (`lifecycle.keep_frozen`).
+    pub until_ms: Option<i64>,
+}
+
+/// The table of holds, by sandbox.
+#[derive(Default)]
+pub(crate) struct Holds(Mutex<HashMap<SandboxId, Hold>>);
+
+impl Holds {
+    pub(crate) fn get(&self, id: &SandboxId) -> Option<Hold> {
+        self.0.lock().unwrap().get(id).copied()
+    }
+    pub(crate) fn all(&self) -> Vec<(SandboxId, Hold)> {
+        let map = self.0.lock().unwrap();
+        map.iter().map(|(k, v)| (k.clone(), *v)).collect()
+    }
+    pub(crate) fn remove(&self, id: &SandboxId) {
+        self.0.lock().unwrap().remove(id);
+    }
+    pub(crate) fn insert(&self, id: &SandboxId, hold: Hold) {
+        self.0.lock().unwrap().insert(id.clone(), hold);
+    }
 }

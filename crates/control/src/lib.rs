@@ -14,7 +14,6 @@ pub mod daemon_key;
 pub mod governance;
 pub mod image_runner;
 pub mod images;
-pub mod inflight;
 pub mod manager;
 pub mod metrics;
 pub mod mounts;
@@ -22,8 +21,11 @@ pub mod region;
 pub mod runs;
 pub mod snapshots;
 pub mod templates;
-pub mod tenancy;
 
 pub use manager::{Ctx, Manager, ManagerConfig, OpTiming, ReconcileReport};
 pub use metrics::Metrics;
 pub use snapshots::{SnapshotInfo, SnapshotKind, Snapshots};
+/// The per-sandbox in-flight limit (its own crate, `stasis-admission`).
+pub use stasis_admission as inflight;
+/// Tenants and their secrets (its own crate, `stasis-tenancy`).
+pub use stasis_tenancy as tenancy;
